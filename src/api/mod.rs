@@ -1,0 +1,95 @@
+//! HTTP surface (axum): `/v1` (chat completions, models), `/health`.
+//! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
+//! May use: `engine` (trait and types), `billing`, `catalog`. Only this module uses axum/tower.
+
+mod chat;
+pub mod error;
+mod models;
+pub mod request;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use rand::Rng;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use self::error::ApiError;
+use crate::catalog::Catalog;
+use crate::engine::SharedEngine;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    /// Inference backend (`CandleEngine`, or `FakeEngine` in tests).
+    pub engine: SharedEngine,
+    /// The catalogue: model records and list prices (`/v1/models` is the price list).
+    pub catalog: Arc<Catalog>,
+}
+
+/// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Largest accepted request body, bytes.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Random alphanumeric id of `len` characters from the thread-local CSPRNG.
+pub fn random_id(len: usize) -> String {
+    rand::rng().sample_iter(rand::distr::Alphanumeric).take(len).map(char::from).collect()
+}
+
+/// Build the application router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models::list_models))
+        .route("/v1/models/{*id}", get(models::get_model))
+        .route("/health", get(models::health))
+        .fallback(fallback)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(CatchPanicLayer::custom(|_panic: Box<dyn std::any::Any + Send>| {
+            ApiError::Internal("handler panicked".into()).into_response()
+        }))
+        .layer(middleware::from_fn(request_id_layer))
+}
+
+async fn fallback(req: Request) -> ApiError {
+    ApiError::UnknownRoute(req.uri().path().to_owned())
+}
+
+/// Gives every request a `req_...` id: in request extensions, in the `x-request-id` response
+/// header, and as `error.request_id` inside 5xx error bodies.
+async fn request_id_layer(mut req: Request, next: Next) -> Response {
+    let id = format!("req_{}", random_id(24));
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let resp = next.run(req).await;
+    let mut resp = if resp.status().is_server_error() { add_request_id(resp, &id).await } else { resp };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+async fn add_request_id(resp: Response, id: &str) -> Response {
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+    };
+    let mut parts = parts;
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(mut v) if v.get("error").is_some_and(serde_json::Value::is_object) => {
+            v["error"]["request_id"] = serde_json::json!(id);
+            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(v.to_string()))
+        }
+        _ => Response::from_parts(parts, Body::from(bytes)),
+    }
+}

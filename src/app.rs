@@ -1,0 +1,153 @@
+//! Composition root: the only place that builds concrete engines and the router, binds and serves.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::api::{self, AppState};
+use crate::catalog::Catalog;
+use crate::engine::fake::FakeEngine;
+use crate::engine::{CandleEngine, EngineConfig, SharedEngine};
+
+/// Which engine to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// Real inference with candle.
+    Candle,
+    /// The deterministic FAKE engine (no model; for HTTP tests and demos).
+    Fake,
+}
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub bind: SocketAddr,
+    pub catalog: PathBuf,
+    pub weights: PathBuf,
+    /// Model ids to load; empty = every catalogue model.
+    pub load: Vec<String>,
+    pub device: String,
+    pub engine: EngineKind,
+    pub queue_depth: usize,
+    pub max_batch: usize,
+    pub step_tokens: usize,
+}
+
+/// Start the engine for `cfg` and return the application state.
+///
+/// # Errors
+/// Catalogue errors, unknown ids in `load`, missing weights (naming the file and the script that
+/// fetches it), model load failures.
+pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
+    let catalog = Catalog::load(&cfg.catalog).map_err(anyhow::Error::msg)?;
+    let chosen: Vec<_> = if cfg.load.is_empty() {
+        catalog.models.iter().collect()
+    } else {
+        cfg.load
+            .iter()
+            .map(|id| catalog.get(id).with_context(|| format!("`--load {id}`: no such model in `{}`", cfg.catalog.display())))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let engine: SharedEngine = match cfg.engine {
+        EngineKind::Fake => Arc::new(FakeEngine::new(
+            chosen.iter().map(|m| (m.id.clone(), m.context_length)).collect(),
+            Duration::from_millis(20),
+        )),
+        EngineKind::Candle => {
+            let mut models = Vec::new();
+            for m in &chosen {
+                let path = m.local_path(&cfg.weights).context("model has no source")?;
+                if !path.exists() {
+                    let script = m.sources[0].fetch.clone().unwrap_or_else(|| "scripts/fetch-weights".into());
+                    anyhow::bail!("weights for `{}` not found: `{}` is missing; fetch them with `{script}`", m.id, path.display());
+                }
+                models.push((m.id.clone(), path, m.context_length));
+            }
+            let device = match cfg.device.as_str() {
+                "cpu" => candle_device_cpu(),
+                "cuda" => candle_device_cuda()?,
+                other => anyhow::bail!("unknown device `{other}` (cpu or cuda)"),
+            };
+            Arc::new(CandleEngine::start(EngineConfig {
+                models,
+                device,
+                queue_depth: cfg.queue_depth,
+                limits_max_batch: cfg.max_batch,
+                limits_step_tokens: cfg.step_tokens,
+            })?)
+        }
+    };
+    Ok(AppState { engine, catalog: Arc::new(catalog) })
+}
+
+fn candle_device_cpu() -> candle_core::Device {
+    candle_core::Device::Cpu
+}
+
+fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
+    candle_core::Device::new_cuda(0).context("failed to open CUDA device 0 (build with `--features cuda`)")
+}
+
+/// Bind `addr` and serve `state` until ctrl-c / SIGTERM. Returns the bound address through
+/// `on_bound` (port 0 picks a free port).
+///
+/// # Errors
+/// Bind and serve failures.
+pub async fn serve(state: AppState, addr: SocketAddr, on_bound: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("failed to bind {addr}"))?;
+    let bound = listener.local_addr()?;
+    on_bound(bound);
+    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Spawn a server for `state` on 127.0.0.1 with a free port (for tests); returns its address.
+///
+/// # Errors
+/// Bind failures.
+pub async fn spawn_for_tests(state: AppState) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, api::router(state)).await;
+    });
+    Ok(addr)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    tracing::info!("shutting down");
+}
+
+/// Print the catalogue as a table: id, maker, licence flag, prices, weights present.
+pub fn print_models(catalog: &Path, weights: &Path) -> anyhow::Result<String> {
+    use std::fmt::Write as _;
+    let c = Catalog::load(catalog).map_err(anyhow::Error::msg)?;
+    let mut out = String::new();
+    writeln!(out, "{:<28} {:<14} {:<10} {:>12} {:>12}  {}", "id", "maker", "commercial", "in $/1M", "out $/1M", "weights")?;
+    for m in &c.models {
+        let present = m.local_path(weights).is_some_and(|p| p.exists());
+        writeln!(
+            out,
+            "{:<28} {:<14} {:<10} {:>12} {:>12}  {}",
+            m.id, m.maker, if m.commercial_use { "yes" } else { "NO" },
+            format!("{:.6}", m.pricing.input.usd()), format!("{:.6}", m.pricing.output.usd()),
+            if present { "present" } else { "missing" }
+        )?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,196 @@
+//! The model catalogue (`models.toml`): ids, makers, families, context lengths, licences, list
+//! prices and weight sources. Parsed strictly: unknown keys are an error naming the line.
+//! May use: `serde`, `toml`. Never: HTTP, SQL, candle.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Micro-USD (1e-6 USD) per 1M tokens, parsed exactly from a decimal string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PricePerMTok(pub i64);
+
+impl PricePerMTok {
+    /// Parse a non-negative decimal USD amount with at most 6 decimals, e.g. `"0.15"` -> 150000.
+    ///
+    /// # Errors
+    /// Signs, exponents, more than 6 decimals, empty parts or overflow.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a USD amount like \"0.15\" (at most 6 decimals)");
+        let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+        if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) || frac.len() > 6 || (s.contains('.') && frac.is_empty()) {
+            return Err(bad());
+        }
+        let whole: i64 = whole.parse().map_err(|_| bad())?;
+        let frac_micros: i64 = format!("{frac:0<6}").parse().map_err(|_| bad())?;
+        whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac_micros)).map(Self).ok_or_else(bad)
+    }
+
+    /// The price in USD, for display only.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn usd(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl<'de> Deserialize<'de> for PricePerMTok {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// List prices of a model, per 1M tokens.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Pricing {
+    /// Price per 1M input (prompt) tokens.
+    pub input: PricePerMTok,
+    /// Price per 1M output (completion) tokens.
+    pub output: PricePerMTok,
+}
+
+/// Where a model's weights can be found, in order of preference.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSource {
+    /// A GGUF file relative to the weights directory.
+    pub path: String,
+    /// The script that fetches it, named in start-up errors.
+    #[serde(default)]
+    pub fetch: Option<String>,
+}
+
+/// One catalogue entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// What clients send as `model`.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Who made the model (`owned_by` in `/v1/models`).
+    pub maker: String,
+    /// Architecture family (`llama`, `gemma3`, ...).
+    pub family: String,
+    /// Parameter count as marketed, e.g. `135M`.
+    pub parameters: String,
+    /// Context length in tokens.
+    pub context_length: usize,
+    /// Quantization of the default weights file, e.g. `Q4_1`.
+    pub quantization: String,
+    /// Licence name and URL.
+    pub license: String,
+    pub license_url: String,
+    /// Whether the licence allows commercial serving.
+    pub commercial_use: bool,
+    /// `text`, `image`.
+    pub input_modalities: Vec<String>,
+    /// Release time, Unix seconds (`created` in `/v1/models`).
+    pub created: i64,
+    pub pricing: Pricing,
+    /// Weight sources, most preferred first.
+    pub sources: Vec<WeightSource>,
+}
+
+impl ModelEntry {
+    pub fn reads_images(&self) -> bool {
+        self.input_modalities.iter().any(|m| m == "image")
+    }
+
+    /// The first local source, resolved against `weights_dir`.
+    pub fn local_path(&self, weights_dir: &Path) -> Option<PathBuf> {
+        self.sources.first().map(|s| weights_dir.join(&s.path))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    model: Vec<ModelEntry>,
+}
+
+/// The parsed catalogue.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pub models: Vec<ModelEntry>,
+}
+
+impl Catalog {
+    /// Parse catalogue text.
+    ///
+    /// # Errors
+    /// TOML syntax, unknown keys (with line and column), bad prices, duplicate ids.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: CatalogFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut seen = std::collections::HashSet::new();
+        for m in &file.model {
+            if !seen.insert(m.id.as_str()) {
+                return Err(format!("duplicate model id `{}`", m.id));
+            }
+            if m.sources.is_empty() {
+                return Err(format!("model `{}` has no weight source", m.id));
+            }
+        }
+        Ok(Self { models: file.model })
+    }
+
+    /// Read and parse a catalogue file.
+    ///
+    /// # Errors
+    /// I/O and parse errors, with the path.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("failed to read `{}`: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("invalid catalogue `{}`: {e}", path.display()))
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ModelEntry> {
+        self.models.iter().find(|m| m.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_parse_exactly_to_micros() {
+        assert_eq!(PricePerMTok::parse("0.15"), Ok(PricePerMTok(150_000)));
+        assert_eq!(PricePerMTok::parse("2"), Ok(PricePerMTok(2_000_000)));
+        assert_eq!(PricePerMTok::parse("0.000001"), Ok(PricePerMTok(1)));
+        for bad in ["", "-1", "1e3", ".5", "1.", "0.0000001", "1,5", "99999999999999999999"] {
+            assert!(PricePerMTok::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    const ENTRY: &str = r#"
+[[model]]
+id = "m"
+name = "M"
+maker = "X"
+family = "llama"
+parameters = "1M"
+context_length = 100
+quantization = "Q8_0"
+license = "MIT"
+license_url = "https://example.invalid"
+commercial_use = true
+input_modalities = ["text"]
+created = 0
+pricing = { input = "0.1", output = "0.2" }
+sources = [{ path = "m.gguf" }]
+"#;
+
+    #[test]
+    fn parses_an_entry() {
+        let c = Catalog::parse(ENTRY).unwrap();
+        assert_eq!(c.models[0].pricing.output, PricePerMTok(200_000));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_its_line() {
+        let text = ENTRY.replace("created = 0", "created = 0\ncolour = \"red\"");
+        let e = Catalog::parse(&text).unwrap_err();
+        assert!(e.contains("colour") && e.contains("line 15"), "{e}");
+    }
+}

@@ -1,0 +1,168 @@
+//! `CandleEngine`: loads GGUF models and runs them on one dedicated engine thread.
+//!
+//! All models share one thread because candle's CPU thread pool is process-global (two forwards
+//! at once would serialise and spin). The thread starts with a ready handshake, so a bad weights
+//! file fails start-up, not the first request.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::Device;
+
+use super::gguf::GgufFile;
+use super::model::Transformer;
+use super::scheduler::{self, Job, Limits, Runtime};
+use super::template::ChatTemplate;
+use super::tokenizer::GgufTokenizer;
+use super::{ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
+
+/// What to load and how to run it.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// (catalogue id, weights file, catalogue context length) for each model to load.
+    pub models: Vec<(String, PathBuf, usize)>,
+    pub device: Device,
+    /// Jobs that may wait in the admission queue; more get `Overloaded`.
+    pub queue_depth: usize,
+    pub limits_max_batch: usize,
+    pub limits_step_tokens: usize,
+}
+
+/// The request-side view of a loaded model.
+struct Front {
+    id: String,
+    context_length: usize,
+    tokenizer: Arc<GgufTokenizer>,
+    template: ChatTemplate,
+    running: Arc<AtomicUsize>,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// Real inference with candle.
+pub struct CandleEngine {
+    fronts: Vec<Front>,
+    tx: SyncSender<Job>,
+}
+
+impl CandleEngine {
+    /// Load every model on a new engine thread and start its scheduler.
+    ///
+    /// # Errors
+    /// The first model that fails to load (missing file, unsupported architecture or tokenizer).
+    pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
+        let (tx, rx) = sync_channel::<Job>(config.queue_depth.max(1));
+        let (ready_tx, ready_rx) = sync_channel::<Result<Vec<Front>, EngineError>>(1);
+        let limits = Limits { max_batch: config.limits_max_batch.max(1), step_tokens: config.limits_step_tokens.max(1) };
+        std::thread::Builder::new()
+            .name("tollgate-engine".into())
+            .spawn(move || {
+                let mut runtimes = Vec::new();
+                let mut fronts = Vec::new();
+                for (id, path, ctx) in &config.models {
+                    match load(id, path, *ctx, &config.device) {
+                        Ok((rt, front)) => {
+                            runtimes.push(rt);
+                            fronts.push(front);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                if ready_tx.send(Ok(fronts)).is_err() {
+                    return;
+                }
+                scheduler::run(&runtimes, &rx, limits);
+            })
+            .map_err(|e| EngineError::Load { model: "*".into(), message: format!("cannot spawn engine thread: {e}") })?;
+        let fronts = ready_rx.recv().map_err(|_| EngineError::ShutDown)??;
+        Ok(Self { fronts, tx })
+    }
+
+    fn front(&self, model: &str) -> Result<(usize, &Front), EngineError> {
+        self.fronts
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.id == model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))
+    }
+}
+
+fn load(id: &str, path: &PathBuf, catalog_ctx: usize, device: &Device) -> Result<(Runtime, Front), EngineError> {
+    let err = |e: anyhow::Error| EngineError::Load { model: id.to_owned(), message: format!("{e:#}") };
+    let started = Instant::now();
+    let mut file = GgufFile::open(path, device).map_err(err)?;
+    let tokenizer = Arc::new(GgufTokenizer::from_gguf(&file).map_err(err)?);
+    let arch = file.architecture().map_err(err)?;
+    let chat_template = file.string("tokenizer.chat_template").ok().map(str::to_owned);
+    let template = ChatTemplate::new(chat_template.as_deref(), &arch).map_err(err)?;
+    let model = Transformer::load(&mut file).map_err(err)?;
+    let context_length = model.config.context_length.min(catalog_ctx.max(1));
+    tracing::info!(
+        model = id, arch = %arch, layers = model.config.n_layers, context_length,
+        template = %template.source, requantized_to_q8_0 = model.requantized,
+        load_ms = started.elapsed().as_millis() as u64,
+        "model loaded{}", if model.requantized > 0 { " (slow tensor types requantized to Q8_0)" } else { "" }
+    );
+    let running = Arc::new(AtomicUsize::new(0));
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let front = Front {
+        id: id.to_owned(), context_length, tokenizer: tokenizer.clone(), template,
+        running: running.clone(), waiting: waiting.clone(),
+    };
+    Ok((Runtime { id: id.to_owned(), model, tokenizer, running, waiting }, front))
+}
+
+impl Engine for CandleEngine {
+    fn loaded(&self) -> Vec<LoadedModel> {
+        self.fronts.iter().map(|f| LoadedModel { id: f.id.clone(), context_length: f.context_length }).collect()
+    }
+
+    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
+        let (_, f) = self.front(model)?;
+        let text = f
+            .template
+            .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
+            .map_err(EngineError::Template)?;
+        let mut ids = f.tokenizer.encode(&text).map_err(|e| EngineError::Tokenize(e.to_string()))?;
+        if let Some(bos) = f.tokenizer.bos_id.filter(|_| f.tokenizer.add_bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        Ok(Prompt { model: model.to_owned(), token_ids: ids, context_length: f.context_length })
+    }
+
+    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+        let (index, f) = self.front(&request.prompt.model)?;
+        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+        let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
+        f.waiting.fetch_add(1, Ordering::Relaxed);
+        let job = Job { model: index, request, events: events_tx, outcome: outcome_tx };
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(Generation { events, outcome }),
+            Err(e) => {
+                f.waiting.fetch_sub(1, Ordering::Relaxed);
+                Err(match e {
+                    TrySendError::Full(_) => EngineError::Overloaded,
+                    TrySendError::Disconnected(_) => EngineError::ShutDown,
+                })
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<ModelStats> {
+        self.fronts
+            .iter()
+            .map(|f| ModelStats {
+                model: f.id.clone(),
+                running: f.running.load(Ordering::Relaxed),
+                waiting: f.waiting.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,93 @@
+//! `FakeEngine`: a deterministic FAKE engine for HTTP, billing and ledger tests. It runs no model.
+//!
+//! Prompt "tokens" are the whitespace-separated words of the messages (plus one per message);
+//! the reply is always the words of [`FAKE_REPLY`], one word per completion token, so tests can
+//! predict text and usage exactly. It honours `max_new_tokens`, stop strings and cancellation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::stop::{StopMatcher, StopStep};
+use super::{ChatMessage, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, LoadedModel, ModelStats, Outcome, Prompt};
+
+/// The fixed text every fake generation produces (8 tokens).
+pub const FAKE_REPLY: &str = "This is a fake reply from the test engine.";
+
+/// Deterministic stand-in for `CandleEngine`. Not a model.
+pub struct FakeEngine {
+    models: Vec<LoadedModel>,
+    /// Delay between tokens, to exercise streaming and cancellation.
+    pub token_delay: Duration,
+    running: Arc<AtomicUsize>,
+}
+
+impl FakeEngine {
+    /// A fake that "serves" the given (id, context length) pairs.
+    pub fn new(models: Vec<(String, usize)>, token_delay: Duration) -> Self {
+        Self {
+            models: models.into_iter().map(|(id, context_length)| LoadedModel { id, context_length }).collect(),
+            token_delay,
+            running: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Engine for FakeEngine {
+    fn loaded(&self) -> Vec<LoadedModel> {
+        self.models.clone()
+    }
+
+    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
+        let m = self.models.iter().find(|m| m.id == model).ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
+        let n: usize = messages.iter().map(|m| m.content.split_whitespace().count() + 1).sum();
+        Ok(Prompt { model: model.into(), token_ids: (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(), context_length: m.context_length })
+    }
+
+    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+        let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+        let (otx, outcome) = tokio::sync::oneshot::channel();
+        let delay = self.token_delay;
+        let running = self.running.clone();
+        running.fetch_add(1, Ordering::Relaxed);
+        std::thread::spawn(move || {
+            let mut stop = StopMatcher::new(request.stop.clone());
+            let words: Vec<&str> = FAKE_REPLY.split(' ').collect();
+            let mut generated = 0;
+            let _ = tx.send(GenerationEvent::Started);
+            let finish = loop {
+                if tx.is_closed() {
+                    break FinishReason::Cancelled;
+                }
+                if generated == words.len() {
+                    break FinishReason::Stop;
+                }
+                if generated == request.max_new_tokens {
+                    break FinishReason::Length;
+                }
+                let piece = if generated == 0 { words[0].to_owned() } else { format!(" {}", words[generated]) };
+                generated += 1;
+                match stop.push(&piece) {
+                    StopStep::Continue(t) if !t.is_empty() => { let _ = tx.send(GenerationEvent::Delta(t)); }
+                    StopStep::Continue(_) => {}
+                    StopStep::Stopped(t) => {
+                        if !t.is_empty() { let _ = tx.send(GenerationEvent::Delta(t)); }
+                        break FinishReason::Stop;
+                    }
+                }
+                std::thread::sleep(delay);
+            };
+            let rest = stop.flush();
+            if !rest.is_empty() && finish != FinishReason::Cancelled {
+                let _ = tx.send(GenerationEvent::Delta(rest));
+            }
+            running.fetch_sub(1, Ordering::Relaxed);
+            let _ = otx.send(Outcome { prompt_tokens: request.prompt.token_ids.len(), completion_tokens: generated, finish });
+        });
+        Ok(Generation { events, outcome })
+    }
+
+    fn stats(&self) -> Vec<ModelStats> {
+        self.models.iter().map(|m| ModelStats { model: m.id.clone(), running: self.running.load(Ordering::Relaxed), waiting: 0 }).collect()
+    }
+}

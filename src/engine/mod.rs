@@ -1,0 +1,177 @@
+//! Inference: turns chat messages into a stream of text with candle.
+//!
+//! Owns: GGUF loading, tokenizers built from GGUF metadata, chat templates, the packed batched
+//! forward, sampling, stop matching, and the scheduler thread. May use: `candle_core`,
+//! `candle_nn`, `tokenizers`, `minijinja`, and `crate::catalog` for the model list.
+//! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
+
+mod candle_engine;
+pub mod fake;
+mod gguf;
+pub mod model;
+pub mod sampler;
+mod scheduler;
+pub mod stop;
+pub mod template;
+pub mod tokenizer;
+
+pub use candle_engine::{CandleEngine, EngineConfig};
+
+use std::sync::Arc;
+
+/// A chat message role, as the OpenAI format names them (`developer` is read as `system`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One chat message with its text content (text parts already joined).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+/// A rendered and tokenized prompt, ready to submit.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    /// The catalogue id of the model that will run it.
+    pub model: String,
+    /// Prompt token ids (BOS included where the model wants one).
+    pub token_ids: Vec<u32>,
+    /// The model's context length in tokens.
+    pub context_length: usize,
+}
+
+/// Sampling settings for one request, OpenAI semantics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature in [0, 2]; 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus sampling mass in (0, 1]; 1 disables it.
+    pub top_p: f32,
+    /// RNG seed; the same seed and request give the same output. `None` draws one.
+    pub seed: Option<u64>,
+    /// Subtracted once from the logit of every token already generated (OpenAI `presence_penalty`).
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence from the logit of generated tokens (OpenAI `frequency_penalty`).
+    pub frequency_penalty: f32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_p: 1.0, seed: None, presence_penalty: 0.0, frequency_penalty: 0.0 }
+    }
+}
+
+/// A generation job for the scheduler.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Request id (`req_...`), for logs.
+    pub request_id: String,
+    pub prompt: Prompt,
+    pub sampling: SamplingParams,
+    /// Most new tokens to generate (already checked against the context).
+    pub max_new_tokens: usize,
+    /// Up to 4 stop strings; matched across token boundaries and never emitted.
+    pub stop: Vec<String>,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// EOS, end-of-turn token, or a stop string.
+    Stop,
+    /// `max_new_tokens` reached.
+    Length,
+    /// The receiver went away (client disconnected) before the end.
+    Cancelled,
+    /// The forward pass failed; the message is for logs.
+    Failed(String),
+}
+
+/// The authoritative result of a generation: exact token counts, also when cancelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Tokens in the prompt (input tokens).
+    pub prompt_tokens: usize,
+    /// Tokens generated and sampled (output tokens), including a final EOS.
+    pub completion_tokens: usize,
+    pub finish: FinishReason,
+}
+
+/// Events sent to the request while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenerationEvent {
+    /// Prefill finished; the first token follows (used for keep-alive decisions).
+    Started,
+    /// New text, always whole UTF-8 characters, never part of a stop string.
+    Delta(String),
+}
+
+/// Handle to a running generation. Dropping `events` cancels it before the next step.
+pub struct Generation {
+    pub events: tokio::sync::mpsc::UnboundedReceiver<GenerationEvent>,
+    /// Resolves exactly once, even if `events` was dropped: the source of truth for billing.
+    pub outcome: tokio::sync::oneshot::Receiver<Outcome>,
+}
+
+/// Live counters of one model's scheduler.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ModelStats {
+    pub model: String,
+    /// Sequences in the running batch (prefilling or decoding).
+    pub running: usize,
+    /// Sequences admitted but not yet scheduled.
+    pub waiting: usize,
+}
+
+/// What an engine knows of a loaded model.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    pub id: String,
+    /// Context length in tokens (the smaller of the catalogue's and the file's).
+    pub context_length: usize,
+}
+
+/// Engine errors the caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("model `{0}` is not loaded")]
+    ModelNotLoaded(String),
+    #[error("the generation queue is full")]
+    Overloaded,
+    #[error("the engine is shut down")]
+    ShutDown,
+    #[error("failed to render the chat template: {0}")]
+    Template(String),
+    #[error("failed to tokenize: {0}")]
+    Tokenize(String),
+    #[error("failed to load model `{model}`: {message}")]
+    Load { model: String, message: String },
+}
+
+/// The seam between the HTTP layer and inference. `CandleEngine` runs real models; `FakeEngine`
+/// is a deterministic fake for HTTP and ledger tests.
+pub trait Engine: Send + Sync + 'static {
+    /// Models this engine can run now.
+    fn loaded(&self) -> Vec<LoadedModel>;
+    /// Render the chat template and tokenize. CPU-bound (milliseconds): call from a blocking task.
+    ///
+    /// # Errors
+    /// `ModelNotLoaded`, `Template`, `Tokenize`.
+    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError>;
+    /// Queue a generation; never blocks.
+    ///
+    /// # Errors
+    /// `Overloaded` when the model's admission queue is full; `ModelNotLoaded`; `ShutDown`.
+    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError>;
+    /// Scheduler counters per model.
+    fn stats(&self) -> Vec<ModelStats>;
+}
+
+/// Shared engine handle.
+pub type SharedEngine = Arc<dyn Engine>;

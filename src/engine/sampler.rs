@@ -1,0 +1,157 @@
+//! Sampler: turns one row of logits into a token id (greedy, temperature, top-p), after
+//! OpenAI's presence and frequency penalties.
+//!
+//! Penalties follow OpenAI's documented formula (API reference, "Parameter details"):
+//! `logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty`, with counts
+//! over the tokens generated so far.
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::SamplingParams;
+
+/// Per-sequence sampler state: parameters, RNG and generated-token counts.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    counts: HashMap<u32, u32>,
+}
+
+impl Sampler {
+    /// A sampler seeded from `params.seed`, or from the OS when none is given.
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = match params.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_os_rng(),
+        };
+        Self { params, rng, counts: HashMap::new() }
+    }
+
+    /// Pick the next token from `logits` (length = vocabulary size) and record it.
+    /// NaN logits are treated as negative infinity.
+    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        let p = &self.params;
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            for (&tok, &n) in &self.counts {
+                if let Some(l) = logits.get_mut(tok as usize) {
+                    #[allow(clippy::cast_precision_loss)]
+                    let n = n as f32;
+                    *l -= n * p.frequency_penalty + p.presence_penalty;
+                }
+            }
+        }
+        let tok = if p.temperature <= 0.0 {
+            argmax(logits)
+        } else {
+            self.sample_soft(logits)
+        };
+        *self.counts.entry(tok).or_insert(0) += 1;
+        tok
+    }
+
+    fn sample_soft(&mut self, logits: &[f32]) -> u32 {
+        let t = self.params.temperature;
+        let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+        let mut probs: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                let e = if l.is_nan() { 0.0 } else { ((l - max) / t).exp() };
+                (u32::try_from(i).unwrap_or(u32::MAX), e)
+            })
+            .collect();
+        if self.params.top_p < 1.0 {
+            probs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let total: f32 = probs.iter().map(|x| x.1).sum();
+            let mut acc = 0.0;
+            let mut keep = probs.len();
+            for (i, (_, p)) in probs.iter().enumerate() {
+                acc += p / total;
+                if acc >= self.params.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            probs.truncate(keep.max(1));
+        }
+        let total: f32 = probs.iter().map(|x| x.1).sum();
+        if total <= 0.0 || !total.is_finite() {
+            return argmax(logits);
+        }
+        let mut r = self.rng.random::<f32>() * total;
+        for &(id, p) in &probs {
+            if r < p {
+                return id;
+            }
+            r -= p;
+        }
+        probs.last().map_or(0, |x| x.0)
+    }
+}
+
+/// Index of the largest logit; the lowest index wins ties; NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    u32::try_from(best).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(t: f32, top_p: f32, seed: u64) -> SamplingParams {
+        SamplingParams { temperature: t, top_p, seed: Some(seed), ..SamplingParams::default() }
+    }
+
+    #[test]
+    fn greedy_picks_argmax_and_ignores_nan() {
+        let mut s = Sampler::new(params(0.0, 1.0, 1));
+        assert_eq!(s.sample(&mut [0.1, f32::NAN, 3.0, 2.0]), 2);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_different_seed_differs() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let run = |seed| {
+            let mut s = Sampler::new(params(1.0, 1.0, seed));
+            (0..40).map(|_| s.sample(&mut logits.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn top_p_keeps_only_the_nucleus() {
+        // Token 3 holds almost all the mass; top_p 0.5 must always pick it.
+        let logits = [0.0, 0.0, 0.0, 10.0, 0.0];
+        let mut s = Sampler::new(params(1.0, 0.5, 3));
+        for _ in 0..100 {
+            assert_eq!(s.sample(&mut logits.clone()), 3);
+        }
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_follow_openai_formula() {
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 0.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 1.0,
+            ..SamplingParams::default()
+        });
+        let mut first = [0.0, 2.0, 1.0];
+        assert_eq!(s.sample(&mut first), 1);
+        // Token 1 now has count 1: 2.0 - 1.0 - 0.5 = 0.5 < 1.0, so token 2 wins.
+        let mut second = [0.0, 2.0, 1.0];
+        assert_eq!(s.sample(&mut second), 2);
+        assert!((second[1] - 0.5).abs() < 1e-6);
+    }
+}

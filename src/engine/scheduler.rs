@@ -1,0 +1,263 @@
+//! The engine thread: continuous batching over a packed forward.
+//!
+//! Protocol: requests arrive on a bounded channel (full -> `Overloaded`). The loop blocks on the
+//! channel only when nothing runs. Each iteration it (1) admits waiting jobs up to `max_batch`
+//! running sequences, (2) drops sequences whose receiver is gone (client disconnected: the
+//! sequence leaves before the next step and its KV cache is freed), (3) builds one step for one
+//! model (round robin when several are loaded): one decode token per decoding sequence plus
+//! prefill chunks of prompts up to `step_tokens` tokens, (4) runs the forward, (5) samples,
+//! detokenizes, matches stop strings and sends deltas; finished sequences send their `Outcome`
+//! and leave. A panic or error in a step fails only the sequences of that step. The loop must
+//! never exit while the channel is open.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::model::attention::SeqCache;
+use super::model::{StepSeq, Transformer};
+use super::sampler::Sampler;
+use super::stop::{StopMatcher, StopStep};
+use super::tokenizer::{GgufTokenizer, StreamDecoder};
+use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome};
+
+/// A model as the engine thread holds it.
+pub struct Runtime {
+    pub id: String,
+    pub model: Transformer,
+    pub tokenizer: Arc<GgufTokenizer>,
+    /// Sequences running now (read by `stats`).
+    pub running: Arc<AtomicUsize>,
+    /// Jobs submitted but not yet running (incremented by `submit`).
+    pub waiting: Arc<AtomicUsize>,
+}
+
+/// A submitted request on its way to the engine thread.
+pub struct Job {
+    pub model: usize,
+    pub request: GenerateRequest,
+    pub events: mpsc::UnboundedSender<GenerationEvent>,
+    pub outcome: oneshot::Sender<Outcome>,
+}
+
+/// Scheduler limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most sequences in the running batch.
+    pub max_batch: usize,
+    /// Most tokens in one forward step (decode tokens + prefill chunks).
+    pub step_tokens: usize,
+}
+
+struct Seq {
+    job: Job,
+    cache: SeqCache,
+    /// Prompt tokens already in the cache.
+    fed: usize,
+    /// Last sampled token, not yet in the cache.
+    pending: Option<u32>,
+    generated: usize,
+    sampler: Sampler,
+    stop: StopMatcher,
+    decoder: StreamDecoder,
+}
+
+impl Seq {
+    fn new(job: Job, n_layers: usize) -> Self {
+        let sampler = Sampler::new(job.request.sampling.clone());
+        let stop = StopMatcher::new(job.request.stop.clone());
+        Self { job, cache: SeqCache::new(n_layers), fed: 0, pending: None, generated: 0, sampler, stop, decoder: StreamDecoder::default() }
+    }
+
+    fn finish(self, finish: FinishReason) {
+        let _ = self.job.outcome.send(Outcome {
+            prompt_tokens: self.job.request.prompt.token_ids.len(),
+            completion_tokens: self.generated,
+            finish,
+        });
+    }
+}
+
+/// Run the loop until the channel closes. `runtimes` are indexed by `Job::model`.
+pub fn run(runtimes: &[Runtime], rx: &Receiver<Job>, limits: Limits) {
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
+    let mut next_model = 0usize;
+    let mut open = true;
+    loop {
+        let busy = running.iter().any(|r| !r.is_empty()) || !waiting.is_empty();
+        if !busy {
+            if !open {
+                return;
+            }
+            match rx.recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(_) => return,
+            }
+        }
+        while open {
+            match rx.try_recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
+            }
+        }
+        let mut total: usize = running.iter().map(Vec::len).sum();
+        while total < limits.max_batch {
+            let Some(job) = waiting.pop_front() else { break };
+            let rt = &runtimes[job.model];
+            rt.waiting.fetch_sub(1, Ordering::Relaxed);
+            rt.running.fetch_add(1, Ordering::Relaxed);
+            running[job.model].push(Seq::new(job, rt.model.config.n_layers));
+            total += 1;
+        }
+        for (m, seqs) in running.iter_mut().enumerate() {
+            let before = seqs.len();
+            let (keep, gone): (Vec<Seq>, Vec<Seq>) = seqs.drain(..).partition(|s| !s.job.events.is_closed());
+            *seqs = keep;
+            for s in gone {
+                tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
+                s.finish(FinishReason::Cancelled);
+            }
+            runtimes[m].running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
+        }
+        let Some(m) = (0..runtimes.len()).map(|i| (next_model + i) % runtimes.len()).find(|&i| !running[i].is_empty()) else {
+            continue;
+        };
+        next_model = m + 1;
+        let rt = &runtimes[m];
+        let seqs = std::mem::take(&mut running[m]);
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits.step_tokens)));
+        match result {
+            Ok(kept) => running[m] = kept,
+            Err(panic) => {
+                // The sequences of the step were consumed by the panicking call: their outcome
+                // senders dropped, which the API layer reports as an engine failure.
+                let msg = panic.downcast_ref::<&str>().map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".to_owned());
+                tracing::error!(model = %rt.id, "engine step panicked: {msg}");
+                rt.running.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// One forward step for the sequences of one model; returns those still running.
+fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
+    // Decode tokens first (one each), then prefill chunks in arrival order within the budget.
+    let mut budget = step_tokens.max(1);
+    let mut plan: Vec<(usize, Vec<u32>)> = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        if let Some(tok) = s.pending {
+            plan.push((i, vec![tok]));
+            budget = budget.saturating_sub(1);
+        }
+    }
+    for (i, s) in seqs.iter().enumerate() {
+        let prompt = &s.job.request.prompt.token_ids;
+        if s.pending.is_none() && s.fed < prompt.len() && budget > 0 {
+            let n = (prompt.len() - s.fed).min(budget);
+            plan.push((i, prompt[s.fed..s.fed + n].to_vec()));
+            budget -= n;
+        }
+    }
+    plan.sort_by_key(|p| p.0);
+    let planned: Vec<usize> = plan.iter().map(|p| p.0).collect();
+    let logits = {
+        let mut refs: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
+        let mut rest: &mut [Seq] = &mut seqs;
+        let mut base = 0;
+        for (i, toks) in &plan {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
+            let (cur, tail) = tail.split_first_mut().expect("planned index is in range");
+            refs.push(StepSeq { cache: &mut cur.cache, tokens: toks });
+            rest = tail;
+            base = i + 1;
+        }
+        rt.model.forward(&mut refs)
+    };
+    let logits = match logits {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(model = %rt.id, "forward failed: {e}");
+            let msg = e.to_string();
+            let n = seqs.len();
+            for s in seqs {
+                s.finish(FinishReason::Failed(msg.clone()));
+            }
+            rt.running.fetch_sub(n, Ordering::Relaxed);
+            return Vec::new();
+        }
+    };
+    let mut rows = logits.into_iter();
+    let mut out = Vec::with_capacity(seqs.len());
+    for (i, mut s) in seqs.into_iter().enumerate() {
+        if !planned.contains(&i) {
+            out.push(s);
+            continue;
+        }
+        let mut row = rows.next().unwrap_or_default();
+        let prompt_len = s.job.request.prompt.token_ids.len();
+        if s.pending.take().is_none() {
+            s.fed = s.cache.len.min(prompt_len);
+            if s.fed < prompt_len {
+                out.push(s);
+                continue;
+            }
+            let _ = s.job.events.send(GenerationEvent::Started);
+        }
+        match sample_and_emit(rt, &mut s, &mut row) {
+            None => out.push(s),
+            Some(reason) => {
+                rt.running.fetch_sub(1, Ordering::Relaxed);
+                s.finish(reason);
+            }
+        }
+    }
+    out
+}
+
+/// Sample the next token of a sequence whose logits are ready; returns a finish reason when
+/// the sequence ends.
+fn sample_and_emit(rt: &Runtime, s: &mut Seq, row: &mut [f32]) -> Option<FinishReason> {
+    let tok = s.sampler.sample(row);
+    s.generated += 1;
+    let req = &s.job.request;
+    if rt.tokenizer.stop_ids.contains(&tok) {
+        let rest = s.stop.flush();
+        if !rest.is_empty() {
+            let _ = s.job.events.send(GenerationEvent::Delta(rest));
+        }
+        return Some(FinishReason::Stop);
+    }
+    if let Some(text) = s.decoder.step(&rt.tokenizer, tok) {
+        match s.stop.push(&text) {
+            StopStep::Continue(t) => {
+                if !t.is_empty() {
+                    let _ = s.job.events.send(GenerationEvent::Delta(t));
+                }
+            }
+            StopStep::Stopped(t) => {
+                if !t.is_empty() {
+                    let _ = s.job.events.send(GenerationEvent::Delta(t));
+                }
+                return Some(FinishReason::Stop);
+            }
+        }
+    }
+    let in_context = s.cache.len + 1 < req.prompt.context_length;
+    if s.generated >= req.max_new_tokens || !in_context {
+        let rest = s.stop.flush();
+        if !rest.is_empty() {
+            let _ = s.job.events.send(GenerationEvent::Delta(rest));
+        }
+        return Some(FinishReason::Length);
+    }
+    s.pending = Some(tok);
+    None
+}

@@ -1,0 +1,114 @@
+//! Chat templates: the model's own `tokenizer.chat_template` (Jinja, rendered with minijinja and
+//! its Python-compatibility methods), or a built-in fallback per family when the file has none.
+//!
+//! Fallbacks: `gemma` (Gemma's turn format: `<start_of_turn>user ... <end_of_turn>`, system text
+//! folded into the first user turn, as Google's Gemma template does) and `chatml` (everything else).
+
+use minijinja::{context, Environment, Error, ErrorKind};
+
+use super::ChatMessage;
+
+/// Gemma's turn format, after the template shipped with Gemma 2/3 instruction models.
+const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
+{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}\
+{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}\
+{%- for message in loop_messages -%}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
+/// ChatML, used by many instruction models (SmolLM2, Qwen).
+const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\
+{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}";
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    /// Where the template came from: `gguf` or `builtin:<name>`.
+    pub source: String,
+}
+
+impl ChatTemplate {
+    /// Use the file's template if any, else the built-in one for `family` (`gemma*` -> Gemma
+    /// turns, anything else -> ChatML).
+    ///
+    /// # Errors
+    /// A template that does not compile.
+    pub fn new(from_file: Option<&str>, family: &str) -> anyhow::Result<Self> {
+        let (source, text) = match from_file {
+            Some(t) => ("gguf".to_owned(), t.to_owned()),
+            None if family.starts_with("gemma") => ("builtin:gemma".to_owned(), GEMMA_TEMPLATE.to_owned()),
+            None => ("builtin:chatml".to_owned(), CHATML_TEMPLATE.to_owned()),
+        };
+        let mut env = Environment::new();
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| anyhow::anyhow!("template syntax: {e}"))?,
+        );
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |_fmt: String| -> String { String::new() });
+        env.add_template_owned("chat", text).map_err(|e| anyhow::anyhow!("chat template does not compile: {e}"))?;
+        Ok(Self { env, source })
+    }
+
+    /// Render `messages` with `add_generation_prompt = true`.
+    ///
+    /// # Errors
+    /// Template runtime errors (including `raise_exception` calls), as text.
+    pub fn render(&self, messages: &[ChatMessage], bos: &str, eos: &str) -> Result<String, String> {
+        let tmpl = self.env.get_template("chat").map_err(|e| e.to_string())?;
+        tmpl.render(context! {
+            messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt => true,
+            bos_token => bos,
+            eos_token => eos,
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Role;
+
+    fn msgs() -> Vec<ChatMessage> {
+        vec![
+            ChatMessage { role: Role::System, content: "Be brief.".into() },
+            ChatMessage { role: Role::User, content: "Hi".into() },
+        ]
+    }
+
+    #[test]
+    fn chatml_fallback_renders_generation_prompt() {
+        let t = ChatTemplate::new(None, "llama").unwrap();
+        assert_eq!(t.source, "builtin:chatml");
+        let s = t.render(&msgs(), "", "").unwrap();
+        assert_eq!(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn gemma_fallback_folds_system_into_first_user_turn() {
+        let t = ChatTemplate::new(None, "gemma3").unwrap();
+        let s = t.render(&msgs(), "<bos>", "<eos>").unwrap();
+        assert_eq!(s, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+    }
+
+    #[test]
+    fn file_template_with_python_methods_and_raise_exception() {
+        let src = "{% for m in messages %}{% if m.role not in ['system','user'] %}{{ raise_exception('bad role') }}{% endif %}{{ m.content.strip().upper() }}|{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "llama").unwrap();
+        assert_eq!(t.render(&msgs(), "", "").unwrap(), "BE BRIEF.|HI|");
+        let bad = vec![ChatMessage { role: Role::Assistant, content: "x".into() }];
+        assert!(t.render(&bad, "", "").unwrap_err().contains("bad role"));
+    }
+}

@@ -1,0 +1,240 @@
+//! Builds a `tokenizers::Tokenizer` from GGUF metadata (`tokenizer.ggml.*`), so no separate
+//! `tokenizer.json` is needed, and decodes generated tokens incrementally as UTF-8-safe deltas.
+//!
+//! Two vocabulary kinds (GGUF spec, "Tokenizer" section):
+//! - `gpt2`: byte-level BPE with the file's merges; the split regex is chosen by
+//!   `tokenizer.ggml.pre` (an unknown value is refused rather than guessed).
+//! - `llama` / `gemma` (SentencePiece): BPE with byte fallback, merges derived from the
+//!   vocabulary (every split of a piece into two pieces that both exist), ranked by the merged
+//!   piece's position in the file, as the `transformers` GGUF converter does.
+//!
+//! Control (type 3) and user-defined (type 4) tokens become added tokens, matched before the model.
+
+use serde_json::{json, Value};
+use tokenizers::Tokenizer;
+
+use super::gguf::{int_array, string_array, GgufFile};
+
+/// A tokenizer plus the special ids generation needs.
+pub struct GgufTokenizer {
+    pub tokenizer: Tokenizer,
+    /// Beginning-of-sequence id, if the vocabulary has one.
+    pub bos_id: Option<u32>,
+    /// Whether the model expects BOS at the start of a prompt (`tokenizer.ggml.add_bos_token`).
+    pub add_bos: bool,
+    /// Token ids that end generation: EOS plus end-of-turn tokens found in the vocabulary.
+    pub stop_ids: Vec<u32>,
+    /// Text of BOS and EOS, for chat templates.
+    pub bos_text: String,
+    pub eos_text: String,
+}
+
+const GPT2_REGEX: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// End-of-turn markers of common chat formats; those present in a vocabulary stop generation.
+const END_OF_TURN: [&str; 6] = ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>"];
+
+impl GgufTokenizer {
+    /// Build from the metadata of an open GGUF file.
+    ///
+    /// # Errors
+    /// Missing or inconsistent `tokenizer.ggml.*` keys, ids out of range, an unsupported model or
+    /// `pre` value.
+    pub fn from_gguf(file: &GgufFile) -> anyhow::Result<Self> {
+        let kind = file.string("tokenizer.ggml.model")?.to_owned();
+        let tokens = file
+            .get("tokenizer.ggml.tokens")
+            .and_then(string_array)
+            .ok_or_else(|| anyhow::anyhow!("GGUF has no `tokenizer.ggml.tokens` string array"))?;
+        let n = tokens.len();
+        let types: Vec<i64> = match file.get("tokenizer.ggml.token_type") {
+            Some(v) => int_array(v).ok_or_else(|| anyhow::anyhow!("bad `tokenizer.ggml.token_type`"))?,
+            None => vec![1; n],
+        };
+        anyhow::ensure!(types.len() == n, "token_type has {} entries for {n} tokens", types.len());
+        let id = |key: &str| -> anyhow::Result<Option<u32>> {
+            match file.get(key) {
+                None => Ok(None),
+                Some(_) => {
+                    let v = file.usize(key)?;
+                    anyhow::ensure!(v < n, "`{key}` = {v} is outside the vocabulary of {n}");
+                    Ok(Some(u32::try_from(v)?))
+                }
+            }
+        };
+        let bos_id = id("tokenizer.ggml.bos_token_id")?;
+        let eos_id = id("tokenizer.ggml.eos_token_id")?;
+        let unk_id = id("tokenizer.ggml.unknown_token_id")?;
+        let json = match kind.as_str() {
+            "gpt2" => {
+                let merges = file
+                    .get("tokenizer.ggml.merges")
+                    .and_then(string_array)
+                    .ok_or_else(|| anyhow::anyhow!("gpt2 tokenizer without `tokenizer.ggml.merges`"))?;
+                let pre = file.string("tokenizer.ggml.pre").unwrap_or("default").to_owned();
+                gpt2_json(&tokens, &types, &merges, &pre)?
+            }
+            "llama" | "gemma" | "replit" => {
+                let add_space_prefix = file.bool_or("tokenizer.ggml.add_space_prefix", kind != "gemma");
+                spm_json(&tokens, &types, unk_id, add_space_prefix)
+            }
+            other => anyhow::bail!("unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma)"),
+        };
+        let tokenizer = Tokenizer::from_bytes(serde_json::to_vec(&json)?)
+            .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))?;
+        let add_bos = file.bool_or("tokenizer.ggml.add_bos_token", kind != "gpt2");
+        let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
+        for marker in END_OF_TURN {
+            if let Some(i) = tokens.iter().position(|t| t == marker) {
+                let i = u32::try_from(i)?;
+                if types[i as usize] == 3 && !stop_ids.contains(&i) {
+                    stop_ids.push(i);
+                }
+            }
+        }
+        let text = |i: Option<u32>| i.map(|i| tokens[i as usize].clone()).unwrap_or_default();
+        Ok(Self { tokenizer, bos_id, add_bos, stop_ids, bos_text: text(bos_id), eos_text: text(eos_id) })
+    }
+
+    /// Encode text without adding special tokens (the chat template places them).
+    ///
+    /// # Errors
+    /// Tokenizer failures (rare: invalid regex state).
+    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decode ids, skipping special tokens.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+}
+
+fn added_tokens(tokens: &[String], types: &[i64]) -> Vec<Value> {
+    tokens
+        .iter()
+        .zip(types)
+        .enumerate()
+        .filter(|(_, (_, t))| **t == 3 || **t == 4)
+        .map(|(i, (content, t))| {
+            json!({"id": i, "content": content, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": *t == 3})
+        })
+        .collect()
+}
+
+fn vocab_map(tokens: &[String]) -> serde_json::Map<String, Value> {
+    let mut vocab = serde_json::Map::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        vocab.entry(t.clone()).or_insert(json!(i));
+    }
+    vocab
+}
+
+fn gpt2_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> anyhow::Result<Value> {
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let split = |re: &str| json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false});
+    let (pre_tokenizer, normalizer, ignore_merges) = match pre {
+        "default" | "gpt-2" | "gpt2" => (json!({"type": "Sequence", "pretokenizers": [split(GPT2_REGEX), byte_level(false)]}), Value::Null, false),
+        "smollm" | "starcoder" | "refact" => (
+            json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, split(GPT2_REGEX), byte_level(false)]}),
+            Value::Null,
+            false,
+        ),
+        "llama3" | "llama-bpe" | "smaug-bpe" | "lfm2" => (json!({"type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)]}), Value::Null, true),
+        "qwen2" | "deepseek-r1-qwen" => (json!({"type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)]}), json!({"type": "NFC"}), false),
+        other => anyhow::bail!("unsupported gpt2 pre-tokenizer `{other}`"),
+    };
+    Ok(json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": added_tokens(tokens, types),
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": ignore_merges, "vocab": vocab_map(tokens), "merges": merges}
+    }))
+}
+
+/// SentencePiece vocabularies as BPE with byte fallback. Merges are derived from the vocabulary:
+/// for each normal piece, every split into two pieces that both exist is a merge, ranked by the
+/// merged piece's id (file order), then by the halves' ids.
+fn spm_json(tokens: &[String], types: &[i64], unk_id: Option<u32>, add_space_prefix: bool) -> Value {
+    // Pieces stored with real spaces are respelled with U+2581, as SentencePiece sees them.
+    let pieces: Vec<String> = tokens.iter().map(|t| t.replace(' ', "\u{2581}")).collect();
+    let index: std::collections::HashMap<&str, usize> =
+        pieces.iter().enumerate().map(|(i, p)| (p.as_str(), i)).rev().collect();
+    let mut merges: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, piece) in pieces.iter().enumerate() {
+        if types[i] != 1 || piece.chars().count() < 2 {
+            continue;
+        }
+        for (cut, _) in piece.char_indices().skip(1) {
+            let (a, b) = piece.split_at(cut);
+            if let (Some(&ia), Some(&ib)) = (index.get(a), index.get(b)) {
+                merges.push((i, ia, ib));
+            }
+        }
+    }
+    merges.sort_unstable();
+    let merges: Vec<Value> = merges.iter().map(|&(_, a, b)| json!([pieces[a], pieces[b]])).collect();
+    let mut normalizers = Vec::new();
+    if add_space_prefix {
+        normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
+    }
+    normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+    let mut decoders = vec![
+        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if add_space_prefix {
+        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": added_tokens(&pieces, types),
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": null,
+        "post_processor": null,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {"type": "BPE", "dropout": null,
+                  "unk_token": unk_id.map(|u| pieces[u as usize].clone()),
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": vocab_map(&pieces), "merges": merges}
+    })
+}
+
+/// Incremental detokenizer: emits only complete UTF-8 text, keeping SentencePiece leading spaces
+/// right by decoding a small window that starts one token before the unread part (the
+/// prefix/read offset method of text-generation-inference).
+#[derive(Debug, Default, Clone)]
+pub struct StreamDecoder {
+    ids: Vec<u32>,
+    prefix_offset: usize,
+    read_offset: usize,
+}
+
+impl StreamDecoder {
+    /// Add a token; returns the new text, if a whole character is ready.
+    pub fn step(&mut self, tok: &GgufTokenizer, id: u32) -> Option<String> {
+        self.ids.push(id);
+        let prefix = tok.decode(&self.ids[self.prefix_offset..self.read_offset]);
+        let full = tok.decode(&self.ids[self.prefix_offset..]);
+        if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') {
+            let delta = full.get(prefix.len()..).map(str::to_owned);
+            self.prefix_offset = self.read_offset;
+            self.read_offset = self.ids.len();
+            delta
+        } else {
+            None
+        }
+    }
+}

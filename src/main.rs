@@ -1,0 +1,26 @@
+//! The `tollgate` binary: parse the command line, set up logging, run.
+
+use clap::Parser;
+use tollgate::cli::{Cli, Command};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Command::Serve(args) = &cli.command {
+        tollgate::cli::set_compute_threads(args.threads);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match cli.command {
+        Command::Models { models, weights } => {
+            print!("{}", tollgate::app::print_models(&models, &weights)?);
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let cfg = args.config();
+            let state = tollgate::app::build_state(&cfg)?;
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(tollgate::app::serve(state, cfg.bind, |addr| tracing::info!("listening on http://{addr}")))
+        }
+    }
+}
