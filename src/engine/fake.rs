@@ -11,8 +11,21 @@ use std::time::Duration;
 use super::stop::{StopMatcher, StopStep};
 use super::{ChatMessage, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, LoadedModel, ModelStats, Outcome, Prompt};
 
-/// The fixed text every fake generation produces (8 tokens).
+/// The fixed text every fake generation produces (9 tokens).
 pub const FAKE_REPLY: &str = "This is a fake reply from the test engine.";
+
+/// Failure a test can inject, to check the error paths of the HTTP layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FakeFault {
+    /// Behave normally.
+    None,
+    /// `prepare` panics (a handler panic: the server must answer 500 and keep serving).
+    PanicInPrepare,
+    /// Generation ends with `FinishReason::Failed` (the engine fault path: 502).
+    FailGeneration,
+    /// `submit` reports a full queue (429).
+    Overloaded,
+}
 
 /// Deterministic stand-in for `CandleEngine`. Not a model.
 pub struct FakeEngine {
@@ -20,6 +33,7 @@ pub struct FakeEngine {
     /// Delay between tokens, to exercise streaming and cancellation.
     pub token_delay: Duration,
     running: Arc<AtomicUsize>,
+    fault: std::sync::Mutex<FakeFault>,
 }
 
 impl FakeEngine {
@@ -29,7 +43,17 @@ impl FakeEngine {
             models: models.into_iter().map(|(id, context_length)| LoadedModel { id, context_length }).collect(),
             token_delay,
             running: Arc::new(AtomicUsize::new(0)),
+            fault: std::sync::Mutex::new(FakeFault::None),
         }
+    }
+
+    /// Inject a fault for the following requests.
+    pub fn set_fault(&self, fault: FakeFault) {
+        *self.fault.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
+    }
+
+    fn fault(&self) -> FakeFault {
+        *self.fault.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -39,12 +63,17 @@ impl Engine for FakeEngine {
     }
 
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
+        assert!(self.fault() != FakeFault::PanicInPrepare, "injected fake panic");
         let m = self.models.iter().find(|m| m.id == model).ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
         let n: usize = messages.iter().map(|m| m.content.split_whitespace().count() + 1).sum();
         Ok(Prompt { model: model.into(), token_ids: (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(), context_length: m.context_length })
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+        let fault = self.fault();
+        if fault == FakeFault::Overloaded {
+            return Err(EngineError::Overloaded);
+        }
         let (tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (otx, outcome) = tokio::sync::oneshot::channel();
         let delay = self.token_delay;
@@ -56,6 +85,9 @@ impl Engine for FakeEngine {
             let mut generated = 0;
             let _ = tx.send(GenerationEvent::Started);
             let finish = loop {
+                if fault == FakeFault::FailGeneration && generated == 2 {
+                    break FinishReason::Failed("injected fake failure".into());
+                }
                 if tx.is_closed() {
                     break FinishReason::Cancelled;
                 }

@@ -10,7 +10,6 @@
 //! and leave. A panic or error in a step fails only the sequences of that step. The loop must
 //! never exit while the channel is open.
 
-use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -84,35 +83,24 @@ impl Seq {
 
 /// Run the loop until the channel closes. `runtimes` are indexed by `Job::model`.
 pub fn run(runtimes: &[Runtime], rx: &Receiver<Job>, limits: Limits) {
-    let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
     let mut next_model = 0usize;
-    let mut open = true;
     loop {
-        let busy = running.iter().any(|r| !r.is_empty()) || !waiting.is_empty();
-        if !busy {
-            if !open {
-                return;
-            }
+        // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
+        // until a batch slot frees up. Block only when nothing runs.
+        let mut total: usize = running.iter().map(Vec::len).sum();
+        if total == 0 {
             match rx.recv() {
-                Ok(job) => waiting.push_back(job),
+                Ok(job) => admit(runtimes, &mut running, job),
                 Err(_) => return,
             }
+            total = 1;
         }
-        while open {
-            match rx.try_recv() {
-                Ok(job) => waiting.push_back(job),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => open = false,
-            }
-        }
-        let mut total: usize = running.iter().map(Vec::len).sum();
         while total < limits.max_batch {
-            let Some(job) = waiting.pop_front() else { break };
-            let rt = &runtimes[job.model];
-            rt.waiting.fetch_sub(1, Ordering::Relaxed);
-            rt.running.fetch_add(1, Ordering::Relaxed);
-            running[job.model].push(Seq::new(job, rt.model.config.n_layers));
+            match rx.try_recv() {
+                Ok(job) => admit(runtimes, &mut running, job),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
             total += 1;
         }
         for (m, seqs) in running.iter_mut().enumerate() {
@@ -145,6 +133,14 @@ pub fn run(runtimes: &[Runtime], rx: &Receiver<Job>, limits: Limits) {
             }
         }
     }
+}
+
+fn admit(runtimes: &[Runtime], running: &mut [Vec<Seq>], job: Job) {
+    let rt = &runtimes[job.model];
+    rt.waiting.fetch_sub(1, Ordering::Relaxed);
+    rt.running.fetch_add(1, Ordering::Relaxed);
+    let n_layers = rt.model.config.n_layers;
+    running[job.model].push(Seq::new(job, n_layers));
 }
 
 /// One forward step for the sequences of one model; returns those still running.

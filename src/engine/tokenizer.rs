@@ -238,3 +238,70 @@ impl StreamDecoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use std::path::Path;
+
+    fn weights(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("weights").join(name)
+    }
+
+    fn load(name: &str) -> GgufTokenizer {
+        let path = weights(name);
+        assert!(path.exists(), "{} missing: run scripts/fetch-weights", path.display());
+        GgufTokenizer::from_gguf(&GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
+    }
+
+    /// Token ids from an independent implementation (`transformers`' GGUF tokenizer conversion,
+    /// see scripts/tokenizer-reference.py), committed as test data.
+    fn reference(model: &str) -> Vec<(String, Vec<u32>)> {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer_ids.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v[model]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["text"].as_str().unwrap().to_owned(), serde_json::from_value(c["ids"].clone()).unwrap()))
+            .collect()
+    }
+
+    fn check(file: &str, model: &str) {
+        let tok = load(file);
+        let cases = reference(model);
+        assert!(cases.len() >= 8);
+        for (text, want) in cases {
+            assert_eq!(tok.encode(&text).unwrap(), want, "encoding {text:?}");
+            let back = tok.tokenizer.decode(&want, false).unwrap();
+            assert_eq!(back, text, "round trip of {text:?}");
+        }
+    }
+
+    #[test]
+    fn smollm2_ids_match_the_reference_tokenizer() {
+        check("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2");
+    }
+
+    #[test]
+    fn gemma3_ids_match_the_reference_tokenizer() {
+        check("gemma-3-270m-q4_k_m.gguf", "gemma3");
+    }
+
+    #[test]
+    fn stream_decoder_never_splits_a_character() {
+        let tok = load("SmolLM2-135M-Instruct.Q4_1.gguf");
+        let text = "héllo 日本語 🙂 done";
+        let ids = tok.encode(text).unwrap();
+        let mut d = StreamDecoder::default();
+        let mut out = String::new();
+        for id in ids {
+            if let Some(delta) = d.step(&tok, id) {
+                assert!(!delta.contains('\u{FFFD}'), "broken delta {delta:?}");
+                out.push_str(&delta);
+            }
+        }
+        assert_eq!(out, text);
+    }
+}
