@@ -48,12 +48,22 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     } else {
         cfg.load
             .iter()
-            .map(|id| catalog.get(id).with_context(|| format!("`--load {id}`: no such model in `{}`", cfg.catalog.display())))
+            .map(|id| {
+                catalog.get(id).with_context(|| {
+                    format!(
+                        "`--load {id}`: no such model in `{}`",
+                        cfg.catalog.display()
+                    )
+                })
+            })
             .collect::<anyhow::Result<_>>()?
     };
     let engine: SharedEngine = match cfg.engine {
         EngineKind::Fake => Arc::new(FakeEngine::new(
-            chosen.iter().map(|m| (m.id.clone(), m.context_length)).collect(),
+            chosen
+                .iter()
+                .map(|m| (m.id.clone(), m.context_length))
+                .collect(),
             Duration::from_millis(20),
         )),
         EngineKind::Candle => {
@@ -61,8 +71,15 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
             for m in &chosen {
                 let path = m.local_path(&cfg.weights).context("model has no source")?;
                 if !path.exists() {
-                    let script = m.sources[0].fetch.clone().unwrap_or_else(|| "scripts/fetch-weights".into());
-                    anyhow::bail!("weights for `{}` not found: `{}` is missing; fetch them with `{script}`", m.id, path.display());
+                    let script = m.sources[0]
+                        .fetch
+                        .clone()
+                        .unwrap_or_else(|| "scripts/fetch-weights".into());
+                    anyhow::bail!(
+                        "weights for `{}` not found: `{}` is missing; fetch them with `{script}`",
+                        m.id,
+                        path.display()
+                    );
                 }
                 models.push((m.id.clone(), path, m.context_length));
             }
@@ -80,7 +97,10 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
             })?)
         }
     };
-    Ok(AppState { engine, catalog: Arc::new(catalog) })
+    Ok(AppState {
+        engine,
+        catalog: Arc::new(catalog),
+    })
 }
 
 fn candle_device_cpu() -> candle_core::Device {
@@ -88,7 +108,8 @@ fn candle_device_cpu() -> candle_core::Device {
 }
 
 fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
-    candle_core::Device::new_cuda(0).context("failed to open CUDA device 0 (build with `--features cuda`)")
+    candle_core::Device::new_cuda(0)
+        .context("failed to open CUDA device 0 (build with `--features cuda`)")
 }
 
 /// Bind `addr` and serve `state` until ctrl-c / SIGTERM. Returns the bound address through
@@ -96,11 +117,19 @@ fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
 ///
 /// # Errors
 /// Bind and serve failures.
-pub async fn serve(state: AppState, addr: SocketAddr, on_bound: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("failed to bind {addr}"))?;
+pub async fn serve(
+    state: AppState,
+    addr: SocketAddr,
+    on_bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("failed to bind {addr}"))?;
     let bound = listener.local_addr()?;
     on_bound(bound);
-    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     Ok(())
 }
 
@@ -123,7 +152,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };
@@ -138,14 +168,21 @@ pub fn print_models(catalog: &Path, weights: &Path) -> anyhow::Result<String> {
     use std::fmt::Write as _;
     let c = Catalog::load(catalog).map_err(anyhow::Error::msg)?;
     let mut out = String::new();
-    writeln!(out, "{:<28} {:<14} {:<10} {:>12} {:>12}  {}", "id", "maker", "commercial", "in $/1M", "out $/1M", "weights")?;
+    writeln!(
+        out,
+        "{:<28} {:<14} {:<10} {:>12} {:>12}  weights",
+        "id", "maker", "commercial", "in $/1M", "out $/1M"
+    )?;
     for m in &c.models {
         let present = m.local_path(weights).is_some_and(|p| p.exists());
         writeln!(
             out,
             "{:<28} {:<14} {:<10} {:>12} {:>12}  {}",
-            m.id, m.maker, if m.commercial_use { "yes" } else { "NO" },
-            format!("{:.6}", m.pricing.input.usd()), format!("{:.6}", m.pricing.output.usd()),
+            m.id,
+            m.maker,
+            if m.commercial_use { "yes" } else { "NO" },
+            format!("{:.6}", m.pricing.input.usd()),
+            format!("{:.6}", m.pricing.output.usd()),
             if present { "present" } else { "missing" }
         )?;
     }

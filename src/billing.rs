@@ -29,7 +29,10 @@ mod tests {
 
     #[test]
     fn cost_rounds_up_to_whole_micros() {
-        let p = Pricing { input: PricePerMTok(20_000), output: PricePerMTok(40_000) };
+        let p = Pricing {
+            input: PricePerMTok(20_000),
+            output: PricePerMTok(40_000),
+        };
         assert_eq!(cost_micros(&p, 0, 0), 0);
         // 37 * 0.02 + 9 * 0.04 = 0.74 + 0.36 = 1.1 micros -> 2
         assert_eq!(cost_micros(&p, 37, 9), 2);

@@ -18,12 +18,21 @@ impl PricePerMTok {
     pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || format!("`{s}` is not a USD amount like \"0.15\" (at most 6 decimals)");
         let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
-        if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) || frac.len() > 6 || (s.contains('.') && frac.is_empty()) {
+        if whole.is_empty()
+            || !whole.bytes().all(|b| b.is_ascii_digit())
+            || !frac.bytes().all(|b| b.is_ascii_digit())
+            || frac.len() > 6
+            || (s.contains('.') && frac.is_empty())
+        {
             return Err(bad());
         }
         let whole: i64 = whole.parse().map_err(|_| bad())?;
         let frac_micros: i64 = format!("{frac:0<6}").parse().map_err(|_| bad())?;
-        whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac_micros)).map(Self).ok_or_else(bad)
+        whole
+            .checked_mul(1_000_000)
+            .and_then(|w| w.checked_add(frac_micros))
+            .map(Self)
+            .ok_or_else(bad)
     }
 
     /// The price in USD, for display only.
@@ -140,7 +149,8 @@ impl Catalog {
     /// # Errors
     /// I/O and parse errors, with the path.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("failed to read `{}`: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("failed to read `{}`: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("invalid catalogue `{}`: {e}", path.display()))
     }
 
@@ -158,7 +168,16 @@ mod tests {
         assert_eq!(PricePerMTok::parse("0.15"), Ok(PricePerMTok(150_000)));
         assert_eq!(PricePerMTok::parse("2"), Ok(PricePerMTok(2_000_000)));
         assert_eq!(PricePerMTok::parse("0.000001"), Ok(PricePerMTok(1)));
-        for bad in ["", "-1", "1e3", ".5", "1.", "0.0000001", "1,5", "99999999999999999999"] {
+        for bad in [
+            "",
+            "-1",
+            "1e3",
+            ".5",
+            "1.",
+            "0.0000001",
+            "1,5",
+            "99999999999999999999",
+        ] {
             assert!(PricePerMTok::parse(bad).is_err(), "{bad}");
         }
     }

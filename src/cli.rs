@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use crate::app::{EngineKind, ServeConfig};
 
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about = "OpenAI-compatible chat completions on open-weight models, with a prepaid ledger")]
+#[command(
+    name = "tollgate",
+    version,
+    about = "OpenAI-compatible chat completions on open-weight models, with a prepaid ledger"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -80,7 +84,9 @@ impl ServeArgs {
 /// Set the compute thread count for candle and rayon. Must run before any other thread exists
 /// (candle sizes its pool once, from the environment).
 pub fn set_compute_threads(threads: Option<usize>) {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get)).max(1);
+    let n = threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+        .max(1);
     // SAFETY-free in edition 2021: called from `main` before the runtime or any thread starts.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());

@@ -9,7 +9,9 @@ fn main() -> anyhow::Result<()> {
         tollgate::cli::set_compute_threads(args.threads);
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     match cli.command {
         Command::Models { models, weights } => {
@@ -19,8 +21,13 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let cfg = args.config();
             let state = tollgate::app::build_state(&cfg)?;
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            rt.block_on(tollgate::app::serve(state, cfg.bind, |addr| tracing::info!("listening on http://{addr}")))
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(tollgate::app::serve(state, cfg.bind, |addr| {
+                tracing::info!("listening on http://{addr}")
+            }))
         }
     }
 }

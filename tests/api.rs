@@ -32,10 +32,17 @@ fn fake_server() -> (TestServer, Arc<FakeEngine>) {
     .concat();
     let catalog = Catalog::parse(&text).unwrap();
     let fake = Arc::new(FakeEngine::new(
-        vec![("fake-model".into(), 64), ("fake-vision".into(), 64), ("fake-nc".into(), 64)],
+        vec![
+            ("fake-model".into(), 64),
+            ("fake-vision".into(), 64),
+            ("fake-nc".into(), 64),
+        ],
         Duration::from_millis(5),
     ));
-    let server = serve(AppState { engine: fake.clone(), catalog: Arc::new(catalog) });
+    let server = serve(AppState {
+        engine: fake.clone(),
+        catalog: Arc::new(catalog),
+    });
     (server, fake)
 }
 
@@ -43,14 +50,24 @@ fn body(extra: &str) -> String {
     chat_body("fake-model", None, "hello there", extra)
 }
 
-async fn expect_error(s: &TestServer, body: &str, headers: &[(&str, &str)], status: u16, kind: &str, code: &str, param: Value) -> Value {
+async fn expect_error(
+    s: &TestServer,
+    body: &str,
+    headers: &[(&str, &str)],
+    status: u16,
+    kind: &str,
+    code: &str,
+    param: Value,
+) -> Value {
     let (st, h, v) = post(&s.url("/v1/chat/completions"), body, headers).await;
     assert_eq!(st, status, "{v}");
     assert!(h["x-request-id"].to_str().unwrap().starts_with("req_"));
     assert_eq!(v["error"]["type"], kind, "{v}");
     assert_eq!(v["error"]["code"], code, "{v}");
     assert_eq!(v["error"]["param"], param, "{v}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(v["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
     v
 }
 
@@ -67,43 +84,76 @@ async fn non_stream_completion_has_the_contract_fields() {
     assert_eq!(v["choices"][0]["message"]["content"], FAKE_REPLY);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     // Fake prompt tokens: 2 words + 1 per message; reply: 9 words.
-    assert_eq!(v["usage"], json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12}));
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12})
+    );
     // 3 * 0.5 + 9 * 1.5 = 15.0 USD per 1M tokens -> 15 micros (exact, no rounding).
     assert_eq!(v["service"]["cost_micros"], 15);
-    assert_eq!(v["service"]["request_id"], h["x-request-id"].to_str().unwrap());
+    assert_eq!(
+        v["service"]["request_id"],
+        h["x-request-id"].to_str().unwrap()
+    );
 }
 
 #[tokio::test]
 async fn stream_framing_follows_openai_with_and_without_usage() {
     let (s, _) = fake_server();
     let chunks = stream(&s.url("/v1/chat/completions"), &body(r#""stream":true"#)).await;
-    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
     assert_eq!(chunks.last().unwrap(), "[DONE]");
     let finish = &chunks[chunks.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
     assert_eq!(finish["choices"][0]["delta"], json!({}));
-    assert!(chunks.iter().all(|c| c.get("usage").is_none() || c == "[DONE]"), "no usage unless asked");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c.get("usage").is_none() || c == "[DONE]"),
+        "no usage unless asked"
+    );
     assert_eq!(stream_text(&chunks), FAKE_REPLY);
     for c in &chunks[..chunks.len() - 1] {
         assert_eq!(c["object"], "chat.completion.chunk");
         assert_eq!(c["id"], chunks[0]["id"]);
     }
 
-    let chunks = stream(&s.url("/v1/chat/completions"), &body(r#""stream":true,"stream_options":{"include_usage":true}"#)).await;
+    let chunks = stream(
+        &s.url("/v1/chat/completions"),
+        &body(r#""stream":true,"stream_options":{"include_usage":true}"#),
+    )
+    .await;
     let usage = &chunks[chunks.len() - 2];
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"]["completion_tokens"], 9);
-    assert!(usage["service"]["request_id"].as_str().unwrap().starts_with("req_"));
-    assert!(chunks[..chunks.len() - 2].iter().all(|c| c["usage"].is_null()));
+    assert!(usage["service"]["request_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("req_"));
+    assert!(chunks[..chunks.len() - 2]
+        .iter()
+        .all(|c| c["usage"].is_null()));
 }
 
 #[tokio::test]
 async fn stop_and_max_tokens_end_generation() {
     let (s, _) = fake_server();
-    let (_, _, v) = post(&s.url("/v1/chat/completions"), &body(r#""stop":[" fake"]"#), &[]).await;
+    let (_, _, v) = post(
+        &s.url("/v1/chat/completions"),
+        &body(r#""stop":[" fake"]"#),
+        &[],
+    )
+    .await;
     assert_eq!(v["choices"][0]["message"]["content"], "This is a");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let (_, _, v) = post(&s.url("/v1/chat/completions"), &body(r#""max_tokens":3,"max_completion_tokens":2"#), &[]).await;
+    let (_, _, v) = post(
+        &s.url("/v1/chat/completions"),
+        &body(r#""max_tokens":3,"max_completion_tokens":2"#),
+        &[],
+    )
+    .await;
     assert_eq!(v["choices"][0]["message"]["content"], "This is");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 2);
@@ -112,37 +162,168 @@ async fn stop_and_max_tokens_end_generation() {
 #[tokio::test]
 async fn request_errors_use_the_envelope() {
     let (s, _) = fake_server();
-    expect_error(&s, "{not json", &[], 400, "invalid_request_error", "invalid_json", Value::Null).await;
-    expect_error(&s, &body(r#""logprobs":true"#), &[], 400, "invalid_request_error", "unsupported_parameter", json!("logprobs")).await;
-    let v = expect_error(&s, r#"{"messages":[],"temperature":9}"#, &[], 422, "invalid_request_error", "invalid_request", json!("model")).await;
-    let params: Vec<&str> = v["error"]["details"]["errors"].as_array().unwrap().iter().map(|e| e["param"].as_str().unwrap()).collect();
+    expect_error(
+        &s,
+        "{not json",
+        &[],
+        400,
+        "invalid_request_error",
+        "invalid_json",
+        Value::Null,
+    )
+    .await;
+    expect_error(
+        &s,
+        &body(r#""logprobs":true"#),
+        &[],
+        400,
+        "invalid_request_error",
+        "unsupported_parameter",
+        json!("logprobs"),
+    )
+    .await;
+    let v = expect_error(
+        &s,
+        r#"{"messages":[],"temperature":9}"#,
+        &[],
+        422,
+        "invalid_request_error",
+        "invalid_request",
+        json!("model"),
+    )
+    .await;
+    let params: Vec<&str> = v["error"]["details"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["param"].as_str().unwrap())
+        .collect();
     assert_eq!(params, ["model", "messages", "temperature"]);
-    expect_error(&s, &chat_body("no-such-model", None, "hi", ""), &[], 404, "not_found_error", "model_not_found", json!("model")).await;
-    expect_error(&s, &chat_body("fake-nc", None, "hi", ""), &[], 403, "permission_error", "model_not_licensed", json!("model")).await;
-    expect_error(&s, &chat_body("fake-unloaded", None, "hi", ""), &[], 502, "api_error", "model_unavailable", json!("model")).await;
+    expect_error(
+        &s,
+        &chat_body("no-such-model", None, "hi", ""),
+        &[],
+        404,
+        "not_found_error",
+        "model_not_found",
+        json!("model"),
+    )
+    .await;
+    expect_error(
+        &s,
+        &chat_body("fake-nc", None, "hi", ""),
+        &[],
+        403,
+        "permission_error",
+        "model_not_licensed",
+        json!("model"),
+    )
+    .await;
+    expect_error(
+        &s,
+        &chat_body("fake-unloaded", None, "hi", ""),
+        &[],
+        502,
+        "api_error",
+        "model_unavailable",
+        json!("model"),
+    )
+    .await;
     let image = r#"{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
-    expect_error(&s, image, &[], 400, "invalid_request_error", "image_not_supported", json!("messages[0].content[1]")).await;
-    let (st, _, _) = post(&s.url("/v1/chat/completions"), &image.replace("fake-model", "fake-vision"), &[]).await;
+    expect_error(
+        &s,
+        image,
+        &[],
+        400,
+        "invalid_request_error",
+        "image_not_supported",
+        json!("messages[0].content[1]"),
+    )
+    .await;
+    let (st, _, _) = post(
+        &s.url("/v1/chat/completions"),
+        &image.replace("fake-model", "fake-vision"),
+        &[],
+    )
+    .await;
     assert_eq!(st, 200, "a model that reads images accepts them");
-    expect_error(&s, &body(r#""max_tokens":100"#), &[], 400, "invalid_request_error", "context_length_exceeded", json!("max_tokens")).await;
-    expect_error(&s, &body(r#""stream":true"#), &[("idempotency-key", "k1")], 400, "invalid_request_error", "idempotency_key_with_stream", json!("stream")).await;
-    expect_error(&s, &body(r#""n":2"#), &[], 400, "invalid_request_error", "unsupported_value", json!("n")).await;
+    expect_error(
+        &s,
+        &body(r#""max_tokens":100"#),
+        &[],
+        400,
+        "invalid_request_error",
+        "context_length_exceeded",
+        json!("max_tokens"),
+    )
+    .await;
+    expect_error(
+        &s,
+        &body(r#""stream":true"#),
+        &[("idempotency-key", "k1")],
+        400,
+        "invalid_request_error",
+        "idempotency_key_with_stream",
+        json!("stream"),
+    )
+    .await;
+    expect_error(
+        &s,
+        &body(r#""n":2"#),
+        &[],
+        400,
+        "invalid_request_error",
+        "unsupported_value",
+        json!("n"),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn engine_faults_become_500_and_502_and_the_server_keeps_serving() {
     let (s, fake) = fake_server();
     fake.set_fault(FakeFault::PanicInPrepare);
-    let v = expect_error(&s, &body(""), &[], 500, "api_error", "internal_error", Value::Null).await;
-    assert!(v["error"]["request_id"].as_str().unwrap().starts_with("req_"));
+    let v = expect_error(
+        &s,
+        &body(""),
+        &[],
+        500,
+        "api_error",
+        "internal_error",
+        Value::Null,
+    )
+    .await;
+    assert!(v["error"]["request_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("req_"));
     fake.set_fault(FakeFault::FailGeneration);
-    let v = expect_error(&s, &body(""), &[], 502, "api_error", "engine_error", Value::Null).await;
-    assert!(v["error"]["request_id"].as_str().unwrap().starts_with("req_"));
+    let v = expect_error(
+        &s,
+        &body(""),
+        &[],
+        502,
+        "api_error",
+        "engine_error",
+        Value::Null,
+    )
+    .await;
+    assert!(v["error"]["request_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("req_"));
     let chunks = stream(&s.url("/v1/chat/completions"), &body(r#""stream":true"#)).await;
-    assert_eq!(chunks.last().unwrap()["error"]["code"], "engine_error", "mid-stream failure is an error event");
+    assert_eq!(
+        chunks.last().unwrap()["error"]["code"],
+        "engine_error",
+        "mid-stream failure is an error event"
+    );
     fake.set_fault(FakeFault::Overloaded);
     let (st, h, v) = post(&s.url("/v1/chat/completions"), &body(""), &[]).await;
-    assert_eq!((st, v["error"]["type"].as_str(), v["error"]["code"].as_str()), (429, Some("rate_limit_error"), Some("engine_overloaded")));
+    assert_eq!(
+        (st, v["error"]["type"].as_str(), v["error"]["code"].as_str()),
+        (429, Some("rate_limit_error"), Some("engine_overloaded"))
+    );
     assert_eq!(h["retry-after"], "1");
     fake.set_fault(FakeFault::None);
     let (st, _, _) = post(&s.url("/v1/chat/completions"), &body(""), &[]).await;
@@ -157,16 +338,36 @@ async fn models_endpoints_are_the_price_list() {
     assert!(h["x-request-id"].to_str().unwrap().starts_with("req_"));
     assert_eq!(v["object"], "list");
     let m = &v["data"][0];
-    assert_eq!((m["id"].as_str(), m["object"].as_str(), m["owned_by"].as_str()), (Some("fake-model"), Some("model"), Some("Test Maker")));
+    assert_eq!(
+        (
+            m["id"].as_str(),
+            m["object"].as_str(),
+            m["owned_by"].as_str()
+        ),
+        (Some("fake-model"), Some("model"), Some("Test Maker"))
+    );
     assert_eq!(m["context_length"], 64);
     assert_eq!(m["pricing"]["input_micros_per_mtok"], 500_000);
     assert_eq!(m["pricing"]["output_micros_per_mtok"], 1_500_000);
     let (st, _, one) = get(&s.url("/v1/models/fake-model")).await;
     assert_eq!((st, &one), (200, m));
     let (st, _, e) = get(&s.url("/v1/models/nope")).await;
-    assert_eq!((st, e["error"]["type"].as_str(), e["error"]["param"].as_str()), (404, Some("not_found_error"), Some("model")));
+    assert_eq!(
+        (
+            st,
+            e["error"]["type"].as_str(),
+            e["error"]["param"].as_str()
+        ),
+        (404, Some("not_found_error"), Some("model"))
+    );
     let (st, _, e) = get(&s.url("/v2/elsewhere")).await;
-    assert_eq!((st, e["error"]["code"].as_str()), (404, Some("unknown_route")));
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("unknown_route"))
+    );
     let (st, _, e) = get(&s.url("/v1/chat/completions")).await;
-    assert_eq!((st, e["error"]["code"].as_str()), (405, Some("method_not_allowed")));
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
 }

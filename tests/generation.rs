@@ -25,25 +25,52 @@ async fn chat(s: &TestServer, body: &str) -> Value {
 }
 
 fn content(v: &Value) -> String {
-    v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[tokio::test]
 async fn greedy_answer_names_paris() {
-    let v = chat(shared(), &chat_body(SMOL, Some(SYSTEM), "What is the capital of France?", r#""temperature":0,"max_tokens":30"#)).await;
+    let v = chat(
+        shared(),
+        &chat_body(
+            SMOL,
+            Some(SYSTEM),
+            "What is the capital of France?",
+            r#""temperature":0,"max_tokens":30"#,
+        ),
+    )
+    .await;
     assert!(content(&v).contains("Paris"), "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     let u = &v["usage"];
-    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
 }
 
 #[tokio::test]
 async fn stream_deltas_concatenate_to_the_non_stream_text_for_the_same_seed() {
     let s = shared();
     let extra = r#""temperature":0.9,"top_p":0.95,"seed":1234,"max_tokens":40"#;
-    let body = chat_body(SMOL, Some(SYSTEM), "Write one sentence about the sea.", extra);
+    let body = chat_body(
+        SMOL,
+        Some(SYSTEM),
+        "Write one sentence about the sea.",
+        extra,
+    );
     let plain = chat(s, &body).await;
-    let streamed = stream(&s.url("/v1/chat/completions"), &body.replace("\"seed\"", "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\"")).await;
+    let streamed = stream(
+        &s.url("/v1/chat/completions"),
+        &body.replace(
+            "\"seed\"",
+            "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\"",
+        ),
+    )
+    .await;
     assert_eq!(stream_text(&streamed), content(&plain));
     assert_eq!(streamed[streamed.len() - 2]["usage"], plain["usage"]);
     let again = chat(s, &body).await;
@@ -55,7 +82,12 @@ async fn a_sequence_gives_the_same_tokens_alone_and_inside_a_batch() {
     // A dedicated server so "alone" really is alone.
     static S: OnceLock<TestServer> = OnceLock::new();
     let s = S.get_or_init(|| real_server(&[SMOL], 16, 64));
-    let prompts = ["What is the capital of France?", "Name three colours.", "Say hello in Spanish.", "What is 2 plus 2?"];
+    let prompts = [
+        "What is the capital of France?",
+        "Name three colours.",
+        "Say hello in Spanish.",
+        "What is 2 plus 2?",
+    ];
     let body = |p: &str| chat_body(SMOL, Some(SYSTEM), p, r#""temperature":0,"max_tokens":24"#);
     let mut solo = Vec::new();
     for p in prompts {
@@ -72,40 +104,85 @@ async fn a_sequence_gives_the_same_tokens_alone_and_inside_a_batch() {
 #[tokio::test]
 async fn stop_strings_end_generation_and_are_never_emitted() {
     let s = shared();
-    let base = chat_body(SMOL, Some(SYSTEM), "What is the capital of France?", r#""temperature":0,"max_tokens":30,"stop":["Paris"]"#);
+    let base = chat_body(
+        SMOL,
+        Some(SYSTEM),
+        "What is the capital of France?",
+        r#""temperature":0,"max_tokens":30,"stop":["Paris"]"#,
+    );
     let v = chat(s, &base).await;
-    assert!(!content(&v).contains("Paris") && !content(&v).is_empty(), "{v}");
+    assert!(
+        !content(&v).contains("Paris") && !content(&v).is_empty(),
+        "{v}"
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let chunks = stream(&s.url("/v1/chat/completions"), &base.replace("\"stop\"", "\"stream\":true,\"stop\"")).await;
+    let chunks = stream(
+        &s.url("/v1/chat/completions"),
+        &base.replace("\"stop\"", "\"stream\":true,\"stop\""),
+    )
+    .await;
     assert_eq!(stream_text(&chunks), content(&v));
 }
 
 #[tokio::test]
 async fn max_tokens_gives_length_and_exact_counts() {
-    let v = chat(shared(), &chat_body(SMOL, None, "Tell me a long story about a dragon.", r#""temperature":0,"max_completion_tokens":5"#)).await;
+    let v = chat(
+        shared(),
+        &chat_body(
+            SMOL,
+            None,
+            "Tell me a long story about a dragon.",
+            r#""temperature":0,"max_completion_tokens":5"#,
+        ),
+    )
+    .await;
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 5);
 }
 
 #[tokio::test]
 async fn context_length_is_enforced_with_the_real_tokenizer() {
-    let (st, _, v) = post(&shared().url("/v1/chat/completions"), &chat_body(SMOL, None, "hi", r#""max_tokens":8190"#), &[]).await;
-    assert_eq!((st, v["error"]["code"].as_str(), v["error"]["param"].as_str()), (400, Some("context_length_exceeded"), Some("max_tokens")));
+    let (st, _, v) = post(
+        &shared().url("/v1/chat/completions"),
+        &chat_body(SMOL, None, "hi", r#""max_tokens":8190"#),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (
+            st,
+            v["error"]["code"].as_str(),
+            v["error"]["param"].as_str()
+        ),
+        (400, Some("context_length_exceeded"), Some("max_tokens"))
+    );
 }
 
 #[tokio::test]
 async fn disconnecting_client_cancels_and_frees_the_sequence() {
     static S: OnceLock<TestServer> = OnceLock::new();
     let s = S.get_or_init(|| real_server(&[SMOL], 4, 8));
-    let body = chat_body(SMOL, None, "Count from 1 to 1000, separated by commas.", r#""temperature":0,"max_tokens":2000,"stream":true"#);
+    let body = chat_body(
+        SMOL,
+        None,
+        "Count from 1 to 1000, separated by commas.",
+        r#""temperature":0,"max_tokens":2000,"stream":true"#,
+    );
     let mut resp = open_stream(&s.url("/v1/chat/completions"), &body).await;
     let got = read_some(&mut resp, 4).await;
     assert!(got.matches("data: ").count() >= 4);
-    assert_eq!(s.engine.stats()[0].running, 1, "the sequence is running while the client reads");
+    assert_eq!(
+        s.engine.stats()[0].running,
+        1,
+        "the sequence is running while the client reads"
+    );
     drop(resp);
     let t = Instant::now();
     while s.engine.stats()[0].running != 0 {
-        assert!(t.elapsed() < Duration::from_secs(10), "sequence not freed after disconnect");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "sequence not freed after disconnect"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -113,11 +190,23 @@ async fn disconnecting_client_cancels_and_frees_the_sequence() {
 #[tokio::test]
 async fn engine_reports_exact_counts_for_a_cancelled_generation() {
     let s = shared();
-    let msgs = [ChatMessage { role: Role::User, content: "Count from 1 to 1000.".into() }];
+    let msgs = [ChatMessage {
+        role: Role::User,
+        content: "Count from 1 to 1000.".into(),
+    }];
     let prompt = s.engine.prepare(SMOL, &msgs).unwrap();
     let n_prompt = prompt.token_ids.len();
-    let sampling = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
-    let req = GenerateRequest { request_id: "req_test".into(), prompt, sampling, max_new_tokens: 500, stop: vec![] };
+    let sampling = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let req = GenerateRequest {
+        request_id: "req_test".into(),
+        prompt,
+        sampling,
+        max_new_tokens: 500,
+        stop: vec![],
+    };
     let mut g = s.engine.submit(req).unwrap();
     let mut deltas = 0;
     while deltas < 3 {
@@ -129,18 +218,30 @@ async fn engine_reports_exact_counts_for_a_cancelled_generation() {
     let o = g.outcome.await.unwrap();
     assert_eq!(o.finish, FinishReason::Cancelled);
     assert_eq!(o.prompt_tokens, n_prompt);
-    assert!(o.completion_tokens >= 3 && o.completion_tokens < 500, "{o:?}");
+    assert!(
+        o.completion_tokens >= 3 && o.completion_tokens < 500,
+        "{o:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_full_queue_answers_429_with_retry_after() {
     static S: OnceLock<TestServer> = OnceLock::new();
     let s = S.get_or_init(|| real_server(&[SMOL], 1, 1));
-    let body = chat_body(SMOL, None, "Tell me a story.", r#""temperature":0,"max_tokens":48"#);
+    let body = chat_body(
+        SMOL,
+        None,
+        "Tell me a story.",
+        r#""temperature":0,"max_tokens":48"#,
+    );
     let url = s.url("/v1/chat/completions");
     let results = futures::future::join_all((0..5).map(|_| post(&url, &body, &[]))).await;
     let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
-    assert!(!limited.is_empty(), "{:?}", results.iter().map(|r| r.0).collect::<Vec<_>>());
+    assert!(
+        !limited.is_empty(),
+        "{:?}",
+        results.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
     for (_, h, v) in &limited {
         assert_eq!(h["retry-after"], "1");
         assert_eq!(v["error"]["type"], "rate_limit_error");
@@ -153,9 +254,21 @@ async fn a_full_queue_answers_429_with_retry_after() {
 async fn gemma3_base_model_generates_text() {
     static S: OnceLock<TestServer> = OnceLock::new();
     let s = S.get_or_init(|| real_server(&[GEMMA], 4, 8));
-    let v = chat(s, &chat_body(GEMMA, None, "The capital of France is", r#""temperature":0,"max_tokens":12"#)).await;
+    let v = chat(
+        s,
+        &chat_body(
+            GEMMA,
+            None,
+            "The capital of France is",
+            r#""temperature":0,"max_tokens":12"#,
+        ),
+    )
+    .await;
     let text = content(&v);
-    assert!(text.chars().filter(|c| c.is_alphabetic()).count() >= 5, "{v}");
+    assert!(
+        text.chars().filter(|c| c.is_alphabetic()).count() >= 5,
+        "{v}"
+    );
     // `<bos><start_of_turn>user\n` + 5 words + `<end_of_turn>\n<start_of_turn>model\n` = 14 tokens.
     assert_eq!(v["usage"]["prompt_tokens"], 14);
 }

@@ -20,7 +20,9 @@ use super::error::ApiError;
 use super::request::{self, ChatRequest};
 use super::{AppState, RequestId};
 use crate::billing;
-use crate::engine::{EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, Outcome, Prompt};
+use crate::engine::{
+    EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, Outcome, Prompt,
+};
 
 /// Identity of one completion, shared by all its chunks.
 struct Meta {
@@ -33,7 +35,11 @@ struct Meta {
 
 impl Meta {
     fn usage(&self, o: &Outcome) -> (Value, Value) {
-        let cost = billing::cost_micros(&self.pricing, o.prompt_tokens as u64, o.completion_tokens as u64);
+        let cost = billing::cost_micros(
+            &self.pricing,
+            o.prompt_tokens as u64,
+            o.completion_tokens as u64,
+        );
         (
             json!({"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
                    "total_tokens": o.prompt_tokens + o.completion_tokens}),
@@ -68,7 +74,13 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|_| ApiError::TooLarge)?;
     if let Some(ct) = headers.get(axum::http::header::CONTENT_TYPE) {
-        if !ct.to_str().unwrap_or("").trim_start().to_ascii_lowercase().starts_with("application/json") {
+        if !ct
+            .to_str()
+            .unwrap_or("")
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+        {
             return Err(ApiError::BadRequest {
                 param: None,
                 code: "unsupported_content_type",
@@ -84,12 +96,20 @@ pub async fn chat_completions(
             message: "The Idempotency-Key header cannot be combined with `stream: true`.".into(),
         });
     }
-    let entry = state.catalog.get(&req.model).ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?.clone();
+    let entry = state
+        .catalog
+        .get(&req.model)
+        .ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?
+        .clone();
     if !entry.commercial_use {
         return Err(ApiError::NotLicensed(req.model.clone()));
     }
     if req.n != 1 {
-        return Err(ApiError::BadRequest { param: Some("n".into()), code: "unsupported_value", message: "Only `n: 1` is supported.".into() });
+        return Err(ApiError::BadRequest {
+            param: Some("n".into()),
+            code: "unsupported_value",
+            message: "Only `n: 1` is supported.".into(),
+        });
     }
     if let (Some(img), false) = (req.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
@@ -104,8 +124,16 @@ pub async fn chat_completions(
         .await
         .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?
         .map_err(|e| match e {
-            EngineError::ModelNotLoaded(m) => ApiError::ModelUnavailable(format!("The model `{m}` is in the catalogue but not loaded on this server.")),
-            EngineError::Template(t) => ApiError::BadRequest { param: Some("messages".into()), code: "invalid_messages", message: format!("The messages cannot be rendered with the model's chat template: {t}") },
+            EngineError::ModelNotLoaded(m) => ApiError::ModelUnavailable(format!(
+                "The model `{m}` is in the catalogue but not loaded on this server."
+            )),
+            EngineError::Template(t) => ApiError::BadRequest {
+                param: Some("messages".into()),
+                code: "invalid_messages",
+                message: format!(
+                    "The messages cannot be rendered with the model's chat template: {t}"
+                ),
+            },
             other => ApiError::Internal(other.to_string()),
         })?;
     let max_new = context_check(&prompt, req.max_tokens)?;
@@ -121,8 +149,16 @@ pub async fn chat_completions(
         EngineError::Overloaded => ApiError::Overloaded(req.model.clone()),
         other => ApiError::EngineFailed(other.to_string()),
     })?;
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let meta = Meta { id: format!("chatcmpl-{}", super::random_id(24)), created, model: req.model.clone(), request_id: rid.0.clone(), pricing: entry.pricing };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let meta = Meta {
+        id: format!("chatcmpl-{}", super::random_id(24)),
+        created,
+        model: req.model.clone(),
+        request_id: rid.0.clone(),
+        pricing: entry.pricing,
+    };
     tracing::debug!(request_id = %rid.0, model = %req.model, prompt_tokens, max_new, stream = req.stream, "generation submitted");
     if req.stream {
         Ok(stream_response(meta, req, generation).into_response())
@@ -132,12 +168,17 @@ pub async fn chat_completions(
 }
 
 /// Tokens the request may generate: its limit, else the rest of the context.
-fn context_check(prompt: &Prompt, max_tokens: Option<(usize, &'static str)>) -> Result<usize, ApiError> {
+fn context_check(
+    prompt: &Prompt,
+    max_tokens: Option<(usize, &'static str)>,
+) -> Result<usize, ApiError> {
     let (n, ctx) = (prompt.token_ids.len(), prompt.context_length);
-    let exceeded = |param: &str, asked: usize| ApiError::BadRequest {
+    let exceeded = |param: &str, asked: usize| {
+        ApiError::BadRequest {
         param: Some(param.into()),
         code: "context_length_exceeded",
         message: format!("This model's maximum context length is {ctx} tokens. However, you requested {} tokens ({n} in the messages, {asked} in the completion). Please reduce the length of the messages or completion.", n + asked),
+    }
     };
     match max_tokens {
         Some((m, param)) if n + m > ctx => Err(exceeded(param, m)),
@@ -155,7 +196,10 @@ async fn complete(meta: Meta, mut g: Generation) -> Result<Response, ApiError> {
             text.push_str(&d);
         }
     }
-    let outcome = g.outcome.await.map_err(|_| ApiError::EngineFailed("engine dropped the request".into()))?;
+    let outcome = g
+        .outcome
+        .await
+        .map_err(|_| ApiError::EngineFailed("engine dropped the request".into()))?;
     if let FinishReason::Failed(msg) = &outcome.finish {
         return Err(ApiError::EngineFailed(msg.clone()));
     }
@@ -193,8 +237,18 @@ fn data(v: &Value) -> Event {
 /// SSE as OpenAI sends it: a role chunk, content chunks, a finish chunk, an optional usage
 /// chunk (`choices: []`), then `data: [DONE]`. Dropping the body (client gone) drops the
 /// engine receiver, which cancels the sequence before its next step.
-fn stream_response(meta: Meta, req: ChatRequest, g: Generation) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let st = StreamState { meta, g, include_usage: req.include_usage, phase: Phase::Role, queue: Default::default() };
+fn stream_response(
+    meta: Meta,
+    req: ChatRequest,
+    g: Generation,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let st = StreamState {
+        meta,
+        g,
+        include_usage: req.include_usage,
+        phase: Phase::Role,
+        queue: Default::default(),
+    };
     let s = stream::unfold(st, |mut st| async move {
         loop {
             if let Some(ev) = st.queue.pop_front() {
@@ -204,7 +258,11 @@ fn stream_response(meta: Meta, req: ChatRequest, g: Generation) -> Sse<impl Stre
                 Phase::Done => return None,
                 Phase::Role => {
                     st.phase = Phase::Events;
-                    let c = st.meta.chunk(json!({"role": "assistant", "content": ""}), None, st.include_usage);
+                    let c = st.meta.chunk(
+                        json!({"role": "assistant", "content": ""}),
+                        None,
+                        st.include_usage,
+                    );
                     st.queue.push_back(data(&c));
                 }
                 Phase::Events => match st.g.events.recv().await {
@@ -221,13 +279,21 @@ fn stream_response(meta: Meta, req: ChatRequest, g: Generation) -> Sse<impl Stre
             }
         }
     });
-    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_secs(3)).text("ping"))
+    Sse::new(s).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(3))
+            .text("ping"),
+    )
 }
 
 async fn finish_stream(st: &mut StreamState) {
     let outcome = match (&mut st.g.outcome).await {
         Ok(o) => o,
-        Err(_) => Outcome { prompt_tokens: 0, completion_tokens: 0, finish: FinishReason::Failed("engine dropped the request".into()) },
+        Err(_) => Outcome {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            finish: FinishReason::Failed("engine dropped the request".into()),
+        },
     };
     if let FinishReason::Failed(msg) = &outcome.finish {
         let e = ApiError::EngineFailed(msg.clone());
@@ -237,7 +303,11 @@ async fn finish_stream(st: &mut StreamState) {
         st.queue.push_back(data(&body));
         return;
     }
-    let c = st.meta.chunk(json!({}), Some(finish_str(&outcome.finish)), st.include_usage);
+    let c = st.meta.chunk(
+        json!({}),
+        Some(finish_str(&outcome.finish)),
+        st.include_usage,
+    );
     st.queue.push_back(data(&c));
     if st.include_usage {
         let (usage, service) = st.meta.usage(&outcome);

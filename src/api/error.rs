@@ -23,7 +23,11 @@ pub enum ApiError {
     UnsupportedParameter(String),
     /// 400 with a specific code and param (image to a text model, context too long, ...).
     #[error("{message}")]
-    BadRequest { param: Option<String>, code: &'static str, message: String },
+    BadRequest {
+        param: Option<String>,
+        code: &'static str,
+        message: String,
+    },
     /// 422 `invalid_request`: well-formed JSON that fails validation.
     #[error("The request body failed validation: {}", .0.iter().map(|e| format!("{}: {}", e.param, e.message)).collect::<Vec<_>>().join("; "))]
     Validation(Vec<FieldError>),
@@ -61,26 +65,87 @@ impl ApiError {
     pub fn parts(&self) -> (StatusCode, &'static str, &'static str, Option<String>) {
         use ApiError as E;
         match self {
-            E::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_json", None),
-            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, "invalid_request_error", "unsupported_parameter", Some(p.clone())),
-            E::BadRequest { param, code, .. } => (StatusCode::BAD_REQUEST, "invalid_request_error", code, param.clone()),
-            E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", "invalid_request", errs.first().map(|e| e.param.clone())),
-            E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", "model_not_licensed", Some("model".into())),
-            E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "model_not_found", Some("model".into())),
-            E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", "unknown_route", None),
-            E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", None),
-            E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", None),
-            E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
-            E::ModelUnavailable(_) => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", Some("model".into())),
+            E::InvalidJson(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_json",
+                None,
+            ),
+            E::UnsupportedParameter(p) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "unsupported_parameter",
+                Some(p.clone()),
+            ),
+            E::BadRequest { param, code, .. } => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                code,
+                param.clone(),
+            ),
+            E::Validation(errs) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                "invalid_request",
+                errs.first().map(|e| e.param.clone()),
+            ),
+            E::NotLicensed(_) => (
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "model_not_licensed",
+                Some("model".into()),
+            ),
+            E::ModelNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                "model_not_found",
+                Some("model".into()),
+            ),
+            E::UnknownRoute(_) => (
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                "unknown_route",
+                None,
+            ),
+            E::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+                None,
+            ),
+            E::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                None,
+            ),
+            E::Overloaded(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "engine_overloaded",
+                None,
+            ),
+            E::ModelUnavailable(_) => (
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                "model_unavailable",
+                Some("model".into()),
+            ),
             E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
-            E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
+            E::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "internal_error",
+                None,
+            ),
         }
     }
 
     /// The envelope as JSON (without `request_id`; the request-id layer adds it to 5xx bodies).
     pub fn body(&self) -> Value {
         let (_, kind, code, param) = self.parts();
-        let mut err = json!({"message": self.to_string(), "type": kind, "param": param, "code": code});
+        let mut err =
+            json!({"message": self.to_string(), "type": kind, "param": param, "code": code});
         if let ApiError::Validation(errors) = self {
             err["details"] = json!({ "errors": errors });
         }
@@ -93,14 +158,17 @@ impl IntoResponse for ApiError {
         let (status, ..) = self.parts();
         if status.is_server_error() {
             let detail = match &self {
-                ApiError::EngineFailed(d) | ApiError::Internal(d) | ApiError::ModelUnavailable(d) => d.as_str(),
+                ApiError::EngineFailed(d)
+                | ApiError::Internal(d)
+                | ApiError::ModelUnavailable(d) => d.as_str(),
                 _ => "",
             };
             tracing::error!(status = status.as_u16(), "{self}: {detail}");
         }
         let mut resp = (status, axum::Json(self.body())).into_response();
         if matches!(self, ApiError::Overloaded(_)) {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }
@@ -113,8 +181,14 @@ mod tests {
     #[test]
     fn validation_envelope_lists_every_field() {
         let e = ApiError::Validation(vec![
-            FieldError { param: "temperature".into(), message: "must be <= 2".into() },
-            FieldError { param: "model".into(), message: "is required".into() },
+            FieldError {
+                param: "temperature".into(),
+                message: "must be <= 2".into(),
+            },
+            FieldError {
+                param: "model".into(),
+                message: "is required".into(),
+            },
         ]);
         let b = e.body();
         assert_eq!(b["error"]["type"], "invalid_request_error");

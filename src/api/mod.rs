@@ -41,7 +41,11 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Random alphanumeric id of `len` characters from the thread-local CSPRNG.
 pub fn random_id(len: usize) -> String {
-    rand::rng().sample_iter(rand::distr::Alphanumeric).take(len).map(char::from).collect()
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
 }
 
 /// Build the application router.
@@ -55,9 +59,11 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(CatchPanicLayer::custom(|_panic: Box<dyn std::any::Any + Send>| {
-            ApiError::Internal("handler panicked".into()).into_response()
-        }))
+        .layer(CatchPanicLayer::custom(
+            |_panic: Box<dyn std::any::Any + Send>| {
+                ApiError::Internal("handler panicked".into()).into_response()
+            },
+        ))
         .layer(middleware::from_fn(request_id_layer))
 }
 
@@ -71,7 +77,11 @@ async fn request_id_layer(mut req: Request, next: Next) -> Response {
     let id = format!("req_{}", random_id(24));
     req.extensions_mut().insert(RequestId(id.clone()));
     let resp = next.run(req).await;
-    let mut resp = if resp.status().is_server_error() { add_request_id(resp, &id).await } else { resp };
+    let mut resp = if resp.status().is_server_error() {
+        add_request_id(resp, &id).await
+    } else {
+        resp
+    };
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }

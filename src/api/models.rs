@@ -29,11 +29,19 @@ fn is_loaded(state: &AppState, id: &str) -> bool {
 }
 
 pub async fn list_models(State(state): State<AppState>) -> Json<Value> {
-    let data: Vec<Value> = state.catalog.models.iter().map(|m| record(m, is_loaded(&state, &m.id))).collect();
+    let data: Vec<Value> = state
+        .catalog
+        .models
+        .iter()
+        .map(|m| record(m, is_loaded(&state, &m.id)))
+        .collect();
     Json(json!({"object": "list", "data": data}))
 }
 
-pub async fn get_model(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
     Ok(Json(record(m, is_loaded(&state, &m.id))))
 }

@@ -11,8 +11,20 @@ use crate::engine::{ChatMessage, Role, SamplingParams};
 
 /// The accepted top-level fields; anything else is `unsupported_parameter`.
 pub const ACCEPTED_PARAMETERS: [&str; 14] = [
-    "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
-    "max_completion_tokens", "seed", "stop", "presence_penalty", "frequency_penalty", "n", "user",
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "n",
+    "user",
 ];
 
 /// Fields a message object may carry (`name` is accepted and ignored).
@@ -46,14 +58,24 @@ pub struct ChatRequest {
 /// # Errors
 /// `InvalidJson`, `UnsupportedParameter`, `Validation`.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let Value::Object(obj) = value else {
-        return Err(ApiError::Validation(vec![FieldError { param: "body".into(), message: "must be a JSON object".into() }]));
+        return Err(ApiError::Validation(vec![FieldError {
+            param: "body".into(),
+            message: "must be a JSON object".into(),
+        }]));
     };
-    if let Some(unknown) = obj.keys().find(|k| !ACCEPTED_PARAMETERS.contains(&k.as_str())) {
+    if let Some(unknown) = obj
+        .keys()
+        .find(|k| !ACCEPTED_PARAMETERS.contains(&k.as_str()))
+    {
         return Err(ApiError::UnsupportedParameter(unknown.clone()));
     }
-    let mut v = Validator { obj: &obj, errors: Vec::new() };
+    let mut v = Validator {
+        obj: &obj,
+        errors: Vec::new(),
+    };
     let model = v.string("model", true).unwrap_or_default();
     if model.is_empty() && !v.errors.iter().any(|e| e.param == "model") {
         v.err("model", "must not be empty");
@@ -88,7 +110,17 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         presence_penalty: presence_penalty as f32,
         frequency_penalty: frequency_penalty as f32,
     };
-    Ok(ChatRequest { model, messages, images, stream, include_usage, sampling, max_tokens, stop, n })
+    Ok(ChatRequest {
+        model,
+        messages,
+        images,
+        stream,
+        include_usage,
+        sampling,
+        max_tokens,
+        stop,
+        n,
+    })
 }
 
 struct Validator<'a> {
@@ -98,7 +130,10 @@ struct Validator<'a> {
 
 impl<'a> Validator<'a> {
     fn err(&mut self, param: &str, message: &str) {
-        self.errors.push(FieldError { param: param.into(), message: message.into() });
+        self.errors.push(FieldError {
+            param: param.into(),
+            message: message.into(),
+        });
     }
 
     fn present(&self, key: &str) -> Option<&'a Value> {
@@ -168,14 +203,17 @@ impl<'a> Validator<'a> {
             return Some(u);
         }
         if let Some(i) = v.as_i64() {
-            return Some(i.cast_unsigned());
+            #[allow(clippy::cast_sign_loss)]
+            return Some(i as u64);
         }
         self.err("seed", "must be an integer");
         None
     }
 
     fn stream_options(&mut self, stream: bool) -> bool {
-        let Some(v) = self.present("stream_options") else { return false };
+        let Some(v) = self.present("stream_options") else {
+            return false;
+        };
         let Value::Object(o) = v else {
             self.err("stream_options", "must be an object");
             return false;
@@ -188,8 +226,13 @@ impl<'a> Validator<'a> {
             match (k.as_str(), val) {
                 ("include_usage", Value::Bool(b)) => include = *b,
                 ("include_usage", Value::Null) => {}
-                ("include_usage", _) => self.err("stream_options.include_usage", "must be a boolean"),
-                (other, _) => self.err(&format!("stream_options.{other}"), "is not a supported stream option"),
+                ("include_usage", _) => {
+                    self.err("stream_options.include_usage", "must be a boolean")
+                }
+                (other, _) => self.err(
+                    &format!("stream_options.{other}"),
+                    "is not a supported stream option",
+                ),
             }
         }
         include
@@ -199,9 +242,10 @@ impl<'a> Validator<'a> {
         match self.present("stop") {
             None => Vec::new(),
             Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) if a.len() <= 4 && a.iter().all(Value::is_string) => {
-                a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect()
-            }
+            Some(Value::Array(a)) if a.len() <= 4 && a.iter().all(Value::is_string) => a
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
             Some(_) => {
                 self.err("stop", "must be a string or an array of at most 4 strings");
                 Vec::new()
@@ -241,7 +285,10 @@ impl<'a> Validator<'a> {
                 Some("user") => Some(Role::User),
                 Some("assistant") => Some(Role::Assistant),
                 Some(_) => {
-                    self.err(&format!("{at}.role"), "must be one of system, developer, user, assistant");
+                    self.err(
+                        &format!("{at}.role"),
+                        "must be one of system, developer, user, assistant",
+                    );
                     None
                 }
                 None => {
@@ -257,7 +304,10 @@ impl<'a> Validator<'a> {
                     None
                 }
                 Some(_) => {
-                    self.err(&format!("{at}.content"), "must be a string or an array of content parts");
+                    self.err(
+                        &format!("{at}.content"),
+                        "must be a string or an array of content parts",
+                    );
                     None
                 }
             };
@@ -268,7 +318,13 @@ impl<'a> Validator<'a> {
         Ok((out, images))
     }
 
-    fn parts(&mut self, at: &str, parts: &[Value], i: usize, images: &mut Vec<ImagePart>) -> Option<String> {
+    fn parts(
+        &mut self,
+        at: &str,
+        parts: &[Value],
+        i: usize,
+        images: &mut Vec<ImagePart>,
+    ) -> Option<String> {
         let mut text = String::new();
         let before = self.errors.len();
         for (j, p) in parts.iter().enumerate() {
@@ -278,7 +334,10 @@ impl<'a> Validator<'a> {
                     Some(t) => text.push_str(t),
                     None => self.err(&format!("{pat}.text"), "is required and must be a string"),
                 },
-                Some("image_url") => images.push(ImagePart { message: i, part: j }),
+                Some("image_url") => images.push(ImagePart {
+                    message: i,
+                    part: j,
+                }),
                 _ => self.err(&format!("{pat}.type"), "must be `text` or `image_url`"),
             }
         }
@@ -297,8 +356,13 @@ mod tests {
     #[test]
     fn malformed_json_unknown_field_and_validation_are_distinct() {
         assert!(matches!(err("{"), ApiError::InvalidJson(_)));
-        assert!(matches!(err(r#"{"model":"m","messages":[],"logit_bias":{}}"#), ApiError::UnsupportedParameter(p) if p == "logit_bias"));
-        let ApiError::Validation(errs) = err(r#"{"messages":[],"temperature":3,"stop":[1]}"#) else { panic!() };
+        assert!(
+            matches!(err(r#"{"model":"m","messages":[],"logit_bias":{}}"#), ApiError::UnsupportedParameter(p) if p == "logit_bias")
+        );
+        let ApiError::Validation(errs) = err(r#"{"messages":[],"temperature":3,"stop":[1]}"#)
+        else {
+            panic!()
+        };
         let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
         assert_eq!(params, ["model", "messages", "temperature", "stop"]);
     }
@@ -307,7 +371,13 @@ mod tests {
     fn content_parts_join_text_and_record_images() {
         let r = parse(br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]}]}"#).unwrap();
         assert_eq!(r.messages[0].content, "ab");
-        assert_eq!(r.images, vec![ImagePart { message: 0, part: 1 }]);
+        assert_eq!(
+            r.images,
+            vec![ImagePart {
+                message: 0,
+                part: 1
+            }]
+        );
     }
 
     #[test]
@@ -319,9 +389,15 @@ mod tests {
 
     #[test]
     fn stream_options_need_stream_and_roles_are_checked() {
-        let ApiError::Validation(errs) = err(r#"{"model":"m","messages":[{"role":"tool","content":"x"}],"stream_options":{"include_usage":true}}"#) else { panic!() };
+        let ApiError::Validation(errs) = err(
+            r#"{"model":"m","messages":[{"role":"tool","content":"x"}],"stream_options":{"include_usage":true}}"#,
+        ) else {
+            panic!()
+        };
         let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
         assert_eq!(params, ["messages[0].role", "stream_options"]);
-        assert!(matches!(err(r#"{"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]}"#), ApiError::UnsupportedParameter(p) if p == "messages[0].tool_calls"));
+        assert!(
+            matches!(err(r#"{"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]}"#), ApiError::UnsupportedParameter(p) if p == "messages[0].tool_calls")
+        );
     }
 }

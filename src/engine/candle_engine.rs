@@ -17,7 +17,9 @@ use super::model::Transformer;
 use super::scheduler::{self, Job, Limits, Runtime};
 use super::template::ChatTemplate;
 use super::tokenizer::GgufTokenizer;
-use super::{ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
+use super::{
+    ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
+};
 
 /// What to load and how to run it.
 #[derive(Debug, Clone)]
@@ -55,7 +57,10 @@ impl CandleEngine {
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let (tx, rx) = sync_channel::<Job>(config.queue_depth.max(1));
         let (ready_tx, ready_rx) = sync_channel::<Result<Vec<Front>, EngineError>>(1);
-        let limits = Limits { max_batch: config.limits_max_batch.max(1), step_tokens: config.limits_step_tokens.max(1) };
+        let limits = Limits {
+            max_batch: config.limits_max_batch.max(1),
+            step_tokens: config.limits_step_tokens.max(1),
+        };
         std::thread::Builder::new()
             .name("tollgate-engine".into())
             .spawn(move || {
@@ -78,7 +83,10 @@ impl CandleEngine {
                 }
                 scheduler::run(&runtimes, &rx, limits);
             })
-            .map_err(|e| EngineError::Load { model: "*".into(), message: format!("cannot spawn engine thread: {e}") })?;
+            .map_err(|e| EngineError::Load {
+                model: "*".into(),
+                message: format!("cannot spawn engine thread: {e}"),
+            })?;
         let fronts = ready_rx.recv().map_err(|_| EngineError::ShutDown)??;
         Ok(Self { fronts, tx })
     }
@@ -92,13 +100,24 @@ impl CandleEngine {
     }
 }
 
-fn load(id: &str, path: &PathBuf, catalog_ctx: usize, device: &Device) -> Result<(Runtime, Front), EngineError> {
-    let err = |e: anyhow::Error| EngineError::Load { model: id.to_owned(), message: format!("{e:#}") };
+fn load(
+    id: &str,
+    path: &std::path::Path,
+    catalog_ctx: usize,
+    device: &Device,
+) -> Result<(Runtime, Front), EngineError> {
+    let err = |e: anyhow::Error| EngineError::Load {
+        model: id.to_owned(),
+        message: format!("{e:#}"),
+    };
     let started = Instant::now();
     let mut file = GgufFile::open(path, device).map_err(err)?;
     let tokenizer = Arc::new(GgufTokenizer::from_gguf(&file).map_err(err)?);
     let arch = file.architecture().map_err(err)?;
-    let chat_template = file.string("tokenizer.chat_template").ok().map(str::to_owned);
+    let chat_template = file
+        .string("tokenizer.chat_template")
+        .ok()
+        .map(str::to_owned);
     let template = ChatTemplate::new(chat_template.as_deref(), &arch).map_err(err)?;
     let model = Transformer::load(&mut file).map_err(err)?;
     let context_length = model.config.context_length.min(catalog_ctx.max(1));
@@ -111,15 +130,34 @@ fn load(id: &str, path: &PathBuf, catalog_ctx: usize, device: &Device) -> Result
     let running = Arc::new(AtomicUsize::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
     let front = Front {
-        id: id.to_owned(), context_length, tokenizer: tokenizer.clone(), template,
-        running: running.clone(), waiting: waiting.clone(),
+        id: id.to_owned(),
+        context_length,
+        tokenizer: tokenizer.clone(),
+        template,
+        running: running.clone(),
+        waiting: waiting.clone(),
     };
-    Ok((Runtime { id: id.to_owned(), model, tokenizer, running, waiting }, front))
+    Ok((
+        Runtime {
+            id: id.to_owned(),
+            model,
+            tokenizer,
+            running,
+            waiting,
+        },
+        front,
+    ))
 }
 
 impl Engine for CandleEngine {
     fn loaded(&self) -> Vec<LoadedModel> {
-        self.fronts.iter().map(|f| LoadedModel { id: f.id.clone(), context_length: f.context_length }).collect()
+        self.fronts
+            .iter()
+            .map(|f| LoadedModel {
+                id: f.id.clone(),
+                context_length: f.context_length,
+            })
+            .collect()
     }
 
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
@@ -128,13 +166,20 @@ impl Engine for CandleEngine {
             .template
             .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
             .map_err(EngineError::Template)?;
-        let mut ids = f.tokenizer.encode(&text).map_err(|e| EngineError::Tokenize(e.to_string()))?;
+        let mut ids = f
+            .tokenizer
+            .encode(&text)
+            .map_err(|e| EngineError::Tokenize(e.to_string()))?;
         if let Some(bos) = f.tokenizer.bos_id.filter(|_| f.tokenizer.add_bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
         }
-        Ok(Prompt { model: model.to_owned(), token_ids: ids, context_length: f.context_length })
+        Ok(Prompt {
+            model: model.to_owned(),
+            token_ids: ids,
+            context_length: f.context_length,
+        })
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
@@ -142,7 +187,12 @@ impl Engine for CandleEngine {
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
         f.waiting.fetch_add(1, Ordering::Relaxed);
-        let job = Job { model: index, request, events: events_tx, outcome: outcome_tx };
+        let job = Job {
+            model: index,
+            request,
+            events: events_tx,
+            outcome: outcome_tx,
+        };
         match self.tx.try_send(job) {
             Ok(()) => Ok(Generation { events, outcome }),
             Err(e) => {

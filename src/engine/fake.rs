@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::stop::{StopMatcher, StopStep};
-use super::{ChatMessage, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, LoadedModel, ModelStats, Outcome, Prompt};
+use super::{
+    ChatMessage, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
+    LoadedModel, ModelStats, Outcome, Prompt,
+};
 
 /// The fixed text every fake generation produces (9 tokens).
 pub const FAKE_REPLY: &str = "This is a fake reply from the test engine.";
@@ -40,7 +43,10 @@ impl FakeEngine {
     /// A fake that "serves" the given (id, context length) pairs.
     pub fn new(models: Vec<(String, usize)>, token_delay: Duration) -> Self {
         Self {
-            models: models.into_iter().map(|(id, context_length)| LoadedModel { id, context_length }).collect(),
+            models: models
+                .into_iter()
+                .map(|(id, context_length)| LoadedModel { id, context_length })
+                .collect(),
             token_delay,
             running: Arc::new(AtomicUsize::new(0)),
             fault: std::sync::Mutex::new(FakeFault::None),
@@ -49,11 +55,17 @@ impl FakeEngine {
 
     /// Inject a fault for the following requests.
     pub fn set_fault(&self, fault: FakeFault) {
-        *self.fault.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
+        *self
+            .fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
     }
 
     fn fault(&self) -> FakeFault {
-        *self.fault.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -63,10 +75,24 @@ impl Engine for FakeEngine {
     }
 
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
-        assert!(self.fault() != FakeFault::PanicInPrepare, "injected fake panic");
-        let m = self.models.iter().find(|m| m.id == model).ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
-        let n: usize = messages.iter().map(|m| m.content.split_whitespace().count() + 1).sum();
-        Ok(Prompt { model: model.into(), token_ids: (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(), context_length: m.context_length })
+        assert!(
+            self.fault() != FakeFault::PanicInPrepare,
+            "injected fake panic"
+        );
+        let m = self
+            .models
+            .iter()
+            .find(|m| m.id == model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
+        let n: usize = messages
+            .iter()
+            .map(|m| m.content.split_whitespace().count() + 1)
+            .sum();
+        Ok(Prompt {
+            model: model.into(),
+            token_ids: (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
+            context_length: m.context_length,
+        })
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
@@ -97,13 +123,21 @@ impl Engine for FakeEngine {
                 if generated == request.max_new_tokens {
                     break FinishReason::Length;
                 }
-                let piece = if generated == 0 { words[0].to_owned() } else { format!(" {}", words[generated]) };
+                let piece = if generated == 0 {
+                    words[0].to_owned()
+                } else {
+                    format!(" {}", words[generated])
+                };
                 generated += 1;
                 match stop.push(&piece) {
-                    StopStep::Continue(t) if !t.is_empty() => { let _ = tx.send(GenerationEvent::Delta(t)); }
+                    StopStep::Continue(t) if !t.is_empty() => {
+                        let _ = tx.send(GenerationEvent::Delta(t));
+                    }
                     StopStep::Continue(_) => {}
                     StopStep::Stopped(t) => {
-                        if !t.is_empty() { let _ = tx.send(GenerationEvent::Delta(t)); }
+                        if !t.is_empty() {
+                            let _ = tx.send(GenerationEvent::Delta(t));
+                        }
                         break FinishReason::Stop;
                     }
                 }
@@ -114,12 +148,23 @@ impl Engine for FakeEngine {
                 let _ = tx.send(GenerationEvent::Delta(rest));
             }
             running.fetch_sub(1, Ordering::Relaxed);
-            let _ = otx.send(Outcome { prompt_tokens: request.prompt.token_ids.len(), completion_tokens: generated, finish });
+            let _ = otx.send(Outcome {
+                prompt_tokens: request.prompt.token_ids.len(),
+                completion_tokens: generated,
+                finish,
+            });
         });
         Ok(Generation { events, outcome })
     }
 
     fn stats(&self) -> Vec<ModelStats> {
-        self.models.iter().map(|m| ModelStats { model: m.id.clone(), running: self.running.load(Ordering::Relaxed), waiting: 0 }).collect()
+        self.models
+            .iter()
+            .map(|m| ModelStats {
+                model: m.id.clone(),
+                running: self.running.load(Ordering::Relaxed),
+                waiting: 0,
+            })
+            .collect()
     }
 }

@@ -28,11 +28,18 @@ impl GgufFile {
     /// # Errors
     /// I/O errors and malformed headers, with the path in the message.
     pub fn open(path: &Path, device: &Device) -> anyhow::Result<Self> {
-        let file = File::open(path).map_err(|e| anyhow::anyhow!("failed to open `{}`: {e}", path.display()))?;
+        let file = File::open(path)
+            .map_err(|e| anyhow::anyhow!("failed to open `{}`: {e}", path.display()))?;
         let mut reader = BufReader::new(file);
-        let content = gguf_file::Content::read(&mut reader)
-            .map_err(|e| anyhow::anyhow!("`{}` is not a readable GGUF file: {e}", path.display()))?;
-        Ok(Self { path: path.to_owned(), content, reader, device: device.clone() })
+        let content = gguf_file::Content::read(&mut reader).map_err(|e| {
+            anyhow::anyhow!("`{}` is not a readable GGUF file: {e}", path.display())
+        })?;
+        Ok(Self {
+            path: path.to_owned(),
+            content,
+            reader,
+            device: device.clone(),
+        })
     }
 
     pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
@@ -49,13 +56,19 @@ impl GgufFile {
     }
 
     pub fn string(&self, key: &str) -> anyhow::Result<&str> {
-        let v = self.get(key).ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
-        Ok(v.to_string().map_err(|e| anyhow::anyhow!("GGUF metadata `{key}`: {e}"))?.as_str())
+        let v = self
+            .get(key)
+            .ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
+        Ok(v.to_string()
+            .map_err(|e| anyhow::anyhow!("GGUF metadata `{key}`: {e}"))?
+            .as_str())
     }
 
     /// An unsigned integer of any width.
     pub fn usize(&self, key: &str) -> anyhow::Result<usize> {
-        let v = self.get(key).ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
+        let v = self
+            .get(key)
+            .ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
         value_usize(v).ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is not an integer"))
     }
 
@@ -65,12 +78,18 @@ impl GgufFile {
 
     pub fn f32_or(&self, key: &str, default: f32) -> f32 {
         self.get(key)
-            .and_then(|v| v.to_f32().ok().or_else(|| v.to_f64().ok().map(|f| f as f32)))
+            .and_then(|v| {
+                v.to_f32()
+                    .ok()
+                    .or_else(|| v.to_f64().ok().map(|f| f as f32))
+            })
             .unwrap_or(default)
     }
 
     pub fn bool_or(&self, key: &str, default: bool) -> bool {
-        self.get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default)
+        self.get(key)
+            .and_then(|v| v.to_bool().ok())
+            .unwrap_or(default)
     }
 
     pub fn has_tensor(&self, name: &str) -> bool {
@@ -128,7 +147,11 @@ fn value_usize(v: &gguf_file::Value) -> Option<usize> {
 
 /// Read a GGUF array of strings.
 pub fn string_array(v: &gguf_file::Value) -> Option<Vec<String>> {
-    v.to_vec().ok()?.iter().map(|x| x.to_string().ok().cloned()).collect()
+    v.to_vec()
+        .ok()?
+        .iter()
+        .map(|x| x.to_string().ok().cloned())
+        .collect()
 }
 
 /// Read a GGUF array of integers (any width) as i64.

@@ -63,7 +63,13 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_p: 1.0, seed: None, presence_penalty: 0.0, frequency_penalty: 0.0 }
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
     }
 }
 

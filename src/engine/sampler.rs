@@ -26,7 +26,11 @@ impl Sampler {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_os_rng(),
         };
-        Self { params, rng, counts: HashMap::new() }
+        Self {
+            params,
+            rng,
+            counts: HashMap::new(),
+        }
     }
 
     /// Pick the next token from `logits` (length = vocabulary size) and record it.
@@ -53,12 +57,20 @@ impl Sampler {
 
     fn sample_soft(&mut self, logits: &[f32]) -> u32 {
         let t = self.params.temperature;
-        let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+        let max = logits
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .fold(f32::NEG_INFINITY, f32::max);
         let mut probs: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
             .map(|(i, &l)| {
-                let e = if l.is_nan() { 0.0 } else { ((l - max) / t).exp() };
+                let e = if l.is_nan() {
+                    0.0
+                } else {
+                    ((l - max) / t).exp()
+                };
                 (u32::try_from(i).unwrap_or(u32::MAX), e)
             })
             .collect();
@@ -109,7 +121,12 @@ mod tests {
     use super::*;
 
     fn params(t: f32, top_p: f32, seed: u64) -> SamplingParams {
-        SamplingParams { temperature: t, top_p, seed: Some(seed), ..SamplingParams::default() }
+        SamplingParams {
+            temperature: t,
+            top_p,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        }
     }
 
     #[test]
@@ -123,7 +140,9 @@ mod tests {
         let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
         let run = |seed| {
             let mut s = Sampler::new(params(1.0, 1.0, seed));
-            (0..40).map(|_| s.sample(&mut logits.clone())).collect::<Vec<_>>()
+            (0..40)
+                .map(|_| s.sample(&mut logits.clone()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));

@@ -69,7 +69,16 @@ impl Seq {
     fn new(job: Job, n_layers: usize) -> Self {
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
-        Self { job, cache: SeqCache::new(n_layers), fed: 0, pending: None, generated: 0, sampler, stop, decoder: StreamDecoder::default() }
+        Self {
+            job,
+            cache: SeqCache::new(n_layers),
+            fed: 0,
+            pending: None,
+            generated: 0,
+            sampler,
+            stop,
+            decoder: StreamDecoder::default(),
+        }
     }
 
     fn finish(self, finish: FinishReason) {
@@ -105,27 +114,36 @@ pub fn run(runtimes: &[Runtime], rx: &Receiver<Job>, limits: Limits) {
         }
         for (m, seqs) in running.iter_mut().enumerate() {
             let before = seqs.len();
-            let (keep, gone): (Vec<Seq>, Vec<Seq>) = seqs.drain(..).partition(|s| !s.job.events.is_closed());
+            let (keep, gone): (Vec<Seq>, Vec<Seq>) =
+                seqs.drain(..).partition(|s| !s.job.events.is_closed());
             *seqs = keep;
             for s in gone {
                 tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
                 s.finish(FinishReason::Cancelled);
             }
-            runtimes[m].running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
+            runtimes[m]
+                .running
+                .fetch_sub(before - seqs.len(), Ordering::Relaxed);
         }
-        let Some(m) = (0..runtimes.len()).map(|i| (next_model + i) % runtimes.len()).find(|&i| !running[i].is_empty()) else {
+        let Some(m) = (0..runtimes.len())
+            .map(|i| (next_model + i) % runtimes.len())
+            .find(|&i| !running[i].is_empty())
+        else {
             continue;
         };
         next_model = m + 1;
         let rt = &runtimes[m];
         let seqs = std::mem::take(&mut running[m]);
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits.step_tokens)));
+        let result =
+            std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits.step_tokens)));
         match result {
             Ok(kept) => running[m] = kept,
             Err(panic) => {
                 // The sequences of the step were consumed by the panicking call: their outcome
                 // senders dropped, which the API layer reports as an engine failure.
-                let msg = panic.downcast_ref::<&str>().map(|s| (*s).to_owned())
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "panic".to_owned());
                 tracing::error!(model = %rt.id, "engine step panicked: {msg}");
@@ -171,7 +189,10 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
         for (i, toks) in &plan {
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
             let (cur, tail) = tail.split_first_mut().expect("planned index is in range");
-            refs.push(StepSeq { cache: &mut cur.cache, tokens: toks });
+            refs.push(StepSeq {
+                cache: &mut cur.cache,
+                tokens: toks,
+            });
             rest = tail;
             base = i + 1;
         }

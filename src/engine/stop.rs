@@ -20,13 +20,20 @@ pub enum StopStep {
 impl StopMatcher {
     /// Empty strings in `stops` are ignored.
     pub fn new(stops: Vec<String>) -> Self {
-        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new() }
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            pending: String::new(),
+        }
     }
 
     /// Push decoded text; returns what may be emitted now.
     pub fn push(&mut self, text: &str) -> StopStep {
         self.pending.push_str(text);
-        let first = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min();
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min();
         if let Some(at) = first {
             let out = self.pending[..at].to_owned();
             self.pending.clear();

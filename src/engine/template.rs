@@ -40,7 +40,9 @@ impl ChatTemplate {
     pub fn new(from_file: Option<&str>, family: &str) -> anyhow::Result<Self> {
         let (source, text) = match from_file {
             Some(t) => ("gguf".to_owned(), t.to_owned()),
-            None if family.starts_with("gemma") => ("builtin:gemma".to_owned(), GEMMA_TEMPLATE.to_owned()),
+            None if family.starts_with("gemma") => {
+                ("builtin:gemma".to_owned(), GEMMA_TEMPLATE.to_owned())
+            }
             None => ("builtin:chatml".to_owned(), CHATML_TEMPLATE.to_owned()),
         };
         let mut env = Environment::new();
@@ -56,7 +58,8 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_function("strftime_now", |_fmt: String| -> String { String::new() });
-        env.add_template_owned("chat", text).map_err(|e| anyhow::anyhow!("chat template does not compile: {e}"))?;
+        env.add_template_owned("chat", text)
+            .map_err(|e| anyhow::anyhow!("chat template does not compile: {e}"))?;
         Ok(Self { env, source })
     }
 
@@ -83,8 +86,14 @@ mod tests {
 
     fn msgs() -> Vec<ChatMessage> {
         vec![
-            ChatMessage { role: Role::System, content: "Be brief.".into() },
-            ChatMessage { role: Role::User, content: "Hi".into() },
+            ChatMessage {
+                role: Role::System,
+                content: "Be brief.".into(),
+            },
+            ChatMessage {
+                role: Role::User,
+                content: "Hi".into(),
+            },
         ]
     }
 
@@ -100,7 +109,10 @@ mod tests {
     fn gemma_fallback_folds_system_into_first_user_turn() {
         let t = ChatTemplate::new(None, "gemma3").unwrap();
         let s = t.render(&msgs(), "<bos>", "<eos>").unwrap();
-        assert_eq!(s, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+        assert_eq!(
+            s,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
     }
 
     #[test]
@@ -108,7 +120,10 @@ mod tests {
         let src = "{% for m in messages %}{% if m.role not in ['system','user'] %}{{ raise_exception('bad role') }}{% endif %}{{ m.content.strip().upper() }}|{% endfor %}";
         let t = ChatTemplate::new(Some(src), "llama").unwrap();
         assert_eq!(t.render(&msgs(), "", "").unwrap(), "BE BRIEF.|HI|");
-        let bad = vec![ChatMessage { role: Role::Assistant, content: "x".into() }];
+        let bad = vec![ChatMessage {
+            role: Role::Assistant,
+            content: "x".into(),
+        }];
         assert!(t.render(&bad, "", "").unwrap_err().contains("bad role"));
     }
 }

@@ -35,7 +35,14 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// End-of-turn markers of common chat formats; those present in a vocabulary stop generation.
-const END_OF_TURN: [&str; 6] = ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>"];
+const END_OF_TURN: [&str; 6] = [
+    "<|im_end|>",
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "</s>",
+];
 
 impl GgufTokenizer {
     /// Build from the metadata of an open GGUF file.
@@ -51,10 +58,16 @@ impl GgufTokenizer {
             .ok_or_else(|| anyhow::anyhow!("GGUF has no `tokenizer.ggml.tokens` string array"))?;
         let n = tokens.len();
         let types: Vec<i64> = match file.get("tokenizer.ggml.token_type") {
-            Some(v) => int_array(v).ok_or_else(|| anyhow::anyhow!("bad `tokenizer.ggml.token_type`"))?,
+            Some(v) => {
+                int_array(v).ok_or_else(|| anyhow::anyhow!("bad `tokenizer.ggml.token_type`"))?
+            }
             None => vec![1; n],
         };
-        anyhow::ensure!(types.len() == n, "token_type has {} entries for {n} tokens", types.len());
+        anyhow::ensure!(
+            types.len() == n,
+            "token_type has {} entries for {n} tokens",
+            types.len()
+        );
         let id = |key: &str| -> anyhow::Result<Option<u32>> {
             match file.get(key) {
                 None => Ok(None),
@@ -73,15 +86,23 @@ impl GgufTokenizer {
                 let merges = file
                     .get("tokenizer.ggml.merges")
                     .and_then(string_array)
-                    .ok_or_else(|| anyhow::anyhow!("gpt2 tokenizer without `tokenizer.ggml.merges`"))?;
-                let pre = file.string("tokenizer.ggml.pre").unwrap_or("default").to_owned();
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("gpt2 tokenizer without `tokenizer.ggml.merges`")
+                    })?;
+                let pre = file
+                    .string("tokenizer.ggml.pre")
+                    .unwrap_or("default")
+                    .to_owned();
                 gpt2_json(&tokens, &types, &merges, &pre)?
             }
             "llama" | "gemma" | "replit" => {
-                let add_space_prefix = file.bool_or("tokenizer.ggml.add_space_prefix", kind != "gemma");
+                let add_space_prefix =
+                    file.bool_or("tokenizer.ggml.add_space_prefix", kind != "gemma");
                 spm_json(&tokens, &types, unk_id, add_space_prefix)
             }
-            other => anyhow::bail!("unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma)"),
+            other => anyhow::bail!(
+                "unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma)"
+            ),
         };
         let tokenizer = Tokenizer::from_bytes(serde_json::to_vec(&json)?)
             .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))?;
@@ -96,7 +117,14 @@ impl GgufTokenizer {
             }
         }
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].clone()).unwrap_or_default();
-        Ok(Self { tokenizer, bos_id, add_bos, stop_ids, bos_text: text(bos_id), eos_text: text(eos_id) })
+        Ok(Self {
+            tokenizer,
+            bos_id,
+            add_bos,
+            stop_ids,
+            bos_text: text(bos_id),
+            eos_text: text(eos_id),
+        })
     }
 
     /// Encode text without adding special tokens (the chat template places them).
@@ -104,7 +132,10 @@ impl GgufTokenizer {
     /// # Errors
     /// Tokenizer failures (rare: invalid regex state).
     pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -135,18 +166,35 @@ fn vocab_map(tokens: &[String]) -> serde_json::Map<String, Value> {
     vocab
 }
 
-fn gpt2_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> anyhow::Result<Value> {
+fn gpt2_json(
+    tokens: &[String],
+    types: &[i64],
+    merges: &[String],
+    pre: &str,
+) -> anyhow::Result<Value> {
     let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
     let split = |re: &str| json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false});
     let (pre_tokenizer, normalizer, ignore_merges) = match pre {
-        "default" | "gpt-2" | "gpt2" => (json!({"type": "Sequence", "pretokenizers": [split(GPT2_REGEX), byte_level(false)]}), Value::Null, false),
+        "default" | "gpt-2" | "gpt2" => (
+            json!({"type": "Sequence", "pretokenizers": [split(GPT2_REGEX), byte_level(false)]}),
+            Value::Null,
+            false,
+        ),
         "smollm" | "starcoder" | "refact" => (
             json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, split(GPT2_REGEX), byte_level(false)]}),
             Value::Null,
             false,
         ),
-        "llama3" | "llama-bpe" | "smaug-bpe" | "lfm2" => (json!({"type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)]}), Value::Null, true),
-        "qwen2" | "deepseek-r1-qwen" => (json!({"type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)]}), json!({"type": "NFC"}), false),
+        "llama3" | "llama-bpe" | "smaug-bpe" | "lfm2" => (
+            json!({"type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)]}),
+            Value::Null,
+            true,
+        ),
+        "qwen2" | "deepseek-r1-qwen" => (
+            json!({"type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)]}),
+            json!({"type": "NFC"}),
+            false,
+        ),
         other => anyhow::bail!("unsupported gpt2 pre-tokenizer `{other}`"),
     };
     Ok(json!({
@@ -165,11 +213,20 @@ fn gpt2_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> 
 /// SentencePiece vocabularies as BPE with byte fallback. Merges are derived from the vocabulary:
 /// for each normal piece, every split into two pieces that both exist is a merge, ranked by the
 /// merged piece's id (file order), then by the halves' ids.
-fn spm_json(tokens: &[String], types: &[i64], unk_id: Option<u32>, add_space_prefix: bool) -> Value {
+fn spm_json(
+    tokens: &[String],
+    types: &[i64],
+    unk_id: Option<u32>,
+    add_space_prefix: bool,
+) -> Value {
     // Pieces stored with real spaces are respelled with U+2581, as SentencePiece sees them.
     let pieces: Vec<String> = tokens.iter().map(|t| t.replace(' ', "\u{2581}")).collect();
-    let index: std::collections::HashMap<&str, usize> =
-        pieces.iter().enumerate().map(|(i, p)| (p.as_str(), i)).rev().collect();
+    let index: std::collections::HashMap<&str, usize> = pieces
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_str(), i))
+        .rev()
+        .collect();
     let mut merges: Vec<(usize, usize, usize)> = Vec::new();
     for (i, piece) in pieces.iter().enumerate() {
         if types[i] != 1 || piece.chars().count() < 2 {
@@ -183,7 +240,10 @@ fn spm_json(tokens: &[String], types: &[i64], unk_id: Option<u32>, add_space_pre
         }
     }
     merges.sort_unstable();
-    let merges: Vec<Value> = merges.iter().map(|&(_, a, b)| json!([pieces[a], pieces[b]])).collect();
+    let merges: Vec<Value> = merges
+        .iter()
+        .map(|&(_, a, b)| json!([pieces[a], pieces[b]]))
+        .collect();
     let mut normalizers = Vec::new();
     if add_space_prefix {
         normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
@@ -246,25 +306,39 @@ mod tests {
     use std::path::Path;
 
     fn weights(name: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("weights").join(name)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("weights")
+            .join(name)
     }
 
     fn load(name: &str) -> GgufTokenizer {
         let path = weights(name);
-        assert!(path.exists(), "{} missing: run scripts/fetch-weights", path.display());
+        assert!(
+            path.exists(),
+            "{} missing: run scripts/fetch-weights",
+            path.display()
+        );
         GgufTokenizer::from_gguf(&GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
     }
 
     /// Token ids from an independent implementation (`transformers`' GGUF tokenizer conversion,
     /// see scripts/tokenizer-reference.py), committed as test data.
     fn reference(model: &str) -> Vec<(String, Vec<u32>)> {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer_ids.json")).unwrap();
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer_ids.json"),
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         v[model]
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| (c["text"].as_str().unwrap().to_owned(), serde_json::from_value(c["ids"].clone()).unwrap()))
+            .map(|c| {
+                (
+                    c["text"].as_str().unwrap().to_owned(),
+                    serde_json::from_value(c["ids"].clone()).unwrap(),
+                )
+            })
             .collect()
     }
 

@@ -39,14 +39,21 @@ pub fn serve(state: AppState) -> TestServer {
     let engine = state.engine.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let addr = tollgate::app::spawn_for_tests(state).await.unwrap();
             tx.send(addr).unwrap();
             std::future::pending::<()>().await;
         });
     });
-    TestServer { addr: rx.recv().unwrap(), engine }
+    TestServer {
+        addr: rx.recv().unwrap(),
+        engine,
+    }
 }
 
 /// Start a real candle engine with the given catalogue models and limits.
@@ -58,7 +65,11 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         .map(|id| {
             let m = catalog.get(id).unwrap();
             let path = m.local_path(&weights).unwrap();
-            assert!(path.exists(), "{} missing: run scripts/fetch-weights", path.display());
+            assert!(
+                path.exists(),
+                "{} missing: run scripts/fetch-weights",
+                path.display()
+            );
             (m.id.clone(), path, m.context_length)
         })
         .collect();
@@ -70,7 +81,10 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         limits_step_tokens: 256,
     })
     .expect("engine starts");
-    serve(AppState { engine: Arc::new(engine), catalog: Arc::new(catalog) })
+    serve(AppState {
+        engine: Arc::new(engine),
+        catalog: Arc::new(catalog),
+    })
 }
 
 pub fn weights_dir() -> PathBuf {
@@ -82,9 +96,16 @@ pub fn exists(p: &Path) -> bool {
 }
 
 /// POST a JSON body; returns status, headers and the parsed body.
-pub async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, reqwest::header::HeaderMap, Value) {
+pub async fn post(
+    url: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Value) {
     let client = reqwest::Client::new();
-    let mut req = client.post(url).header("content-type", "application/json").body(body.to_owned());
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -114,7 +135,10 @@ pub async fn stream(url: &str, body: &str) -> Vec<Value> {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
     let text = resp.text().await.unwrap();
     parse_sse(&text)
 }
@@ -123,7 +147,13 @@ pub async fn stream(url: &str, body: &str) -> Vec<Value> {
 pub fn parse_sse(text: &str) -> Vec<Value> {
     text.split("\n\n")
         .filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| if d == "[DONE]" { Value::String(d.into()) } else { serde_json::from_str(d).unwrap() })
+        .map(|d| {
+            if d == "[DONE]" {
+                Value::String(d.into())
+            } else {
+                serde_json::from_str(d).unwrap()
+            }
+        })
         .collect()
 }
 
@@ -131,13 +161,23 @@ pub fn parse_sse(text: &str) -> Vec<Value> {
 pub fn stream_text(chunks: &[Value]) -> String {
     chunks
         .iter()
-        .filter_map(|c| c["choices"].get(0).and_then(|ch| ch["delta"]["content"].as_str()))
+        .filter_map(|c| {
+            c["choices"]
+                .get(0)
+                .and_then(|ch| ch["delta"]["content"].as_str())
+        })
         .collect()
 }
 
 /// Open a stream and read it chunk by chunk; returns the response for the caller to drop.
 pub async fn open_stream(url: &str, body: &str) -> reqwest::Response {
-    reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_owned()).send().await.unwrap()
+    reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
 }
 
 pub async fn read_some(resp: &mut reqwest::Response, events: usize) -> String {
@@ -158,5 +198,9 @@ pub fn chat_body(model: &str, system: Option<&str>, user: &str, extra: &str) -> 
     }
     msgs.push(serde_json::json!({"role": "user", "content": user}));
     let base = serde_json::json!({"model": model, "messages": msgs}).to_string();
-    if extra.is_empty() { base } else { format!("{},{extra}}}", &base[..base.len() - 1]) }
+    if extra.is_empty() {
+        base
+    } else {
+        format!("{},{extra}}}", &base[..base.len() - 1])
+    }
 }

@@ -29,7 +29,13 @@ pub struct Rope {
 impl Rope {
     /// `theta` is the base (e.g. 10000); `factors` divide the frequencies (Llama 3 `rope_freqs`,
     /// linear scaling); `dim` is the rotary dimension (= head dim here).
-    pub fn new(style: RopeStyle, theta: f32, dim: usize, factors: Option<&[f32]>, linear: f32) -> Self {
+    pub fn new(
+        style: RopeStyle,
+        theta: f32,
+        dim: usize,
+        factors: Option<&[f32]>,
+        linear: f32,
+    ) -> Self {
         let half = dim / 2;
         let inv_freq = (0..half)
             .map(|i| {
@@ -64,7 +70,10 @@ impl Rope {
         let d = half * 2;
         for (row, v) in x.chunks_exact_mut(d).enumerate() {
             let t = row / heads;
-            let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+            let (c, s) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
             match self.style {
                 RopeStyle::Interleaved => {
                     for i in 0..half {
@@ -102,12 +111,18 @@ pub struct SeqCache {
 
 impl SeqCache {
     pub fn new(n_layers: usize) -> Self {
-        Self { layers: vec![LayerCache::default(); n_layers], len: 0 }
+        Self {
+            layers: vec![LayerCache::default(); n_layers],
+            len: 0,
+        }
     }
 
     /// Bytes held (capacity), for accounting.
     pub fn bytes(&self) -> usize {
-        self.layers.iter().map(|l| (l.k.capacity() + l.v.capacity()) * 4).sum()
+        self.layers
+            .iter()
+            .map(|l| (l.k.capacity() + l.v.capacity()) * 4)
+            .sum()
     }
 }
 
@@ -130,7 +145,14 @@ pub struct AttnShape {
 /// Token `j` of a sequence with `n` new tokens sits at position `cache.len - n + j` and attends
 /// to positions `..=` its own (bottom-right causal). Returns `[T][n_heads][head_dim]`.
 pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape) -> Vec<f32> {
-    let AttnShape { n_heads, n_kv_heads, head_dim: d, scale, window, softcap } = shape;
+    let AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim: d,
+        scale,
+        window,
+        softcap,
+    } = shape;
     let group = n_heads / n_kv_heads;
     // For each packed token: (sequence index, absolute position).
     let mut token_map = Vec::with_capacity(q.len() / (n_heads * d));
@@ -140,38 +162,40 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
         }
     }
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(d).enumerate().for_each_with(Vec::<f32>::new(), |scores, (row, o)| {
-        let (t, h) = (row / n_heads, row % n_heads);
-        let (s, pos) = token_map[t];
-        let cache = seqs[s].0;
-        let g = h / group;
-        let qv = &q[row * d..(row + 1) * d];
-        let start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for p in start..=pos {
-            let kv = &cache.k[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
-            let mut dot = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
-            if let Some(c) = softcap {
-                dot = c * (dot / c).tanh();
+    out.par_chunks_mut(d)
+        .enumerate()
+        .for_each_with(Vec::<f32>::new(), |scores, (row, o)| {
+            let (t, h) = (row / n_heads, row % n_heads);
+            let (s, pos) = token_map[t];
+            let cache = seqs[s].0;
+            let g = h / group;
+            let qv = &q[row * d..(row + 1) * d];
+            let start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            scores.clear();
+            let mut max = f32::NEG_INFINITY;
+            for p in start..=pos {
+                let kv = &cache.k[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
+                let mut dot = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
+                if let Some(c) = softcap {
+                    dot = c * (dot / c).tanh();
+                }
+                max = max.max(dot);
+                scores.push(dot);
             }
-            max = max.max(dot);
-            scores.push(dot);
-        }
-        let mut sum = 0.0;
-        for x in scores.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
-        }
-        let inv = 1.0 / sum;
-        for (i, p) in (start..=pos).enumerate() {
-            let w = scores[i] * inv;
-            let vv = &cache.v[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
-            for (a, b) in o.iter_mut().zip(vv) {
-                *a += w * b;
+            let mut sum = 0.0;
+            for x in scores.iter_mut() {
+                *x = (*x - max).exp();
+                sum += *x;
             }
-        }
-    });
+            let inv = 1.0 / sum;
+            for (i, p) in (start..=pos).enumerate() {
+                let w = scores[i] * inv;
+                let vv = &cache.v[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
+                for (a, b) in o.iter_mut().zip(vv) {
+                    *a += w * b;
+                }
+            }
+        });
     out
 }
 
@@ -181,7 +205,10 @@ mod tests {
 
     /// Straightforward reference: one query row against explicit key/value lists.
     fn naive(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
-        let s: Vec<f32> = ks.iter().map(|k| q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
+        let s: Vec<f32> = ks
+            .iter()
+            .map(|k| q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale)
+            .collect();
         let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
         let z: f32 = e.iter().sum();
@@ -213,8 +240,19 @@ mod tests {
         let t: usize = lens.iter().map(|x| x.0).sum();
         let q: Vec<f32> = (0..t * h * d).map(|i| det(i * 7)).collect();
         for window in [None, Some(3)] {
-            let seqs: Vec<_> = caches.iter().zip(lens).map(|(c, (n, tot))| (c, n, tot)).collect();
-            let shape = AttnShape { n_heads: h, n_kv_heads: hk, head_dim: d, scale: 0.3, window, softcap: None };
+            let seqs: Vec<_> = caches
+                .iter()
+                .zip(lens)
+                .map(|(c, (n, tot))| (c, n, tot))
+                .collect();
+            let shape = AttnShape {
+                n_heads: h,
+                n_kv_heads: hk,
+                head_dim: d,
+                scale: 0.3,
+                window,
+                softcap: None,
+            };
             let out = attend(&q, &seqs, shape);
             let mut row = 0;
             for (s, &(n, tot)) in lens.iter().enumerate() {
@@ -223,7 +261,9 @@ mod tests {
                     for head in 0..h {
                         let g = head / (h / hk);
                         let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                        let key = |c: &Vec<f32>, p: usize| c[(p * hk + g) * d..(p * hk + g + 1) * d].to_vec();
+                        let key = |c: &Vec<f32>, p: usize| {
+                            c[(p * hk + g) * d..(p * hk + g + 1) * d].to_vec()
+                        };
                         let ks: Vec<_> = (lo..=pos).map(|p| key(&caches[s].k, p)).collect();
                         let vs: Vec<_> = (lo..=pos).map(|p| key(&caches[s].v, p)).collect();
                         let want = naive(&q[row * d..(row + 1) * d], &ks, &vs, 0.3);
@@ -249,8 +289,14 @@ mod tests {
             let n: f32 = x[4..].iter().map(|v| v * v).sum();
             assert!((n - 30.0).abs() < 1e-4);
             // Position 3 rotates the first pair by 3 radians.
-            let (a, b) = match style { RopeStyle::Interleaved => (x[4], x[5]), RopeStyle::Neox => (x[4], x[6]) };
-            let (x0, y0) = match style { RopeStyle::Interleaved => (1.0f32, 2.0f32), RopeStyle::Neox => (1.0, 3.0) };
+            let (a, b) = match style {
+                RopeStyle::Interleaved => (x[4], x[5]),
+                RopeStyle::Neox => (x[4], x[6]),
+            };
+            let (x0, y0) = match style {
+                RopeStyle::Interleaved => (1.0f32, 2.0f32),
+                RopeStyle::Neox => (1.0, 3.0),
+            };
             assert!((a - (x0 * 3f32.cos() - y0 * 3f32.sin())).abs() < 1e-5);
             assert!((b - (x0 * 3f32.sin() + y0 * 3f32.cos())).abs() < 1e-5);
         }

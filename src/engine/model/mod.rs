@@ -115,9 +115,13 @@ impl Transformer {
         let n_heads = file.usize(&format!("{a}.attention.head_count"))?;
         let n_kv_heads = file.usize_or(&format!("{a}.attention.head_count_kv"), n_heads);
         let head_dim = file.usize_or(&format!("{a}.attention.key_length"), hidden / n_heads);
-        anyhow::ensure!(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "head counts {n_heads}/{n_kv_heads} do not divide");
+        anyhow::ensure!(
+            n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+            "head counts {n_heads}/{n_kv_heads} do not divide"
+        );
         let n_layers = file.usize(&format!("{a}.block_count"))?;
-        let rms_eps = f64::from(file.f32_or(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6));
+        let rms_eps =
+            f64::from(file.f32_or(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6));
         let context_length = file.usize_or(&format!("{a}.context_length"), 4096);
         let theta = file.f32_or(&format!("{a}.rope.freq_base"), 10_000.0);
         let linear = match file.string(&format!("{a}.rope.scaling.type")) {
@@ -125,12 +129,26 @@ impl Transformer {
             _ => 1.0,
         };
         let factors = if file.has_tensor("rope_freqs.weight") {
-            Some(file.tensor_f32("rope_freqs.weight")?.flatten_all()?.to_vec1::<f32>()?)
+            Some(
+                file.tensor_f32("rope_freqs.weight")?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            )
         } else {
             None
         };
-        let style = if family == Family::Llama { RopeStyle::Interleaved } else { RopeStyle::Neox };
-        let mut ropes = vec![Rope::new(style, theta, head_dim, factors.as_deref(), linear)];
+        let style = if family == Family::Llama {
+            RopeStyle::Interleaved
+        } else {
+            RopeStyle::Neox
+        };
+        let mut ropes = vec![Rope::new(
+            style,
+            theta,
+            head_dim,
+            factors.as_deref(),
+            linear,
+        )];
         let sliding_window = if family == Family::Gemma3 {
             ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
             Some(file.usize_or("gemma3.attention.sliding_window", 512))
@@ -142,8 +160,16 @@ impl Transformer {
             .and_then(|v| v.to_vec().ok().map(Vec::len))
             .unwrap_or(0);
         let config = Config {
-            family, n_layers, hidden, n_heads, n_kv_heads, head_dim, rms_eps, context_length,
-            vocab_size, sliding_window,
+            family,
+            n_layers,
+            hidden,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_eps,
+            context_length,
+            vocab_size,
+            sliding_window,
         };
         let mut requantized = 0usize;
         let mut mm = |file: &mut GgufFile, name: &str| -> anyhow::Result<QMatMul> {
@@ -156,7 +182,11 @@ impl Transformer {
             let p = format!("blk.{i}");
             let opt = |file: &mut GgufFile, n: &str| -> anyhow::Result<Option<Tensor>> {
                 let name = format!("{p}.{n}");
-                if file.has_tensor(&name) { Ok(Some(file.tensor_f32(&name)?)) } else { Ok(None) }
+                if file.has_tensor(&name) {
+                    Ok(Some(file.tensor_f32(&name)?))
+                } else {
+                    Ok(None)
+                }
             };
             let mut lin = |file: &mut GgufFile, n: &str| -> anyhow::Result<Linear> {
                 let w = mm(file, &format!("{p}.{n}.weight"))?;
@@ -177,21 +207,30 @@ impl Transformer {
             };
             layers.push(Layer {
                 attn_norm: file.tensor_f32(&format!("{p}.attn_norm.weight"))?,
-                q, k, v, o,
+                q,
+                k,
+                v,
+                o,
                 q_norm: opt(file, "attn_q_norm.weight")?,
                 k_norm: opt(file, "attn_k_norm.weight")?,
                 post_attn_norm: opt(file, "post_attention_norm.weight")?,
                 ffn_norm: file.tensor_f32(&format!("{p}.ffn_norm.weight"))?,
-                gate, up, down,
+                gate,
+                up,
+                down,
                 post_ffn_norm: opt(file, "post_ffw_norm.weight")?,
-                rope, window,
+                rope,
+                window,
             });
         }
         let embed = file.qtensor("token_embd.weight")?;
         let lm_head = if file.has_tensor("output.weight") {
             mm(file, "output.weight")?
         } else {
-            let (q, r) = super::gguf::requantize_if_slow(file.qtensor("token_embd.weight")?, &embed.device())?;
+            let (q, r) = super::gguf::requantize_if_slow(
+                file.qtensor("token_embd.weight")?,
+                &embed.device(),
+            )?;
             requantized += usize::from(r);
             QMatMul::from_qtensor(q)?
         };
@@ -199,7 +238,17 @@ impl Transformer {
         #[allow(clippy::cast_precision_loss)]
         let embed_scale = (family == Family::Gemma3).then(|| (hidden as f64).sqrt());
         let device = embed.device();
-        Ok(Self { config, embed, embed_scale, layers, norm, lm_head, ropes, device, requantized })
+        Ok(Self {
+            config,
+            embed,
+            embed_scale,
+            layers,
+            norm,
+            lm_head,
+            ropes,
+            device,
+            requantized,
+        })
     }
 
     /// Run one packed step. Every sequence's `tokens` are appended to its cache; returns the
@@ -216,7 +265,8 @@ impl Transformer {
             .iter()
             .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
             .collect();
-        let tables: Vec<(Vec<f32>, Vec<f32>)> = self.ropes.iter().map(|r| r.tables(&positions)).collect();
+        let tables: Vec<(Vec<f32>, Vec<f32>)> =
+            self.ropes.iter().map(|r| r.tables(&positions)).collect();
         let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids_t)?.to_dtype(DType::F32)?;
         if let Some(s) = self.embed_scale {
@@ -229,10 +279,18 @@ impl Transformer {
             let mut k = layer.k.forward(&h)?;
             let v = layer.v.forward(&h)?;
             if let Some(w) = &layer.q_norm {
-                q = candle_nn::ops::rms_norm(&q.reshape((t, c.n_heads, c.head_dim))?, w, c.rms_eps as f32)?;
+                q = candle_nn::ops::rms_norm(
+                    &q.reshape((t, c.n_heads, c.head_dim))?,
+                    w,
+                    c.rms_eps as f32,
+                )?;
             }
             if let Some(w) = &layer.k_norm {
-                k = candle_nn::ops::rms_norm(&k.reshape((t, c.n_kv_heads, c.head_dim))?, w, c.rms_eps as f32)?;
+                k = candle_nn::ops::rms_norm(
+                    &k.reshape((t, c.n_kv_heads, c.head_dim))?,
+                    w,
+                    c.rms_eps as f32,
+                )?;
             }
             let mut qv = q.flatten_all()?.to_vec1::<f32>()?;
             let mut kv = k.flatten_all()?.to_vec1::<f32>()?;
@@ -252,11 +310,21 @@ impl Transformer {
             }
             let views: Vec<_> = seqs
                 .iter()
-                .map(|s| (&s.cache.layers[li], s.tokens.len(), s.cache.len + s.tokens.len()))
+                .map(|s| {
+                    (
+                        &s.cache.layers[li],
+                        s.tokens.len(),
+                        s.cache.len + s.tokens.len(),
+                    )
+                })
                 .collect();
             let shape = AttnShape {
-                n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim, scale,
-                window: layer.window, softcap: None,
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                scale,
+                window: layer.window,
+                softcap: None,
             };
             let att = attend(&qv, &views, shape);
             let att = Tensor::from_vec(att, (t, c.n_heads * c.head_dim), &self.device)?;
@@ -267,7 +335,11 @@ impl Transformer {
             x = (x + o)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps as f32)?;
             let g = layer.gate.forward(&h)?;
-            let g = if c.family == Family::Gemma3 { g.gelu()? } else { g.silu()? };
+            let g = if c.family == Family::Gemma3 {
+                g.gelu()?
+            } else {
+                g.silu()?
+            };
             let mut f = layer.down.forward(&(g * layer.up.forward(&h)?)?)?;
             if let Some(w) = &layer.post_ffn_norm {
                 f = candle_nn::ops::rms_norm(&f, w, c.rms_eps as f32)?;

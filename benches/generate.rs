@@ -1,0 +1,109 @@
+//! Generation throughput on SmolLM2-135M-Instruct: single-stream prefill and decode, and
+//! aggregate decode at 4 and 16 concurrent sequences, reported as ratios to the single stream
+//! measured in the same run. `cargo bench --bench generate` (set CANDLE_NUM_THREADS to the
+//! cores the engine may use). Skips when the weights are missing or when run by `cargo test`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tollgate::engine::{
+    CandleEngine, ChatMessage, Engine, EngineConfig, GenerateRequest, GenerationEvent, Role,
+    SamplingParams,
+};
+
+const MODEL: &str = "smollm2-135m-instruct";
+const NEW_TOKENS: usize = 128;
+
+struct Run {
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    /// Seconds from submit to first token.
+    ttft: f64,
+    /// Seconds from first to last token.
+    decode: f64,
+}
+
+async fn one(engine: &CandleEngine, text: String) -> Run {
+    let msgs = [ChatMessage {
+        role: Role::User,
+        content: text,
+    }];
+    let prompt = engine.prepare(MODEL, &msgs).expect("prepare");
+    let req = GenerateRequest {
+        request_id: "req_bench".into(),
+        prompt,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        max_new_tokens: NEW_TOKENS,
+        stop: vec![],
+    };
+    let t0 = Instant::now();
+    let mut g = engine.submit(req).expect("submit");
+    let mut first = None;
+    while let Some(ev) = g.events.recv().await {
+        if matches!(ev, GenerationEvent::Started) && first.is_none() {
+            first = Some(t0.elapsed().as_secs_f64());
+        }
+    }
+    let end = t0.elapsed().as_secs_f64();
+    let o = g.outcome.await.expect("outcome");
+    let ttft = first.unwrap_or(end);
+    Run {
+        prompt_tokens: o.prompt_tokens,
+        completion_tokens: o.completion_tokens,
+        ttft,
+        decode: end - ttft,
+    }
+}
+
+fn prompt(i: usize) -> String {
+    format!("Write a long story number {i} about a dragon who learns to count, with many details.")
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("generate bench: skipped (run with `cargo bench --bench generate`)");
+        return;
+    }
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        println!(
+            "generate bench: skipped ({} missing; run scripts/fetch-weights)",
+            path.display()
+        );
+        return;
+    }
+    let engine = CandleEngine::start(EngineConfig {
+        models: vec![(MODEL.into(), path, 8192)],
+        device: candle_core::Device::Cpu,
+        queue_depth: 64,
+        limits_max_batch: 16,
+        limits_step_tokens: 256,
+    })
+    .expect("engine");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let _warm = one(&engine, "Hello".to_owned()).await;
+        let solo = one(&engine, prompt(0)).await;
+        let solo_decode = (solo.completion_tokens.saturating_sub(1)) as f64 / solo.decode;
+        let solo_prefill = solo.prompt_tokens as f64 / solo.ttft;
+        println!("threads={} single stream: prefill {solo_prefill:.1} tok/s ({} tokens, TTFT {:.3} s), decode {solo_decode:.1} tok/s ({} tokens)",
+            std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()), solo.prompt_tokens, solo.ttft, solo.completion_tokens);
+        for n in [1usize, 4, 16] {
+            let t0 = Instant::now();
+            let runs = futures::future::join_all((0..n).map(|i| one(&engine, prompt(i)))).await;
+            let wall = t0.elapsed().as_secs_f64();
+            let tokens: usize = runs.iter().map(|r| r.completion_tokens).sum();
+            let agg = tokens as f64 / wall;
+            let ttft = runs.iter().map(|r| r.ttft).sum::<f64>() / n as f64;
+            println!("{n:>2} concurrent: aggregate {agg:.1} tok/s over {wall:.2} s ({tokens} tokens, mean TTFT {ttft:.3} s), {:.2}x single-stream decode", agg / solo_decode);
+        }
+    });
+}
