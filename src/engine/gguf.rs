@@ -173,3 +173,8 @@ pub fn int_array(v: &gguf_file::Value) -> Option<Vec<i64>> {
         })
         .collect()
 }
+
+/// Read a GGUF array of floats as f32.
+pub fn f32_array(v: &gguf_file::Value) -> Option<Vec<f32>> {
+    v.to_vec().ok()?.iter().map(|x| x.to_f32().ok()).collect()
+}

@@ -13,7 +13,7 @@
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
-use super::gguf::{int_array, string_array, GgufFile};
+use super::gguf::{f32_array, int_array, string_array, GgufFile};
 
 /// A tokenizer plus the special ids generation needs.
 pub struct GgufTokenizer {
@@ -95,10 +95,17 @@ impl GgufTokenizer {
                     .to_owned();
                 gpt2_json(&tokens, &types, &merges, &pre)?
             }
-            "llama" | "gemma" | "replit" => {
+            "llama" | "gemma" => {
                 let add_space_prefix =
                     file.bool_or("tokenizer.ggml.add_space_prefix", kind != "gemma");
-                spm_json(&tokens, &types, unk_id, add_space_prefix)
+                let scores = if file.architecture()?.starts_with("gemma") {
+                    None
+                } else {
+                    file.get("tokenizer.ggml.scores")
+                        .and_then(f32_array)
+                        .filter(|s| s.len() == n)
+                };
+                spm_json(&tokens, &types, scores.as_deref(), unk_id, add_space_prefix)
             }
             other => anyhow::bail!(
                 "unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma)"
@@ -211,44 +218,70 @@ fn gpt2_json(
 }
 
 /// SentencePiece vocabularies as BPE with byte fallback. Merges are derived from the vocabulary:
-/// for each normal piece, every split into two pieces that both exist is a merge, ranked by the
-/// merged piece's id (file order), then by the halves' ids.
+/// every split of a normal piece into two pieces that both exist is a merge. Ranks follow the
+/// `transformers` GGUF converter: by the merged piece's position in the file for Gemma (its
+/// scores do not follow merge order), else by score (highest first); ties prefer the longer left
+/// half.
 fn spm_json(
     tokens: &[String],
     types: &[i64],
+    scores: Option<&[f32]>,
     unk_id: Option<u32>,
     add_space_prefix: bool,
 ) -> Value {
-    // Pieces stored with real spaces are respelled with U+2581, as SentencePiece sees them.
-    let pieces: Vec<String> = tokens.iter().map(|t| t.replace(' ', "\u{2581}")).collect();
+    // Gemma stores runs of spaces as real spaces; SentencePiece spells them with U+2581.
+    let pieces: Vec<String> = tokens
+        .iter()
+        .map(|t| {
+            if !t.is_empty() && t.chars().all(|c| c == ' ') {
+                "\u{2581}".repeat(t.chars().count())
+            } else {
+                t.clone()
+            }
+        })
+        .collect();
     let index: std::collections::HashMap<&str, usize> = pieces
         .iter()
         .enumerate()
         .map(|(i, p)| (p.as_str(), i))
         .rev()
         .collect();
-    let mut merges: Vec<(usize, usize, usize)> = Vec::new();
+    // (rank of the merged piece, -left length in chars, left id, right id)
+    let mut merges: Vec<(i64, i64, usize, usize)> = Vec::new();
     for (i, piece) in pieces.iter().enumerate() {
-        if types[i] != 1 || piece.chars().count() < 2 {
+        if types[i] == 3 || types[i] == 6 {
             continue;
         }
-        for (cut, _) in piece.char_indices().skip(1) {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+        let rank = match scores {
+            // Higher score merges first; scores are finite log-probabilities in practice.
+            Some(sc) => -(f64::from(sc[i]) * 1e6) as i64,
+            None => i as i64,
+        };
+        for (n, (cut, _)) in piece.char_indices().enumerate().skip(1) {
             let (a, b) = piece.split_at(cut);
             if let (Some(&ia), Some(&ib)) = (index.get(a), index.get(b)) {
-                merges.push((i, ia, ib));
+                #[allow(clippy::cast_possible_wrap)]
+                merges.push((rank, -(n as i64), ia, ib));
             }
         }
     }
     merges.sort_unstable();
     let merges: Vec<Value> = merges
         .iter()
-        .map(|&(_, a, b)| json!([pieces[a], pieces[b]]))
+        .map(|&(_, _, a, b)| json!([pieces[a], pieces[b]]))
         .collect();
-    let mut normalizers = Vec::new();
-    if add_space_prefix {
-        normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
-    }
-    normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+    let (normalizer, pre_tokenizer) = if add_space_prefix {
+        (
+            Value::Null,
+            json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}),
+        )
+    } else {
+        (
+            json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}),
+            Value::Null,
+        )
+    };
     let mut decoders = vec![
         json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
         json!({"type": "ByteFallback"}),
@@ -260,8 +293,8 @@ fn spm_json(
     json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": added_tokens(&pieces, types),
-        "normalizer": {"type": "Sequence", "normalizers": normalizers},
-        "pre_tokenizer": null,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
         "post_processor": null,
         "decoder": {"type": "Sequence", "decoders": decoders},
         "model": {"type": "BPE", "dropout": null,

@@ -361,3 +361,82 @@ impl Transformer {
         logits.to_vec2::<f32>()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smollm2() -> (Transformer, Vec<u32>) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(
+            path.exists(),
+            "{} missing: run scripts/fetch-weights",
+            path.display()
+        );
+        let mut f = GgufFile::open(&path, &Device::Cpu).unwrap();
+        let tok = crate::engine::tokenizer::GgufTokenizer::from_gguf(&f).unwrap();
+        let ids = tok.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n").unwrap();
+        (Transformer::load(&mut f).unwrap(), ids)
+    }
+
+    /// Chunked prefill (several steps) and one-token-at-a-time feeding give exactly the logits
+    /// of a single full prefill: activations are quantized per row and attention is per row.
+    #[test]
+    fn chunked_prefill_and_packed_steps_match_a_single_prefill() {
+        let (m, ids) = smollm2();
+        let mut full = SeqCache::new(m.config.n_layers);
+        let want = m
+            .forward(&mut [StepSeq {
+                cache: &mut full,
+                tokens: &ids,
+            }])
+            .unwrap();
+        for chunk in [1, 5, 16] {
+            let mut cache = SeqCache::new(m.config.n_layers);
+            let mut last = Vec::new();
+            for part in ids.chunks(chunk) {
+                last = m
+                    .forward(&mut [StepSeq {
+                        cache: &mut cache,
+                        tokens: part,
+                    }])
+                    .unwrap();
+            }
+            assert_eq!(cache.len, ids.len());
+            assert_eq!(last, want, "chunk size {chunk}");
+        }
+        // Packed with another sequence in the same step: still the same logits for each.
+        let other: Vec<u32> = ids[..7].to_vec();
+        let mut alone = SeqCache::new(m.config.n_layers);
+        let other_alone = m
+            .forward(&mut [StepSeq {
+                cache: &mut alone,
+                tokens: &other,
+            }])
+            .unwrap();
+        let (mut a, mut b) = (
+            SeqCache::new(m.config.n_layers),
+            SeqCache::new(m.config.n_layers),
+        );
+        let both = m
+            .forward(&mut [
+                StepSeq {
+                    cache: &mut a,
+                    tokens: &ids,
+                },
+                StepSeq {
+                    cache: &mut b,
+                    tokens: &other,
+                },
+            ])
+            .unwrap();
+        assert_eq!(both[0], want[0]);
+        assert_eq!(both[1], other_alone[0]);
+        assert_eq!(
+            crate::engine::sampler::argmax(&want[0]),
+            504,
+            "greedy first token is \"The\""
+        );
+    }
+}
