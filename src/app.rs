@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::api::access::RateLimits;
 use crate::api::{self, AppState};
+use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::engine::fake::FakeEngine;
 use crate::engine::{CandleEngine, EngineConfig, SharedEngine};
+use crate::ledger::Ledger;
 
 /// Which engine to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,6 +37,10 @@ pub struct ServeConfig {
     pub queue_depth: usize,
     pub max_batch: usize,
     pub step_tokens: usize,
+    /// The ledger database file.
+    pub db: PathBuf,
+    /// Requests per minute per API key.
+    pub rate_limit_rpm: u32,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -97,10 +104,58 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
             })?)
         }
     };
-    Ok(AppState {
+    let ledger = Arc::new(open_ledger(&cfg.db)?);
+    Ok(state_with(engine, catalog, ledger, cfg.rate_limit_rpm))
+}
+
+/// Open the ledger and clean up after a process that died: release its open holds (nothing is
+/// charged: those clients got no complete response) and forget its running idempotency claims.
+/// Runs before the server listens.
+///
+/// # Errors
+/// Database errors, with the path.
+pub fn open_ledger(path: &Path) -> anyhow::Result<Ledger> {
+    let ledger = Ledger::open(path)
+        .with_context(|| format!("failed to open the ledger `{}`", path.display()))?;
+    let released = ledger.release_all_open()?;
+    let cleared = ledger.clear_running_idempotency()?;
+    if released + cleared > 0 {
+        tracing::warn!(
+            released_holds = released,
+            cleared_idempotency_claims = cleared,
+            "recovered from an unclean shutdown"
+        );
+    }
+    Ok(ledger)
+}
+
+/// Assemble the application state from its parts (tests use this with a `FakeEngine`).
+pub fn state_with(
+    engine: SharedEngine,
+    catalog: Catalog,
+    ledger: Arc<Ledger>,
+    rate_limit_rpm: u32,
+) -> AppState {
+    AppState {
         engine,
         catalog: Arc::new(catalog),
-    })
+        auth: Arc::new(Authenticator::new(ledger.clone())),
+        ledger,
+        limits: Arc::new(RateLimits::new(rate_limit_rpm)),
+    }
+}
+
+/// Purge the key cache when another process (the CLI) revokes a key; polls once a second.
+fn spawn_revocation_sync(state: &AppState) {
+    let auth = state.auth.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let a = auth.clone();
+            let _ = tokio::task::spawn_blocking(move || a.sync_revocations()).await;
+        }
+    });
 }
 
 fn candle_device_cpu() -> candle_core::Device {
@@ -126,6 +181,7 @@ pub async fn serve(
         .await
         .with_context(|| format!("failed to bind {addr}"))?;
     let bound = listener.local_addr()?;
+    spawn_revocation_sync(&state);
     on_bound(bound);
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(shutdown_signal())
@@ -140,6 +196,7 @@ pub async fn serve(
 pub async fn spawn_for_tests(state: AppState) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    spawn_revocation_sync(&state);
     tokio::spawn(async move {
         let _ = axum::serve(listener, api::router(state)).await;
     });

@@ -41,3 +41,67 @@ mod tests {
         assert_eq!(cost_micros(&p, 1, 0), 1);
     }
 }
+
+/// What a metered request is, for closing its hold.
+#[derive(Debug, Clone)]
+pub struct Metered {
+    pub request_id: String,
+    pub account_id: crate::ledger::AccountId,
+    pub key_id: Option<crate::ledger::KeyId>,
+    pub model: String,
+    pub pricing: Pricing,
+    pub started: std::time::Instant,
+}
+
+/// The worst-case cost reserved at admission: every prompt token plus `max_new_tokens` output
+/// tokens, by the same rounding rule as the charge.
+pub fn hold_micros(pricing: &Pricing, prompt_tokens: usize, max_new_tokens: usize) -> i64 {
+    cost_micros(pricing, prompt_tokens as u64, max_new_tokens as u64)
+}
+
+/// How a generation ended, as billing sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Completed (stop or length): charge the tokens.
+    Completed,
+    /// The client went away: charge the prompt and the tokens produced before the cancel.
+    Cancelled,
+    /// The engine failed: release the hold, charge nothing.
+    Failed,
+}
+
+/// Close the hold of `m`: settle the actual cost (`Completed`, `Cancelled`) or release it
+/// (`Failed`), and record usage. Returns the micros charged. Blocking (SQLite).
+///
+/// # Errors
+/// Ledger errors.
+pub fn close(
+    ledger: &crate::ledger::Ledger,
+    m: &Metered,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    ending: Ending,
+) -> Result<i64, crate::ledger::LedgerError> {
+    use crate::ledger::{UsageRecord, UsageStatus};
+    let cost = cost_micros(&m.pricing, prompt_tokens as u64, completion_tokens as u64);
+    let record = UsageRecord {
+        request_id: m.request_id.clone(),
+        account_id: m.account_id,
+        key_id: m.key_id,
+        model: m.model.clone(),
+        prompt_tokens: i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
+        completion_tokens: i64::try_from(completion_tokens).unwrap_or(i64::MAX),
+        cost_micros: cost,
+        status: match ending {
+            Ending::Completed => UsageStatus::Ok,
+            Ending::Cancelled => UsageStatus::Cancelled,
+            Ending::Failed => UsageStatus::Failed,
+        },
+        latency_ms: i64::try_from(m.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+    };
+    let outcome = match ending {
+        Ending::Failed => ledger.release(&record)?,
+        Ending::Completed | Ending::Cancelled => ledger.settle(&record)?,
+    };
+    Ok(outcome.charged_micros)
+}

@@ -29,6 +29,127 @@ pub enum Command {
         #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
         weights: PathBuf,
     },
+    /// Accounts (operator commands for self-hosters).
+    Accounts {
+        #[command(subcommand)]
+        command: AccountsCommand,
+        #[arg(
+            long,
+            env = "TOLLGATE_DB",
+            default_value = "data/tollgate.db",
+            global = true
+        )]
+        db: PathBuf,
+    },
+    /// API keys: create (printed once), list, revoke.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+        #[arg(
+            long,
+            env = "TOLLGATE_DB",
+            default_value = "data/tollgate.db",
+            global = true
+        )]
+        db: PathBuf,
+    },
+    /// Add money to an account (a `topup` ledger entry; negative amounts need `--adjustment`).
+    Credit {
+        /// Account id or e-mail.
+        #[arg(long)]
+        account: String,
+        /// Amount in USD, e.g. 5 or 0.25 (at most 6 decimals).
+        #[arg(long, allow_hyphen_values = true)]
+        usd: String,
+        #[arg(long, default_value = "operator credit")]
+        note: String,
+        /// Record as an adjustment (may be negative) instead of a top-up.
+        #[arg(long)]
+        adjustment: bool,
+        #[arg(long, env = "TOLLGATE_DB", default_value = "data/tollgate.db")]
+        db: PathBuf,
+    },
+    /// Redeemable codes (stored hashed, single use).
+    Codes {
+        #[command(subcommand)]
+        command: CodesCommand,
+        #[arg(
+            long,
+            env = "TOLLGATE_DB",
+            default_value = "data/tollgate.db",
+            global = true
+        )]
+        db: PathBuf,
+    },
+    /// Ledger maintenance.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+        #[arg(
+            long,
+            env = "TOLLGATE_DB",
+            default_value = "data/tollgate.db",
+            global = true
+        )]
+        db: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountsCommand {
+    /// Create an account with the starter balance.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// Starter balance in USD.
+        #[arg(long, env = "TOLLGATE_STARTER_BALANCE_USD", default_value = "0.10")]
+        starter_balance_usd: String,
+    },
+    /// Balance, holds and recent usage of an account.
+    Show {
+        /// Account id or e-mail.
+        #[arg(long)]
+        account: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print it once.
+    Create {
+        /// Account id or e-mail.
+        #[arg(long)]
+        account: String,
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// List an account's keys (prefix, name, created, last used, state).
+    List {
+        #[arg(long)]
+        account: String,
+    },
+    /// Revoke a key by id; running servers stop accepting it within a second.
+    Revoke {
+        #[arg(long)]
+        id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CodesCommand {
+    /// Create redeemable codes worth `--usd` each and print them.
+    Create {
+        #[arg(long)]
+        usd: String,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Verify the ledger's invariants; exits non-zero with the offending rows.
+    Check,
 }
 
 #[derive(Debug, clap::Args)]
@@ -63,6 +184,12 @@ pub struct ServeArgs {
     /// Most tokens per forward step (decode tokens plus prefill chunks).
     #[arg(long, env = "TOLLGATE_STEP_TOKENS", default_value_t = 256)]
     pub step_tokens: usize,
+    /// The ledger database file.
+    #[arg(long, env = "TOLLGATE_DB", default_value = "data/tollgate.db")]
+    pub db: PathBuf,
+    /// Requests per minute per API key.
+    #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
+    pub rate_limit_rpm: u32,
 }
 
 impl ServeArgs {
@@ -77,6 +204,8 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             max_batch: self.max_batch,
             step_tokens: self.step_tokens,
+            db: self.db.clone(),
+            rate_limit_rpm: self.rate_limit_rpm,
         }
     }
 }
@@ -90,4 +219,172 @@ pub fn set_compute_threads(threads: Option<usize>) {
     // SAFETY-free in edition 2021: called from `main` before the runtime or any thread starts.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+}
+
+/// Parse a USD amount into micros (at most 6 decimals; a leading `-` allowed).
+///
+/// # Errors
+/// Anything else.
+pub fn usd_to_micros(s: &str) -> anyhow::Result<i64> {
+    let (neg, digits) = s.strip_prefix('-').map_or((false, s), |d| (true, d));
+    let p = crate::catalog::PricePerMTok::parse(digits).map_err(anyhow::Error::msg)?;
+    Ok(if neg { -p.0 } else { p.0 })
+}
+
+fn usd(micros: i64) -> String {
+    format!(
+        "{}${}.{:06}",
+        if micros < 0 { "-" } else { "" },
+        micros.unsigned_abs() / 1_000_000,
+        micros.unsigned_abs() % 1_000_000
+    )
+}
+
+/// Run an operator command against the ledger; returns what to print.
+///
+/// # Errors
+/// Ledger errors and bad arguments; `ledger check` fails when an invariant is broken.
+pub fn run_operator(command: Command) -> anyhow::Result<String> {
+    use crate::ledger::Ledger;
+    use std::fmt::Write as _;
+    let open = |db: &std::path::Path| {
+        Ledger::open(db).map_err(|e| anyhow::anyhow!("failed to open `{}`: {e}", db.display()))
+    };
+    let mut out = String::new();
+    match command {
+        Command::Accounts {
+            command:
+                AccountsCommand::Create {
+                    email,
+                    starter_balance_usd,
+                },
+            db,
+        } => {
+            let a = open(&db)?.create_account(&email, usd_to_micros(&starter_balance_usd)?)?;
+            writeln!(
+                out,
+                "account {} <{}> balance {}",
+                a.id,
+                a.email,
+                usd(a.balance_micros)
+            )?;
+        }
+        Command::Accounts {
+            command: AccountsCommand::Show { account },
+            db,
+        } => {
+            let l = open(&db)?;
+            let a = l.find_account(&account)?;
+            writeln!(
+                out,
+                "account {} <{}>\nbalance {} ({} micros)\nreserved {} ({} micros)\navailable {}",
+                a.id,
+                a.email,
+                usd(a.balance_micros),
+                a.balance_micros,
+                usd(a.reserved_micros),
+                a.reserved_micros,
+                usd(a.available_micros())
+            )?;
+            for u in l.recent_usage(a.id, 10)? {
+                writeln!(
+                    out,
+                    "  {} {} prompt {} completion {} cost {} micros {:?}",
+                    u.request_id,
+                    u.model,
+                    u.prompt_tokens,
+                    u.completion_tokens,
+                    u.cost_micros,
+                    u.status
+                )?;
+            }
+        }
+        Command::Keys {
+            command: KeysCommand::Create { account, name },
+            db,
+        } => {
+            let l = open(&db)?;
+            let a = l.find_account(&account)?;
+            let (key, rec) = crate::auth::create_key(&l, a.id, &name)?;
+            writeln!(out, "{key}")?;
+            eprintln!(
+                "key {} ({}) for account {}: shown once, store it now",
+                rec.id, rec.prefix, a.id
+            );
+        }
+        Command::Keys {
+            command: KeysCommand::List { account },
+            db,
+        } => {
+            let l = open(&db)?;
+            let a = l.find_account(&account)?;
+            for k in l.keys(a.id)? {
+                writeln!(
+                    out,
+                    "{:>5} {}… {:<20} created {} last used {} {:?}",
+                    k.id,
+                    k.prefix,
+                    k.name,
+                    k.created_at,
+                    k.last_used_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
+                    k.state
+                )?;
+            }
+        }
+        Command::Keys {
+            command: KeysCommand::Revoke { id },
+            db,
+        } => {
+            let k = open(&db)?.revoke_key(id)?;
+            writeln!(out, "revoked key {} ({}…)", k.id, k.prefix)?;
+        }
+        Command::Credit {
+            account,
+            usd: amount,
+            note,
+            adjustment,
+            db,
+        } => {
+            let l = open(&db)?;
+            let a = l.find_account(&account)?;
+            let a = l.credit(
+                a.id,
+                if adjustment { "adjustment" } else { "topup" },
+                usd_to_micros(&amount)?,
+                &note,
+            )?;
+            writeln!(out, "account {} balance {}", a.id, usd(a.balance_micros))?;
+        }
+        Command::Codes {
+            command: CodesCommand::Create { usd: amount, count },
+            db,
+        } => {
+            let l = open(&db)?;
+            let micros = usd_to_micros(&amount)?;
+            for _ in 0..count {
+                let code = format!("TG-{}", &crate::auth::generate_key()[7..31].to_uppercase());
+                l.insert_code(&code, micros)?;
+                writeln!(out, "{code}")?;
+            }
+        }
+        Command::Ledger {
+            command: LedgerCommand::Check,
+            db,
+        } => {
+            let violations = open(&db)?.check()?;
+            if !violations.is_empty() {
+                for v in &violations {
+                    writeln!(out, "VIOLATION {}: {}", v.invariant, v.detail)?;
+                }
+                anyhow::bail!(
+                    "{out}ledger check failed: {} violation(s)",
+                    violations.len()
+                );
+            }
+            writeln!(out, "ledger check: ok")?;
+        }
+        Command::Serve(_) | Command::Models { .. } => anyhow::bail!("not an operator command"),
+    }
+    Ok(out)
 }

@@ -29,5 +29,9 @@ fn main() -> anyhow::Result<()> {
                 tracing::info!("listening on http://{addr}")
             }))
         }
+        other => {
+            print!("{}", tollgate::cli::run_operator(other)?);
+            Ok(())
+        }
     }
 }

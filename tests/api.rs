@@ -4,47 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use common::*;
 use serde_json::{json, Value};
-use tollgate::api::AppState;
-use tollgate::catalog::Catalog;
-use tollgate::engine::fake::{FakeEngine, FakeFault, FAKE_REPLY};
-
-fn entry(id: &str, ctx: usize, modalities: &str, commercial: bool) -> String {
-    format!(
-        "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"Test Maker\"\nfamily = \"llama\"\nparameters = \"1M\"\n\
-         context_length = {ctx}\nquantization = \"Q8_0\"\nlicense = \"MIT\"\nlicense_url = \"https://example.invalid\"\n\
-         commercial_use = {commercial}\ninput_modalities = [{modalities}]\ncreated = 1700000000\n\
-         pricing = {{ input = \"0.5\", output = \"1.5\" }}\nsources = [{{ path = \"{id}.gguf\" }}]\n\n"
-    )
-}
-
-fn fake_server() -> (TestServer, Arc<FakeEngine>) {
-    let text = [
-        entry("fake-model", 64, "\"text\"", true),
-        entry("fake-vision", 64, "\"text\", \"image\"", true),
-        entry("fake-nc", 64, "\"text\"", false),
-        entry("fake-unloaded", 64, "\"text\"", true),
-    ]
-    .concat();
-    let catalog = Catalog::parse(&text).unwrap();
-    let fake = Arc::new(FakeEngine::new(
-        vec![
-            ("fake-model".into(), 64),
-            ("fake-vision".into(), 64),
-            ("fake-nc".into(), 64),
-        ],
-        Duration::from_millis(5),
-    ));
-    let server = serve(AppState {
-        engine: fake.clone(),
-        catalog: Arc::new(catalog),
-    });
-    (server, fake)
-}
+use tollgate::engine::fake::{FakeFault, FAKE_REPLY};
 
 fn body(extra: &str) -> String {
     chat_body("fake-model", None, "hello there", extra)
@@ -59,7 +21,7 @@ async fn expect_error(
     code: &str,
     param: Value,
 ) -> Value {
-    let (st, h, v) = post(&s.url("/v1/chat/completions"), body, headers).await;
+    let (st, h, v) = s.post("/v1/chat/completions", body, headers).await;
     assert_eq!(st, status, "{v}");
     assert!(h["x-request-id"].to_str().unwrap().starts_with("req_"));
     assert_eq!(v["error"]["type"], kind, "{v}");
@@ -74,7 +36,7 @@ async fn expect_error(
 #[tokio::test]
 async fn non_stream_completion_has_the_contract_fields() {
     let (s, _) = fake_server();
-    let (st, h, v) = post(&s.url("/v1/chat/completions"), &body(""), &[]).await;
+    let (st, h, v) = s.post("/v1/chat/completions", &body(""), &[]).await;
     assert_eq!(st, 200);
     assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(v["object"], "chat.completion");
@@ -99,7 +61,9 @@ async fn non_stream_completion_has_the_contract_fields() {
 #[tokio::test]
 async fn stream_framing_follows_openai_with_and_without_usage() {
     let (s, _) = fake_server();
-    let chunks = stream(&s.url("/v1/chat/completions"), &body(r#""stream":true"#)).await;
+    let chunks = s
+        .stream("/v1/chat/completions", &body(r#""stream":true"#))
+        .await;
     assert_eq!(
         chunks[0]["choices"][0]["delta"],
         json!({"role": "assistant", "content": ""})
@@ -120,11 +84,12 @@ async fn stream_framing_follows_openai_with_and_without_usage() {
         assert_eq!(c["id"], chunks[0]["id"]);
     }
 
-    let chunks = stream(
-        &s.url("/v1/chat/completions"),
-        &body(r#""stream":true,"stream_options":{"include_usage":true}"#),
-    )
-    .await;
+    let chunks = s
+        .stream(
+            "/v1/chat/completions",
+            &body(r#""stream":true,"stream_options":{"include_usage":true}"#),
+        )
+        .await;
     let usage = &chunks[chunks.len() - 2];
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"]["completion_tokens"], 9);
@@ -140,20 +105,18 @@ async fn stream_framing_follows_openai_with_and_without_usage() {
 #[tokio::test]
 async fn stop_and_max_tokens_end_generation() {
     let (s, _) = fake_server();
-    let (_, _, v) = post(
-        &s.url("/v1/chat/completions"),
-        &body(r#""stop":[" fake"]"#),
-        &[],
-    )
-    .await;
+    let (_, _, v) = s
+        .post("/v1/chat/completions", &body(r#""stop":[" fake"]"#), &[])
+        .await;
     assert_eq!(v["choices"][0]["message"]["content"], "This is a");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let (_, _, v) = post(
-        &s.url("/v1/chat/completions"),
-        &body(r#""max_tokens":3,"max_completion_tokens":2"#),
-        &[],
-    )
-    .await;
+    let (_, _, v) = s
+        .post(
+            "/v1/chat/completions",
+            &body(r#""max_tokens":3,"max_completion_tokens":2"#),
+            &[],
+        )
+        .await;
     assert_eq!(v["choices"][0]["message"]["content"], "This is");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 2);
@@ -215,7 +178,7 @@ async fn request_errors_use_the_envelope() {
         &[],
         403,
         "permission_error",
-        "model_not_licensed",
+        "model_license_forbids_commercial_use",
         json!("model"),
     )
     .await;
@@ -240,12 +203,13 @@ async fn request_errors_use_the_envelope() {
         json!("messages[0].content[1]"),
     )
     .await;
-    let (st, _, _) = post(
-        &s.url("/v1/chat/completions"),
-        &image.replace("fake-model", "fake-vision"),
-        &[],
-    )
-    .await;
+    let (st, _, _) = s
+        .post(
+            "/v1/chat/completions",
+            &image.replace("fake-model", "fake-vision"),
+            &[],
+        )
+        .await;
     assert_eq!(st, 200, "a model that reads images accepts them");
     expect_error(
         &s,
@@ -312,21 +276,23 @@ async fn engine_faults_become_500_and_502_and_the_server_keeps_serving() {
         .as_str()
         .unwrap()
         .starts_with("req_"));
-    let chunks = stream(&s.url("/v1/chat/completions"), &body(r#""stream":true"#)).await;
+    let chunks = s
+        .stream("/v1/chat/completions", &body(r#""stream":true"#))
+        .await;
     assert_eq!(
         chunks.last().unwrap()["error"]["code"],
         "engine_error",
         "mid-stream failure is an error event"
     );
     fake.set_fault(FakeFault::Overloaded);
-    let (st, h, v) = post(&s.url("/v1/chat/completions"), &body(""), &[]).await;
+    let (st, h, v) = s.post("/v1/chat/completions", &body(""), &[]).await;
     assert_eq!(
         (st, v["error"]["type"].as_str(), v["error"]["code"].as_str()),
         (429, Some("rate_limit_error"), Some("engine_overloaded"))
     );
     assert_eq!(h["retry-after"], "1");
     fake.set_fault(FakeFault::None);
-    let (st, _, _) = post(&s.url("/v1/chat/completions"), &body(""), &[]).await;
+    let (st, _, _) = s.post("/v1/chat/completions", &body(""), &[]).await;
     assert_eq!(st, 200);
 }
 

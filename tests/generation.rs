@@ -19,7 +19,7 @@ fn shared() -> &'static TestServer {
 }
 
 async fn chat(s: &TestServer, body: &str) -> Value {
-    let (st, _, v) = post(&s.url("/v1/chat/completions"), body, &[]).await;
+    let (st, _, v) = s.post("/v1/chat/completions", body, &[]).await;
     assert_eq!(st, 200, "{v}");
     v
 }
@@ -63,14 +63,15 @@ async fn stream_deltas_concatenate_to_the_non_stream_text_for_the_same_seed() {
         extra,
     );
     let plain = chat(s, &body).await;
-    let streamed = stream(
-        &s.url("/v1/chat/completions"),
-        &body.replace(
-            "\"seed\"",
-            "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\"",
-        ),
-    )
-    .await;
+    let streamed = s
+        .stream(
+            "/v1/chat/completions",
+            &body.replace(
+                "\"seed\"",
+                "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\"",
+            ),
+        )
+        .await;
     assert_eq!(stream_text(&streamed), content(&plain));
     assert_eq!(streamed[streamed.len() - 2]["usage"], plain["usage"]);
     let again = chat(s, &body).await;
@@ -116,11 +117,12 @@ async fn stop_strings_end_generation_and_are_never_emitted() {
         "{v}"
     );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let chunks = stream(
-        &s.url("/v1/chat/completions"),
-        &base.replace("\"stop\"", "\"stream\":true,\"stop\""),
-    )
-    .await;
+    let chunks = s
+        .stream(
+            "/v1/chat/completions",
+            &base.replace("\"stop\"", "\"stream\":true,\"stop\""),
+        )
+        .await;
     assert_eq!(stream_text(&chunks), content(&v));
 }
 
@@ -142,12 +144,13 @@ async fn max_tokens_gives_length_and_exact_counts() {
 
 #[tokio::test]
 async fn context_length_is_enforced_with_the_real_tokenizer() {
-    let (st, _, v) = post(
-        &shared().url("/v1/chat/completions"),
-        &chat_body(SMOL, None, "hi", r#""max_tokens":8190"#),
-        &[],
-    )
-    .await;
+    let (st, _, v) = shared()
+        .post(
+            "/v1/chat/completions",
+            &chat_body(SMOL, None, "hi", r#""max_tokens":8190"#),
+            &[],
+        )
+        .await;
     assert_eq!(
         (
             st,
@@ -168,9 +171,12 @@ async fn disconnecting_client_cancels_and_frees_the_sequence() {
         "Count from 1 to 1000, separated by commas.",
         r#""temperature":0,"max_tokens":2000,"stream":true"#,
     );
-    let mut resp = open_stream(&s.url("/v1/chat/completions"), &body).await;
-    let got = read_some(&mut resp, 4).await;
-    assert!(got.matches("data: ").count() >= 4);
+    let before = s.ledger.account(s.account).unwrap().balance_micros;
+    let mut resp = s.open_stream("/v1/chat/completions", &body).await;
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    // The role chunk plus 5 content chunks.
+    let got = read_some(&mut resp, 6).await;
+    assert!(got.matches("data: ").count() >= 6);
     assert_eq!(
         s.engine.stats()[0].running,
         1,
@@ -185,6 +191,26 @@ async fn disconnecting_client_cancels_and_frees_the_sequence() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Billed exactly for the prompt and the tokens produced before the cancel.
+    let u = loop {
+        if let Some(u) = s.ledger.usage(&rid).unwrap() {
+            break u;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no usage record");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(u.status, tollgate::ledger::UsageStatus::Cancelled);
+    assert!(
+        u.completion_tokens >= 5 && u.completion_tokens < 2000,
+        "{u:?}"
+    );
+    let want = (u.prompt_tokens * 20_000 + u.completion_tokens * 40_000 + 999_999) / 1_000_000;
+    assert_eq!(u.cost_micros, want);
+    assert_eq!(
+        s.ledger.account(s.account).unwrap().balance_micros,
+        before - want
+    );
+    assert!(s.ledger.check().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -234,8 +260,8 @@ async fn a_full_queue_answers_429_with_retry_after() {
         "Tell me a story.",
         r#""temperature":0,"max_tokens":48"#,
     );
-    let url = s.url("/v1/chat/completions");
-    let results = futures::future::join_all((0..5).map(|_| post(&url, &body, &[]))).await;
+    let results =
+        futures::future::join_all((0..5).map(|_| s.post("/v1/chat/completions", &body, &[]))).await;
     let limited: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
     assert!(
         !limited.is_empty(),

@@ -1,28 +1,34 @@
-//! `POST /v1/chat/completions`, streamed (SSE, OpenAI chunk format) and not.
+//! `POST /v1/chat/completions`, metered, streamed (SSE, OpenAI chunk format) and not.
 //!
-//! Lifecycle: parse (request.rs) -> model lookup (404/403/502) -> image check (400) ->
-//! template + tokenize on the blocking pool -> context check (400) -> submit (429 when the
-//! queue is full) -> collect or stream. The engine's `Outcome` gives exact token counts.
+//! Order: request id -> auth (401) -> rate limit (429) -> parse and validate (400/422) ->
+//! model (404/502) -> template + tokenize -> licence (403) -> context (400) -> idempotency claim
+//! (409/422/replay) -> reserve (402) -> generate -> settle. Settlement runs in a detached task
+//! fed by the engine's `Outcome`, so it happens even when the client goes away.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
 use futures::stream::{self, Stream};
 use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
 
+use super::access;
 use super::error::ApiError;
 use super::request::{self, ChatRequest};
 use super::{AppState, RequestId};
-use crate::billing;
-use crate::engine::{
-    EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent, Outcome, Prompt,
-};
+use crate::auth::ApiKeyPrincipal;
+use crate::billing::{self, Ending, Metered};
+use crate::engine::{EngineError, FinishReason, GenerateRequest, GenerationEvent, Outcome, Prompt};
+use crate::ledger::{Claim, LedgerError};
+
+const ROUTE: &str = "/v1/chat/completions";
 
 /// Identity of one completion, shared by all its chunks.
 struct Meta {
@@ -30,20 +36,21 @@ struct Meta {
     created: u64,
     model: String,
     request_id: String,
-    pricing: crate::catalog::Pricing,
+}
+
+/// The settled result of a generation.
+struct Settled {
+    outcome: Outcome,
+    cost_micros: i64,
 }
 
 impl Meta {
-    fn usage(&self, o: &Outcome) -> (Value, Value) {
-        let cost = billing::cost_micros(
-            &self.pricing,
-            o.prompt_tokens as u64,
-            o.completion_tokens as u64,
-        );
+    fn usage(&self, s: &Settled) -> (Value, Value) {
+        let o = &s.outcome;
         (
             json!({"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
                    "total_tokens": o.prompt_tokens + o.completion_tokens}),
-            json!({"cost_micros": cost, "cost_usd": billing::micros_to_usd(cost), "request_id": self.request_id}),
+            json!({"cost_micros": s.cost_micros, "cost_usd": billing::micros_to_usd(s.cost_micros), "request_id": self.request_id}),
         )
     }
 
@@ -65,13 +72,107 @@ fn finish_str(f: &FinishReason) -> &'static str {
     }
 }
 
-/// The handler. The body is read as bytes so every rejection uses our envelope.
+/// The handler: authentication and rate limiting, then `handle`; every authenticated response
+/// carries the `x-ratelimit-*` headers.
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let principal = match access::authenticate(&state, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let rate = match state.limits.check(principal.key_id) {
+        Ok(info) => info,
+        Err((info, e)) => {
+            let mut r = e.into_response();
+            info.apply(r.headers_mut());
+            return r;
+        }
+    };
+    let mut resp = handle(state, rid, principal, headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    rate.apply(resp.headers_mut());
+    resp
+}
+
+/// `Idempotency-Key`: 1-255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || ApiError::BadRequest {
+        param: Some("Idempotency-Key".into()),
+        code: "invalid_idempotency_key",
+        message: "The Idempotency-Key header must be 1 to 255 visible ASCII characters.".into(),
+    };
+    let s = v.to_str().map_err(|_| bad())?;
+    if s.is_empty() || s.len() > 255 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    Ok(Some(s.to_owned()))
+}
+
+/// SHA-256 of the canonical JSON body (object keys sorted, no whitespace).
+fn fingerprint(body: &[u8]) -> Vec<u8> {
+    let canonical = serde_json::from_slice::<Value>(body)
+        .map_or_else(|_| body.to_vec(), |v| v.to_string().into_bytes());
+    use sha2::Digest;
+    sha2::Sha256::digest(&canonical).to_vec()
+}
+
+fn ledger_err(e: LedgerError) -> ApiError {
+    match e {
+        LedgerError::InsufficientBalance {
+            required,
+            available,
+        } => ApiError::InsufficientBalance {
+            required,
+            available,
+        },
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+/// Forgets an idempotency claim unless disarmed (the request was not executed).
+struct ClaimGuard {
+    state: AppState,
+    account: i64,
+    key: Option<String>,
+}
+
+impl ClaimGuard {
+    fn disarm(&mut self) -> Option<String> {
+        self.key.take()
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let (ledger, account) = (self.state.ledger.clone(), self.account);
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                h.spawn(async move {
+                    ledger
+                        .run(move |l| l.abandon_idempotency(account, ROUTE, &key))
+                        .await
+                });
+            }
+        }
+    }
+}
+
+async fn handle(
+    state: AppState,
+    rid: RequestId,
+    principal: ApiKeyPrincipal,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     let body = body.map_err(|_| ApiError::TooLarge)?;
     if let Some(ct) = headers.get(axum::http::header::CONTENT_TYPE) {
         if !ct
@@ -89,7 +190,8 @@ pub async fn chat_completions(
         }
     }
     let req = request::parse(&body)?;
-    if req.stream && headers.contains_key("idempotency-key") {
+    let idem = idempotency_key(&headers)?;
+    if req.stream && idem.is_some() {
         return Err(ApiError::BadRequest {
             param: Some("stream".into()),
             code: "idempotency_key_with_stream",
@@ -101,9 +203,6 @@ pub async fn chat_completions(
         .get(&req.model)
         .ok_or_else(|| ApiError::ModelNotFound(req.model.clone()))?
         .clone();
-    if !entry.commercial_use {
-        return Err(ApiError::NotLicensed(req.model.clone()));
-    }
     if req.n != 1 {
         return Err(ApiError::BadRequest {
             param: Some("n".into()),
@@ -118,9 +217,112 @@ pub async fn chat_completions(
             message: format!("The model `{}` does not read images.", req.model),
         });
     }
+    let prompt = prepare(&state, &req).await?;
+    if !entry.commercial_use {
+        return Err(ApiError::NotLicensed(req.model.clone()));
+    }
+    let max_new = context_check(&prompt, req.max_tokens)?;
+    let account = principal.account_id;
+    let mut guard = ClaimGuard {
+        state: state.clone(),
+        account,
+        key: None,
+    };
+    if let Some(key) = idem.clone() {
+        let (fp, rid_s) = (fingerprint(&body), rid.0.clone());
+        match state
+            .ledger
+            .run(move |l| l.claim_idempotency(account, ROUTE, &key, &fp, &rid_s))
+            .await
+            .map_err(ledger_err)?
+        {
+            Claim::New => guard.key = idem.clone(),
+            Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
+            Claim::InFlight { age_s } => {
+                let estimate = u64::try_from(max_new / 50)
+                    .unwrap_or(120)
+                    .saturating_sub(u64::try_from(age_s).unwrap_or(0));
+                return Err(ApiError::IdempotencyInFlight {
+                    retry_after_s: estimate.clamp(1, 120),
+                });
+            }
+            Claim::Replay(rec) => return Ok(replay(rec.status, rec.body)),
+        }
+    }
+    let metered = Metered {
+        request_id: rid.0.clone(),
+        account_id: account,
+        key_id: Some(principal.key_id),
+        model: req.model.clone(),
+        pricing: entry.pricing,
+        started,
+    };
+    let hold = billing::hold_micros(&entry.pricing, prompt.token_ids.len(), max_new);
+    let rid_s = rid.0.clone();
+    state
+        .ledger
+        .run(move |l| l.reserve(&rid_s, account, hold))
+        .await
+        .map_err(ledger_err)?;
+    let prompt_tokens = prompt.token_ids.len();
+    let gen_req = GenerateRequest {
+        request_id: rid.0.clone(),
+        prompt,
+        sampling: req.sampling.clone(),
+        max_new_tokens: max_new,
+        stop: req.stop.clone(),
+    };
+    let generation = match state.engine.submit(gen_req) {
+        Ok(g) => g,
+        Err(e) => {
+            let m = metered.clone();
+            let _ = state
+                .ledger
+                .run(move |l| billing::close(l, &m, prompt_tokens, 0, Ending::Failed))
+                .await;
+            return Err(match e {
+                EngineError::Overloaded => ApiError::Overloaded(req.model.clone()),
+                other => ApiError::EngineFailed(other.to_string()),
+            });
+        }
+    };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let meta = Meta {
+        id: format!("chatcmpl-{}", super::random_id(24)),
+        created,
+        model: req.model.clone(),
+        request_id: rid.0.clone(),
+    };
+    let settled = spawn_settle(
+        state.ledger.clone(),
+        metered,
+        prompt_tokens,
+        generation.outcome,
+    );
+    if req.stream {
+        return Ok(stream_response(meta, &req, generation.events, settled).into_response());
+    }
+    let idem_key = guard.disarm();
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(complete(
+        state,
+        meta,
+        account,
+        idem_key,
+        generation.events,
+        settled,
+        tx,
+    ));
+    rx.await
+        .map_err(|_| ApiError::Internal("completion task ended without a result".into()))?
+}
+
+async fn prepare(state: &AppState, req: &ChatRequest) -> Result<Prompt, ApiError> {
     let engine = state.engine.clone();
     let (model, messages) = (req.model.clone(), req.messages.clone());
-    let prompt = tokio::task::spawn_blocking(move || engine.prepare(&model, &messages))
+    tokio::task::spawn_blocking(move || engine.prepare(&model, &messages))
         .await
         .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?
         .map_err(|e| match e {
@@ -135,36 +337,25 @@ pub async fn chat_completions(
                 ),
             },
             other => ApiError::Internal(other.to_string()),
-        })?;
-    let max_new = context_check(&prompt, req.max_tokens)?;
-    let gen_req = GenerateRequest {
-        request_id: rid.0.clone(),
-        prompt,
-        sampling: req.sampling.clone(),
-        max_new_tokens: max_new,
-        stop: req.stop.clone(),
-    };
-    let prompt_tokens = gen_req.prompt.token_ids.len();
-    let generation = state.engine.submit(gen_req).map_err(|e| match e {
-        EngineError::Overloaded => ApiError::Overloaded(req.model.clone()),
-        other => ApiError::EngineFailed(other.to_string()),
-    })?;
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let meta = Meta {
-        id: format!("chatcmpl-{}", super::random_id(24)),
-        created,
-        model: req.model.clone(),
-        request_id: rid.0.clone(),
-        pricing: entry.pricing,
-    };
-    tracing::debug!(request_id = %rid.0, model = %req.model, prompt_tokens, max_new, stream = req.stream, "generation submitted");
-    if req.stream {
-        Ok(stream_response(meta, req, generation).into_response())
-    } else {
-        complete(meta, generation).await
+        })
+}
+
+fn replay(status: u16, body: String) -> Response {
+    let request_id = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v["service"]["request_id"].as_str().map(str::to_owned));
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response();
+    r.headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    if let Some(v) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        r.headers_mut().insert("x-request-id", v);
     }
+    r
 }
 
 /// Tokens the request may generate: its limit, else the rest of the context.
@@ -188,32 +379,113 @@ fn context_check(
     }
 }
 
-async fn complete(meta: Meta, mut g: Generation) -> Result<Response, ApiError> {
-    let started = Instant::now();
+/// Wait for the engine's outcome, then settle (or release) the hold; runs even if the client
+/// is gone. An outcome that never arrives (engine thread panicked) is a failure: released.
+fn spawn_settle(
+    ledger: Arc<crate::ledger::Ledger>,
+    m: Metered,
+    prompt_tokens: usize,
+    outcome: oneshot::Receiver<Outcome>,
+) -> oneshot::Receiver<Result<Settled, ApiError>> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = outcome.await.unwrap_or(Outcome {
+            prompt_tokens,
+            completion_tokens: 0,
+            finish: FinishReason::Failed("engine dropped the request".into()),
+        });
+        let ending = match &outcome.finish {
+            FinishReason::Failed(_) => Ending::Failed,
+            FinishReason::Cancelled => Ending::Cancelled,
+            FinishReason::Stop | FinishReason::Length => Ending::Completed,
+        };
+        let (p, c) = (outcome.prompt_tokens, outcome.completion_tokens);
+        let m2 = m.clone();
+        let charged = ledger
+            .run(move |l| billing::close(l, &m2, p, c, ending))
+            .await;
+        let result = match (charged, &outcome.finish) {
+            (_, FinishReason::Failed(msg)) => Err(ApiError::EngineFailed(msg.clone())),
+            (Ok(cost_micros), _) => Ok(Settled {
+                outcome,
+                cost_micros,
+            }),
+            (Err(e), _) => Err(ApiError::Internal(format!("settle failed: {e}"))),
+        };
+        tracing::info!(request_id = %m.request_id, model = %m.model, prompt_tokens = p, completion_tokens = c,
+            ms = m.started.elapsed().as_millis() as u64, ending = ?ending, "chat completion settled");
+        let _ = tx.send(result);
+    });
+    rx
+}
+
+/// Non-stream completion, detached from the handler: collects the text, waits for settlement,
+/// stores the idempotent outcome, and answers through `reply`. Without an Idempotency-Key a
+/// client that goes away cancels the generation; with one, generation finishes so that a retry
+/// can replay the result.
+async fn complete(
+    state: AppState,
+    meta: Meta,
+    account: i64,
+    idem_key: Option<String>,
+    mut events: mpsc::UnboundedReceiver<GenerationEvent>,
+    settled: oneshot::Receiver<Result<Settled, ApiError>>,
+    mut reply: oneshot::Sender<Result<Response, ApiError>>,
+) {
     let mut text = String::new();
-    while let Some(ev) = g.events.recv().await {
-        if let GenerationEvent::Delta(d) = ev {
-            text.push_str(&d);
+    loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(GenerationEvent::Delta(d)) => text.push_str(&d),
+                Some(GenerationEvent::Started) => {}
+                None => break,
+            },
+            () = reply.closed(), if idem_key.is_none() => break,
         }
     }
-    let outcome = g
-        .outcome
-        .await
-        .map_err(|_| ApiError::EngineFailed("engine dropped the request".into()))?;
-    if let FinishReason::Failed(msg) = &outcome.finish {
-        return Err(ApiError::EngineFailed(msg.clone()));
+    drop(events);
+    let result = match settled.await {
+        Ok(Ok(s)) => {
+            let (usage, service) = meta.usage(&s);
+            let body = json!({
+                "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
+                "system_fingerprint": null,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
+                             "logprobs": null, "finish_reason": finish_str(&s.outcome.finish)}],
+                "usage": usage, "service": service,
+            })
+            .to_string();
+            if let Some(key) = idem_key.clone() {
+                let b = body.clone();
+                if let Err(e) = state
+                    .ledger
+                    .run(move |l| l.complete_idempotency(account, ROUTE, &key, 200, &b))
+                    .await
+                {
+                    tracing::error!(request_id = %meta.request_id, "failed to store idempotent outcome: {e}");
+                }
+            }
+            Ok((
+                StatusCode::OK,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::Internal(
+            "settlement task ended without a result".into(),
+        )),
+    };
+    if result.is_err() {
+        if let Some(key) = idem_key {
+            let _ = state
+                .ledger
+                .run(move |l| l.abandon_idempotency(account, ROUTE, &key))
+                .await;
+        }
     }
-    let (usage, service) = meta.usage(&outcome);
-    tracing::info!(request_id = %meta.request_id, model = %meta.model, prompt_tokens = outcome.prompt_tokens,
-        completion_tokens = outcome.completion_tokens, ms = started.elapsed().as_millis() as u64, "chat completion");
-    Ok(Json(json!({
-        "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
-        "system_fingerprint": null,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
-                     "logprobs": null, "finish_reason": finish_str(&outcome.finish)}],
-        "usage": usage, "service": service,
-    }))
-    .into_response())
+    let _ = reply.send(result);
 }
 
 enum Phase {
@@ -224,7 +496,8 @@ enum Phase {
 
 struct StreamState {
     meta: Meta,
-    g: Generation,
+    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    settled: Option<oneshot::Receiver<Result<Settled, ApiError>>>,
     include_usage: bool,
     phase: Phase,
     queue: std::collections::VecDeque<Event>,
@@ -234,17 +507,20 @@ fn data(v: &Value) -> Event {
     Event::default().data(v.to_string())
 }
 
-/// SSE as OpenAI sends it: a role chunk, content chunks, a finish chunk, an optional usage
-/// chunk (`choices: []`), then `data: [DONE]`. Dropping the body (client gone) drops the
-/// engine receiver, which cancels the sequence before its next step.
+/// SSE as OpenAI sends it: a role chunk, content chunks, a finish chunk (with `service`), an
+/// optional usage chunk (`choices: []`, with `service`), then `data: [DONE]`. Dropping the body
+/// (client gone) drops the engine receiver, which cancels the sequence before its next step;
+/// the detached settlement still charges the tokens produced.
 fn stream_response(
     meta: Meta,
-    req: ChatRequest,
-    g: Generation,
+    req: &ChatRequest,
+    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    settled: oneshot::Receiver<Result<Settled, ApiError>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let st = StreamState {
         meta,
-        g,
+        events,
+        settled: Some(settled),
         include_usage: req.include_usage,
         phase: Phase::Role,
         queue: Default::default(),
@@ -265,7 +541,7 @@ fn stream_response(
                     );
                     st.queue.push_back(data(&c));
                 }
-                Phase::Events => match st.g.events.recv().await {
+                Phase::Events => match st.events.recv().await {
                     Some(GenerationEvent::Delta(d)) => {
                         let c = st.meta.chunk(json!({"content": d}), None, st.include_usage);
                         st.queue.push_back(data(&c));
@@ -287,35 +563,37 @@ fn stream_response(
 }
 
 async fn finish_stream(st: &mut StreamState) {
-    let outcome = match (&mut st.g.outcome).await {
-        Ok(o) => o,
-        Err(_) => Outcome {
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            finish: FinishReason::Failed("engine dropped the request".into()),
-        },
-    };
-    if let FinishReason::Failed(msg) = &outcome.finish {
-        let e = ApiError::EngineFailed(msg.clone());
-        tracing::error!(request_id = %st.meta.request_id, "stream failed: {msg}");
-        let mut body = e.body();
-        body["error"]["request_id"] = json!(st.meta.request_id);
-        st.queue.push_back(data(&body));
+    let Some(settled) = st.settled.take() else {
         return;
-    }
-    let c = st.meta.chunk(
+    };
+    let s = match settled.await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let mut body = e.body();
+            body["error"]["request_id"] = json!(st.meta.request_id);
+            st.queue.push_back(data(&body));
+            return;
+        }
+        Err(_) => {
+            let mut body =
+                ApiError::Internal("settlement task ended without a result".into()).body();
+            body["error"]["request_id"] = json!(st.meta.request_id);
+            st.queue.push_back(data(&body));
+            return;
+        }
+    };
+    let (usage, service) = st.meta.usage(&s);
+    let mut c = st.meta.chunk(
         json!({}),
-        Some(finish_str(&outcome.finish)),
+        Some(finish_str(&s.outcome.finish)),
         st.include_usage,
     );
+    c["service"] = service.clone();
     st.queue.push_back(data(&c));
     if st.include_usage {
-        let (usage, service) = st.meta.usage(&outcome);
         let m = &st.meta;
         st.queue.push_back(data(&json!({"id": m.id, "object": "chat.completion.chunk", "created": m.created,
             "model": m.model, "system_fingerprint": null, "choices": [], "usage": usage, "service": service})));
     }
-    tracing::info!(request_id = %st.meta.request_id, model = %st.meta.model, prompt_tokens = outcome.prompt_tokens,
-        completion_tokens = outcome.completion_tokens, "chat completion (stream)");
     st.queue.push_back(Event::default().data("[DONE]"));
 }

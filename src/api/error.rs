@@ -31,9 +31,24 @@ pub enum ApiError {
     /// 422 `invalid_request`: well-formed JSON that fails validation.
     #[error("The request body failed validation: {}", .0.iter().map(|e| format!("{}: {}", e.param, e.message)).collect::<Vec<_>>().join("; "))]
     Validation(Vec<FieldError>),
-    /// 403 `model_not_licensed`: the licence forbids commercial serving.
+    /// 401 `missing_api_key` / `invalid_api_key` / `revoked_api_key`, with `WWW-Authenticate`.
+    #[error("{message}")]
+    Unauthenticated { code: &'static str, message: String },
+    /// 402 `INSUFFICIENT_BALANCE`: the balance does not cover the request's hold.
+    #[error("Insufficient balance: this request needs up to ${:.6} but ${:.6} is available. Top up your balance or lower `max_tokens`.", *required as f64 / 1e6, *available as f64 / 1e6)]
+    InsufficientBalance { required: i64, available: i64 },
+    /// 403 `model_license_forbids_commercial_use`: the licence forbids commercial serving.
     #[error("The model `{0}` exists but its licence does not allow commercial serving.")]
     NotLicensed(String),
+    /// 409 `idempotency_key_in_flight` with `Retry-After` (seconds).
+    #[error("A request with this Idempotency-Key is still in progress; retry shortly.")]
+    IdempotencyInFlight { retry_after_s: u64 },
+    /// 422 `idempotency_key_reused`: the key was used with a different body.
+    #[error("This Idempotency-Key was already used with a different request body.")]
+    IdempotencyMismatch,
+    /// 429 `rate_limit_exceeded` with `Retry-After` and `retry-after-ms`.
+    #[error("Rate limit reached: {limit} requests per minute for this key. Retry after {retry_after_ms} ms.")]
+    RateLimited { limit: u32, retry_after_ms: u64 },
     /// 404 `model_not_found`.
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
@@ -62,82 +77,30 @@ pub enum ApiError {
 
 impl ApiError {
     /// (status, `type`, `code`, `param`) for each variant; exhaustive, no catch-all arm.
+    #[rustfmt::skip]
     pub fn parts(&self) -> (StatusCode, &'static str, &'static str, Option<String>) {
         use ApiError as E;
+        const INVALID: &str = "invalid_request_error";
+        let model = || Some("model".to_owned());
         match self {
-            E::InvalidJson(_) => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_json",
-                None,
-            ),
-            E::UnsupportedParameter(p) => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "unsupported_parameter",
-                Some(p.clone()),
-            ),
-            E::BadRequest { param, code, .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                code,
-                param.clone(),
-            ),
-            E::Validation(errs) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request_error",
-                "invalid_request",
-                errs.first().map(|e| e.param.clone()),
-            ),
-            E::NotLicensed(_) => (
-                StatusCode::FORBIDDEN,
-                "permission_error",
-                "model_not_licensed",
-                Some("model".into()),
-            ),
-            E::ModelNotFound(_) => (
-                StatusCode::NOT_FOUND,
-                "not_found_error",
-                "model_not_found",
-                Some("model".into()),
-            ),
-            E::UnknownRoute(_) => (
-                StatusCode::NOT_FOUND,
-                "not_found_error",
-                "unknown_route",
-                None,
-            ),
-            E::MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request_error",
-                "method_not_allowed",
-                None,
-            ),
-            E::TooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                "request_too_large",
-                None,
-            ),
-            E::Overloaded(_) => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "engine_overloaded",
-                None,
-            ),
-            E::ModelUnavailable(_) => (
-                StatusCode::BAD_GATEWAY,
-                "api_error",
-                "model_unavailable",
-                Some("model".into()),
-            ),
+            E::InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, "invalid_json", None),
+            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, INVALID, "unsupported_parameter", Some(p.clone())),
+            E::BadRequest { param, code, .. } => (StatusCode::BAD_REQUEST, INVALID, code, param.clone()),
+            E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_request", errs.first().map(|e| e.param.clone())),
+            E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", code, None),
+            E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "INSUFFICIENT_BALANCE", None),
+            E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", "model_license_forbids_commercial_use", model()),
+            E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "model_not_found", model()),
+            E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", "unknown_route", None),
+            E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, "method_not_allowed", None),
+            E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),
+            E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "idempotency_key_reused", Some("Idempotency-Key".into())),
+            E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
+            E::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
+            E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
+            E::ModelUnavailable(_) => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
             E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
-            E::Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "api_error",
-                "internal_error",
-                None,
-            ),
+            E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
         }
     }
 
@@ -146,8 +109,21 @@ impl ApiError {
         let (_, kind, code, param) = self.parts();
         let mut err =
             json!({"message": self.to_string(), "type": kind, "param": param, "code": code});
-        if let ApiError::Validation(errors) = self {
-            err["details"] = json!({ "errors": errors });
+        match self {
+            ApiError::Validation(errors) => err["details"] = json!({ "errors": errors }),
+            ApiError::IdempotencyMismatch => {
+                err["details"] = json!({ "errors": [{"param": "Idempotency-Key", "message": "was used with a different body"}] });
+            }
+            ApiError::InsufficientBalance {
+                required,
+                available,
+            } => {
+                err["details"] = json!({
+                    "required_micros": required, "required_usd": crate::billing::micros_to_usd(*required),
+                    "available_micros": available, "available_usd": crate::billing::micros_to_usd(*available),
+                });
+            }
+            _ => {}
         }
         json!({ "error": err })
     }
@@ -166,9 +142,28 @@ impl IntoResponse for ApiError {
             tracing::error!(status = status.as_u16(), "{self}: {detail}");
         }
         let mut resp = (status, axum::Json(self.body())).into_response();
-        if matches!(self, ApiError::Overloaded(_)) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let h = resp.headers_mut();
+        match &self {
+            ApiError::Overloaded(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::Unauthenticated { .. } => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::IdempotencyInFlight { retry_after_s } => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+            }
+            ApiError::RateLimited { retry_after_ms, .. } => {
+                h.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),
+                );
+                h.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
+            }
+            ApiError::InsufficientBalance { .. } => {
+                h.insert("x-should-retry", HeaderValue::from_static("false"));
+            }
+            _ => {}
         }
         resp
     }

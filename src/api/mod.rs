@@ -2,6 +2,7 @@
 //! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
 //! May use: `engine` (trait and types), `billing`, `catalog`. Only this module uses axum/tower.
 
+pub mod access;
 mod chat;
 pub mod error;
 mod models;
@@ -20,8 +21,10 @@ use rand::Rng;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
+use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::engine::SharedEngine;
+use crate::ledger::Ledger;
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -30,6 +33,12 @@ pub struct AppState {
     pub engine: SharedEngine,
     /// The catalogue: model records and list prices (`/v1/models` is the price list).
     pub catalog: Arc<Catalog>,
+    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
+    pub ledger: Arc<Ledger>,
+    /// Bearer-key authentication with its 60 s lookup cache.
+    pub auth: Arc<Authenticator>,
+    /// Per-key request rate limits.
+    pub limits: Arc<access::RateLimits>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
@@ -82,8 +91,11 @@ async fn request_id_layer(mut req: Request, next: Next) -> Response {
     } else {
         resp
     };
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert("x-request-id", v);
+    // An idempotent replay keeps the original request's id; everything else gets this one.
+    if !resp.headers().contains_key("x-request-id") {
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            resp.headers_mut().insert("x-request-id", v);
+        }
     }
     resp
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tollgate::api::AppState;
 use tollgate::catalog::Catalog;
+use tollgate::engine::fake::FakeEngine;
 use tollgate::engine::{CandleEngine, EngineConfig, SharedEngine};
+use tollgate::ledger::Ledger;
 
 pub const SMOL: &str = "smollm2-135m-instruct";
 pub const GEMMA: &str = "gemma3-270m";
@@ -22,21 +24,104 @@ pub fn catalog() -> Catalog {
     Catalog::load(&root().join("models.toml")).expect("models.toml parses")
 }
 
-/// A running server plus a handle to its engine (for scheduler counters).
+/// A running server, its engine and ledger, and one funded account with an API key.
 pub struct TestServer {
     pub addr: SocketAddr,
     pub engine: SharedEngine,
+    pub ledger: Arc<Ledger>,
+    pub state: AppState,
+    pub account: i64,
+    pub key: String,
+    _dir: Arc<tempfile::TempDir>,
 }
+
+/// Balance given to the test account: 1000 USD.
+pub const TEST_BALANCE_MICROS: i64 = 1_000_000_000;
 
 impl TestServer {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
+
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.key)
+    }
+
+    /// POST with this server's key (unless `headers` sets `authorization`).
+    pub async fn post(
+        &self,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let bearer = self.bearer();
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
+            all.push(("authorization", &bearer));
+        }
+        post(&self.url(path), body, &all).await
+    }
+
+    /// POST a streaming request with this server's key; every SSE `data:` payload.
+    pub async fn stream(&self, path: &str, body: &str) -> Vec<Value> {
+        let resp = self.open_stream(path, body).await;
+        assert_eq!(resp.status(), 200);
+        assert!(resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        parse_sse(&resp.text().await.unwrap())
+    }
+
+    pub async fn open_stream(&self, path: &str, body: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .header("authorization", self.bearer())
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A new account with `micros` and a key for it.
+    pub fn account_with(&self, email: &str, micros: i64) -> (i64, String) {
+        let a = self.ledger.create_account(email, micros).unwrap();
+        let (key, _) = tollgate::auth::create_key(&self.ledger, a.id, "test").unwrap();
+        (a.id, key)
+    }
 }
 
-/// Serve `state` on its own thread and runtime, alive for the rest of the test process.
-pub fn serve(state: AppState) -> TestServer {
-    let engine = state.engine.clone();
+/// Serve `engine` and `catalog` with a fresh ledger in a temp dir, on its own thread and
+/// runtime, alive for the rest of the test process.
+pub fn serve(engine: SharedEngine, catalog: Catalog) -> TestServer {
+    serve_with(engine, catalog, 10_000)
+}
+
+pub fn serve_with(engine: SharedEngine, catalog: Catalog, rpm: u32) -> TestServer {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let ledger = Arc::new(tollgate::app::open_ledger(&dir.path().join("ledger.db")).unwrap());
+    let a = ledger
+        .create_account("test@example.com", TEST_BALANCE_MICROS)
+        .unwrap();
+    let (key, _) = tollgate::auth::create_key(&ledger, a.id, "test").unwrap();
+    let state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);
+    let addr = spawn(state.clone());
+    TestServer {
+        addr,
+        engine,
+        ledger,
+        state,
+        account: a.id,
+        key,
+        _dir: dir,
+    }
+}
+
+fn spawn(state: AppState) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -50,10 +135,7 @@ pub fn serve(state: AppState) -> TestServer {
             std::future::pending::<()>().await;
         });
     });
-    TestServer {
-        addr: rx.recv().unwrap(),
-        engine,
-    }
+    rx.recv().unwrap()
 }
 
 /// Start a real candle engine with the given catalogue models and limits.
@@ -81,10 +163,7 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         limits_step_tokens: 256,
     })
     .expect("engine starts");
-    serve(AppState {
-        engine: Arc::new(engine),
-        catalog: Arc::new(catalog),
-    })
+    serve(Arc::new(engine), catalog)
 }
 
 pub fn weights_dir() -> PathBuf {
@@ -125,24 +204,6 @@ pub async fn get(url: &str) -> (u16, reqwest::header::HeaderMap, Value) {
     (status, headers, v)
 }
 
-/// POST a streaming request and collect every SSE `data:` payload (`[DONE]` kept as a string).
-pub async fn stream(url: &str, body: &str) -> Vec<Value> {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert!(resp.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/event-stream"));
-    let text = resp.text().await.unwrap();
-    parse_sse(&text)
-}
-
 /// Split an SSE transcript into its `data:` payloads; comments (`: ping`) are skipped.
 pub fn parse_sse(text: &str) -> Vec<Value> {
     text.split("\n\n")
@@ -169,17 +230,6 @@ pub fn stream_text(chunks: &[Value]) -> String {
         .collect()
 }
 
-/// Open a stream and read it chunk by chunk; returns the response for the caller to drop.
-pub async fn open_stream(url: &str, body: &str) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
-}
-
 pub async fn read_some(resp: &mut reqwest::Response, events: usize) -> String {
     let mut got = String::new();
     while got.matches("data: ").count() < events {
@@ -203,4 +253,35 @@ pub fn chat_body(model: &str, system: Option<&str>, user: &str, extra: &str) -> 
     } else {
         format!("{},{extra}}}", &base[..base.len() - 1])
     }
+}
+
+/// A catalogue entry for tests (prices 0.5 / 1.5 USD per 1M tokens).
+pub fn entry(id: &str, ctx: usize, modalities: &str, commercial: bool) -> String {
+    format!(
+        "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"Test Maker\"\nfamily = \"llama\"\nparameters = \"1M\"\n\
+         context_length = {ctx}\nquantization = \"Q8_0\"\nlicense = \"MIT\"\nlicense_url = \"https://example.invalid\"\n\
+         commercial_use = {commercial}\ninput_modalities = [{modalities}]\ncreated = 1700000000\n\
+         pricing = {{ input = \"0.5\", output = \"1.5\" }}\nsources = [{{ path = \"{id}.gguf\" }}]\n\n"
+    )
+}
+
+pub fn fake_server() -> (TestServer, Arc<FakeEngine>) {
+    let text = [
+        entry("fake-model", 64, "\"text\"", true),
+        entry("fake-vision", 64, "\"text\", \"image\"", true),
+        entry("fake-nc", 64, "\"text\"", false),
+        entry("fake-unloaded", 64, "\"text\"", true),
+    ]
+    .concat();
+    let catalog = Catalog::parse(&text).unwrap();
+    let fake = Arc::new(FakeEngine::new(
+        vec![
+            ("fake-model".into(), 64),
+            ("fake-vision".into(), 64),
+            ("fake-nc".into(), 64),
+        ],
+        std::time::Duration::from_millis(5),
+    ));
+    let server = serve(fake.clone(), catalog);
+    (server, fake)
 }

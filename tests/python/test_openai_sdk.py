@@ -3,11 +3,17 @@
 Started by scripts/test, which passes the server's base URL in TOLLGATE_BASE_URL.
 """
 import os
+import re
+import subprocess
+import uuid
 
 import openai
 import pytest
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
+API_KEY = os.environ["TOLLGATE_API_KEY"]
+POOR_KEY = os.environ["TOLLGATE_POOR_KEY"]
+LIMITED_KEY = os.environ["TOLLGATE_LIMITED_KEY"]
 MODEL = "smollm2-135m-instruct"
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -17,8 +23,15 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def client():
-    # No auth yet (the metering issue adds keys); the SDK still needs some key string.
-    return openai.OpenAI(base_url=BASE_URL, api_key="sk-svc-" + "0" * 48, max_retries=0)
+    return openai.OpenAI(base_url=BASE_URL, api_key=API_KEY, max_retries=0)
+
+
+def balance_micros(email):
+    out = subprocess.run(
+        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 def test_plain_completion(client):
@@ -85,3 +98,63 @@ def test_context_length_exceeded(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10_000)
     assert e.value.code == "context_length_exceeded"
+
+
+def test_bad_key_is_authentication_error():
+    bad = openai.OpenAI(base_url=BASE_URL, api_key="sk-svc-" + "0" * 48, max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as e:
+        bad.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert e.value.code == "invalid_api_key"
+    assert e.value.response.headers["www-authenticate"] == "Bearer"
+
+
+def test_insufficient_balance_is_402_and_not_retried():
+    poor = openai.OpenAI(base_url=BASE_URL, api_key=POOR_KEY, max_retries=0)
+    with pytest.raises(openai.APIStatusError) as first:
+        poor.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10)
+    assert first.value.status_code == 402
+    assert first.value.code == "INSUFFICIENT_BALANCE"
+    assert first.value.body["details"]["available_micros"] == 0
+    before = int(first.value.response.headers["x-ratelimit-remaining-requests"])
+    retrying = openai.OpenAI(base_url=BASE_URL, api_key=POOR_KEY, max_retries=3)
+    with pytest.raises(openai.APIStatusError) as second:
+        retrying.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10)
+    assert second.value.status_code == 402
+    # One server hit: the rate limiter counted exactly one more request.
+    assert int(second.value.response.headers["x-ratelimit-remaining-requests"]) == before - 1
+
+
+def test_rate_limit_429_is_retried_after_retry_after():
+    raw = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=0)
+    # Spend the key's whole quota with cheap invalid requests (rate limiting comes first).
+    for _ in range(200):
+        try:
+            raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
+        except openai.RateLimitError:
+            break
+        except openai.UnprocessableEntityError:
+            pass
+    else:
+        pytest.fail("quota never ran out")
+    with pytest.raises(openai.RateLimitError) as e:
+        raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
+    assert int(e.value.response.headers["retry-after"]) >= 1
+    retrying = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=2)
+    r = retrying.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=3)
+    assert r.http_response.status_code == 200
+    assert r.retries_taken >= 1
+
+
+def test_idempotent_retries_are_charged_once(client):
+    key = f"sdk-{uuid.uuid4()}"
+    before = balance_micros("sdk@example.com")
+    first = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, temperature=0, max_tokens=12, extra_headers={"Idempotency-Key": key})
+    second = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, temperature=0, max_tokens=12, extra_headers={"Idempotency-Key": key})
+    a, b = first.parse(), second.parse()
+    assert a.id == b.id
+    assert second.http_response.headers["idempotent-replayed"] == "true"
+    cost = a.model_extra["service"]["cost_micros"]
+    assert cost > 0
+    assert balance_micros("sdk@example.com") == before - cost

@@ -1,0 +1,277 @@
+//! Accounts, journal entries, credits and usage records.
+
+use r2d2_sqlite::rusqlite::{params, OptionalExtension, Transaction};
+
+use super::{now, AccountId, KeyId, Ledger, LedgerError};
+
+/// An account and its money, in micros.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub id: AccountId,
+    pub email: String,
+    pub created_at: i64,
+    /// Settled balance (sum of balance-moving entries).
+    pub balance_micros: i64,
+    /// Sum of open holds.
+    pub reserved_micros: i64,
+}
+
+impl Account {
+    /// What new requests may reserve: balance minus open holds.
+    pub fn available_micros(&self) -> i64 {
+        self.balance_micros - self.reserved_micros
+    }
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryRow {
+    pub id: i64,
+    pub kind: String,
+    pub amount_micros: i64,
+    pub request_id: Option<String>,
+    pub note: Option<String>,
+    pub created_at: i64,
+}
+
+/// How a metered request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageStatus {
+    Ok,
+    Cancelled,
+    Failed,
+}
+
+impl UsageStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A usage record, written when a hold closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRecord {
+    pub request_id: String,
+    pub account_id: AccountId,
+    pub key_id: Option<KeyId>,
+    pub model: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_micros: i64,
+    pub status: UsageStatus,
+    pub latency_ms: i64,
+}
+
+pub(super) fn insert_entry(
+    tx: &Transaction<'_>,
+    account: AccountId,
+    kind: &str,
+    amount: i64,
+    request_id: Option<&str>,
+    note: Option<&str>,
+) -> Result<(), LedgerError> {
+    tx.execute(
+        "INSERT INTO entries (account_id, kind, amount_micros, request_id, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![account, kind, amount, request_id, note, now()],
+    )?;
+    Ok(())
+}
+
+/// Move the cached balance by `delta`; the CHECK constraint refuses a negative balance.
+pub(super) fn add_balance(
+    tx: &Transaction<'_>,
+    account: AccountId,
+    delta: i64,
+) -> Result<(), LedgerError> {
+    let n = tx.execute(
+        "UPDATE accounts SET balance_micros = balance_micros + ?1 WHERE id = ?2",
+        params![delta, account],
+    )?;
+    if n == 0 {
+        return Err(LedgerError::NoSuchAccount(account.to_string()));
+    }
+    Ok(())
+}
+
+pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), LedgerError> {
+    tx.execute(
+        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![u.request_id, u.account_id, u.key_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros,
+                u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now()],
+    )?;
+    Ok(())
+}
+
+fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<Account> {
+    Ok(Account {
+        id: r.get(0)?,
+        email: r.get(1)?,
+        created_at: r.get(2)?,
+        balance_micros: r.get(3)?,
+        reserved_micros: r.get(4)?,
+    })
+}
+
+const ACCOUNT_SELECT: &str = "SELECT a.id, a.email, a.created_at, a.balance_micros,
+    COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
+    FROM accounts a";
+
+impl Ledger {
+    /// Create an account with `starter_micros` granted as its first entry.
+    ///
+    /// # Errors
+    /// `EmailTaken`, `BadAmount` (negative starter), database errors.
+    pub fn create_account(&self, email: &str, starter_micros: i64) -> Result<Account, LedgerError> {
+        if starter_micros < 0 {
+            return Err(LedgerError::BadAmount);
+        }
+        let id = self.write(|tx| {
+            let exists: Option<i64> = tx
+                .query_row("SELECT id FROM accounts WHERE email = ?1", [email], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            if exists.is_some() {
+                return Err(LedgerError::EmailTaken(email.to_owned()));
+            }
+            tx.execute(
+                "INSERT INTO accounts (email, created_at, balance_micros) VALUES (?1, ?2, 0)",
+                params![email, now()],
+            )?;
+            let id = tx.last_insert_rowid();
+            if starter_micros > 0 {
+                insert_entry(
+                    tx,
+                    id,
+                    "grant",
+                    starter_micros,
+                    None,
+                    Some("starter balance"),
+                )?;
+                add_balance(tx, id, starter_micros)?;
+            }
+            Ok(id)
+        })?;
+        self.account(id)
+    }
+
+    /// # Errors
+    /// `NoSuchAccount`, database errors.
+    pub fn account(&self, id: AccountId) -> Result<Account, LedgerError> {
+        self.read(|c| {
+            c.query_row(
+                &format!("{ACCOUNT_SELECT} WHERE a.id = ?1"),
+                [id],
+                row_to_account,
+            )
+            .optional()?
+            .ok_or_else(|| LedgerError::NoSuchAccount(id.to_string()))
+        })
+    }
+
+    /// Find an account by id (digits) or e-mail.
+    ///
+    /// # Errors
+    /// `NoSuchAccount`, database errors.
+    pub fn find_account(&self, id_or_email: &str) -> Result<Account, LedgerError> {
+        if let Ok(id) = id_or_email.parse::<i64>() {
+            return self.account(id);
+        }
+        self.read(|c| {
+            c.query_row(
+                &format!("{ACCOUNT_SELECT} WHERE a.email = ?1"),
+                [id_or_email],
+                row_to_account,
+            )
+            .optional()?
+            .ok_or_else(|| LedgerError::NoSuchAccount(id_or_email.to_owned()))
+        })
+    }
+
+    /// Add money: `kind` is `grant`, `topup` or `adjustment` (the latter may be negative but
+    /// never takes the balance below zero).
+    ///
+    /// # Errors
+    /// `BadAmount`, `NoSuchAccount`, database errors (a negative result violates a CHECK).
+    pub fn credit(
+        &self,
+        account: AccountId,
+        kind: &str,
+        amount_micros: i64,
+        note: &str,
+    ) -> Result<Account, LedgerError> {
+        if !matches!(kind, "grant" | "topup" | "adjustment")
+            || (kind != "adjustment" && amount_micros <= 0)
+        {
+            return Err(LedgerError::BadAmount);
+        }
+        self.write(|tx| {
+            add_balance(tx, account, amount_micros)?;
+            insert_entry(tx, account, kind, amount_micros, None, Some(note))
+        })?;
+        self.account(account)
+    }
+
+    /// The newest `limit` journal entries of an account.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn entries(&self, account: AccountId, limit: usize) -> Result<Vec<EntryRow>, LedgerError> {
+        self.read(|c| {
+            let mut st = c.prepare(
+                "SELECT id, kind, amount_micros, request_id, note, created_at FROM entries WHERE account_id = ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            let rows = st.query_map(params![account, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok(EntryRow { id: r.get(0)?, kind: r.get(1)?, amount_micros: r.get(2)?, request_id: r.get(3)?, note: r.get(4)?, created_at: r.get(5)? })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// The usage record of a request, if any.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn usage(&self, request_id: &str) -> Result<Option<UsageRecord>, LedgerError> {
+        self.read(|c| {
+            Ok(c.query_row(
+                "SELECT request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms FROM usage WHERE request_id = ?1",
+                [request_id],
+                |r| {
+                    let status: String = r.get(7)?;
+                    Ok(UsageRecord {
+                        request_id: r.get(0)?, account_id: r.get(1)?, key_id: r.get(2)?, model: r.get(3)?,
+                        prompt_tokens: r.get(4)?, completion_tokens: r.get(5)?, cost_micros: r.get(6)?,
+                        status: match status.as_str() { "ok" => UsageStatus::Ok, "cancelled" => UsageStatus::Cancelled, _ => UsageStatus::Failed },
+                        latency_ms: r.get(8)?,
+                    })
+                },
+            )
+            .optional()?)
+        })
+    }
+
+    /// The newest usage records of an account.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn recent_usage(
+        &self,
+        account: AccountId,
+        limit: usize,
+    ) -> Result<Vec<UsageRecord>, LedgerError> {
+        let ids: Vec<String> = self.read(|c| {
+            let mut st = c.prepare("SELECT request_id FROM usage WHERE account_id = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2")?;
+            let rows = st.query_map(params![account, i64::try_from(limit).unwrap_or(i64::MAX)], |r| r.get(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        ids.iter()
+            .filter_map(|id| self.usage(id).transpose())
+            .collect()
+    }
+}

@@ -1,0 +1,54 @@
+//! `tollgate ledger check`: verifies the ledger's invariants and names the offending rows.
+//!
+//! Invariants: (1) no negative balance; (2) each balance equals the sum of its balance-moving
+//! entries (grant, topup, redeem, adjustment, settle); (3) no hold outlives its request (no
+//! open hold: run it while the server is stopped or idle); (4) settled <= reserved for every
+//! hold; (5) for every closed hold, charged plus released equals reserved.
+
+use super::{Ledger, LedgerError};
+
+/// One broken invariant, with the row that breaks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+impl Ledger {
+    /// All violations (empty when the books are consistent).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn check(&self) -> Result<Vec<Violation>, LedgerError> {
+        self.read(|c| {
+            let mut out = Vec::new();
+            let mut q = |invariant: &'static str, sql: &str| -> Result<(), LedgerError> {
+                let mut st = c.prepare(sql)?;
+                let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+                for detail in rows {
+                    out.push(Violation { invariant, detail: detail? });
+                }
+                Ok(())
+            };
+            q("no negative balance", "SELECT 'account ' || id || ' balance ' || balance_micros FROM accounts WHERE balance_micros < 0")?;
+            q(
+                "balance = sum of entries",
+                "SELECT 'account ' || a.id || ' balance ' || a.balance_micros || ' but entries sum to ' || COALESCE(s.total, 0)
+                 FROM accounts a LEFT JOIN (SELECT account_id, SUM(amount_micros) AS total FROM entries
+                   WHERE kind IN ('grant', 'topup', 'redeem', 'adjustment', 'settle') GROUP BY account_id) s ON s.account_id = a.id
+                 WHERE a.balance_micros != COALESCE(s.total, 0)",
+            )?;
+            q("no hold outlives its request", "SELECT 'hold ' || request_id || ' of account ' || account_id || ' is still open (' || reserved_micros || ' micros)' FROM holds WHERE state = 'open'")?;
+            q("settled <= reserved", "SELECT 'hold ' || request_id || ' settled ' || settled_micros || ' > reserved ' || reserved_micros FROM holds WHERE settled_micros > reserved_micros")?;
+            q(
+                "charged + released = reserved",
+                "SELECT 'hold ' || h.request_id || ': reserved ' || h.reserved_micros || ', charged ' || COALESCE(-s.amt, 0) || ', released ' || COALESCE(r.amt, 0)
+                 FROM holds h
+                 LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'settle' GROUP BY request_id) s ON s.request_id = h.request_id
+                 LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'release' GROUP BY request_id) r ON r.request_id = h.request_id
+                 WHERE h.state != 'open' AND COALESCE(-s.amt, 0) + COALESCE(r.amt, 0) != h.reserved_micros",
+            )?;
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,209 @@
+//! Two-phase charging: reserve at admission, settle (charge actual, release the rest) or
+//! release at the end, each in one `BEGIN IMMEDIATE` transaction. After TigerBeetle's pending
+//! transfers: a hold never moves the balance; it lowers what other requests may reserve.
+
+use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+
+use super::accounts::{add_balance, insert_entry, insert_usage, UsageRecord, UsageStatus};
+use super::{now, AccountId, Ledger, LedgerError};
+
+/// A successful reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub reserved_micros: i64,
+    /// Balance minus all open holds, after this one.
+    pub available_after: i64,
+}
+
+/// What closing a hold did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldOutcome {
+    /// Micros charged (0 for a release).
+    pub charged_micros: i64,
+    /// False when the hold was already closed (a repeated settle changes nothing).
+    pub applied: bool,
+}
+
+impl Ledger {
+    /// Reserve `amount` micros for `request_id` if `balance - open holds >= amount`; the check
+    /// and the insert are one transaction, so parallel requests can never overspend.
+    ///
+    /// # Errors
+    /// `InsufficientBalance` (with required and available micros), `NoSuchAccount`, database errors.
+    pub fn reserve(
+        &self,
+        request_id: &str,
+        account: AccountId,
+        amount: i64,
+    ) -> Result<Reservation, LedgerError> {
+        if amount < 0 {
+            return Err(LedgerError::BadAmount);
+        }
+        self.write(|tx| {
+            let available: i64 = tx
+                .query_row(
+                    "SELECT a.balance_micros - COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
+                     FROM accounts a WHERE a.id = ?1",
+                    [account],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
+            if available < amount {
+                return Err(LedgerError::InsufficientBalance { required: amount, available });
+            }
+            tx.execute(
+                "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
+                params![request_id, account, amount, now()],
+            )?;
+            insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
+            Ok(Reservation { reserved_micros: amount, available_after: available - amount })
+        })
+    }
+
+    /// Charge the actual cost (never more than reserved) and release the rest; records usage.
+    /// Idempotent: a second settle of the same request changes nothing.
+    ///
+    /// # Errors
+    /// Database errors; a missing hold is `NoSuchAccount`-free and reported as not applied.
+    pub fn settle(&self, usage: &UsageRecord) -> Result<HoldOutcome, LedgerError> {
+        self.close(usage, true)
+    }
+
+    /// Release a hold without charging (engine failure, error before any output); records
+    /// the usage with cost 0. Idempotent.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn release(&self, usage: &UsageRecord) -> Result<HoldOutcome, LedgerError> {
+        self.close(usage, false)
+    }
+
+    fn close(&self, usage: &UsageRecord, charge: bool) -> Result<HoldOutcome, LedgerError> {
+        self.write(|tx| {
+            let hold: Option<(AccountId, i64, String)> = tx
+                .query_row(
+                    "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
+                    [&usage.request_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let Some((account, reserved, state)) = hold else {
+                return Ok(HoldOutcome { charged_micros: 0, applied: false });
+            };
+            if state != "open" {
+                return Ok(HoldOutcome { charged_micros: 0, applied: false });
+            }
+            let cost = if charge { usage.cost_micros.clamp(0, reserved) } else { 0 };
+            if cost < usage.cost_micros && charge {
+                tracing::warn!(request_id = %usage.request_id, cost = usage.cost_micros, reserved, "cost above the hold; charged the hold");
+            }
+            if cost > 0 {
+                add_balance(tx, account, -cost)?;
+                insert_entry(tx, account, "settle", -cost, Some(&usage.request_id), None)?;
+            }
+            if reserved - cost > 0 {
+                insert_entry(tx, account, "release", reserved - cost, Some(&usage.request_id), None)?;
+            }
+            tx.execute(
+                "UPDATE holds SET state = ?1, settled_micros = ?2, closed_at = ?3 WHERE request_id = ?4",
+                params![if charge { "settled" } else { "released" }, cost, now(), usage.request_id],
+            )?;
+            let mut record = usage.clone();
+            record.account_id = account;
+            record.cost_micros = cost;
+            if !charge && record.status == UsageStatus::Ok {
+                record.status = UsageStatus::Failed;
+            }
+            insert_usage(tx, &record)?;
+            Ok(HoldOutcome { charged_micros: cost, applied: true })
+        })
+    }
+
+    /// Release every open hold (start-up after a crash: the clients got no complete response,
+    /// so nothing is charged). Returns how many were released.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn release_all_open(&self) -> Result<usize, LedgerError> {
+        self.write(|tx| {
+            let open: Vec<(String, AccountId, i64)> = {
+                let mut st = tx.prepare("SELECT request_id, account_id, reserved_micros FROM holds WHERE state = 'open'")?;
+                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for (rid, account, reserved) in &open {
+                insert_entry(tx, *account, "release", *reserved, Some(rid), Some("released at start-up"))?;
+                tx.execute("UPDATE holds SET state = 'released', settled_micros = 0, closed_at = ?1 WHERE request_id = ?2", params![now(), rid])?;
+            }
+            Ok(open.len())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::temp_ledger;
+
+    fn usage(rid: &str, account: AccountId, cost: i64) -> UsageRecord {
+        UsageRecord {
+            request_id: rid.into(),
+            account_id: account,
+            key_id: None,
+            model: "m".into(),
+            prompt_tokens: 10,
+            completion_tokens: 5,
+            cost_micros: cost,
+            status: UsageStatus::Ok,
+            latency_ms: 1,
+        }
+    }
+
+    #[test]
+    fn reserve_settle_release_keep_the_books_balanced() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("a@example.com", 1000).unwrap();
+        assert_eq!(l.reserve("r1", a.id, 600).unwrap().available_after, 400);
+        let e = l.reserve("r2", a.id, 500).unwrap_err();
+        assert!(matches!(
+            e,
+            LedgerError::InsufficientBalance {
+                required: 500,
+                available: 400
+            }
+        ));
+        assert_eq!(
+            l.settle(&usage("r1", a.id, 250)).unwrap(),
+            HoldOutcome {
+                charged_micros: 250,
+                applied: true
+            }
+        );
+        assert_eq!(
+            l.settle(&usage("r1", a.id, 250)).unwrap().applied,
+            false,
+            "settle is idempotent"
+        );
+        let acct = l.account(a.id).unwrap();
+        assert_eq!((acct.balance_micros, acct.reserved_micros), (750, 0));
+        l.reserve("r3", a.id, 700).unwrap();
+        assert_eq!(l.release(&usage("r3", a.id, 99)).unwrap().charged_micros, 0);
+        assert_eq!(l.account(a.id).unwrap().balance_micros, 750);
+        assert_eq!(l.usage("r3").unwrap().unwrap().status, UsageStatus::Failed);
+        assert!(l.check().unwrap().is_empty());
+    }
+
+    #[test]
+    fn settle_never_charges_more_than_reserved_and_start_up_releases_open_holds() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("b@example.com", 100).unwrap();
+        l.reserve("r1", a.id, 40).unwrap();
+        assert_eq!(l.settle(&usage("r1", a.id, 90)).unwrap().charged_micros, 40);
+        l.reserve("r2", a.id, 30).unwrap();
+        assert!(!l.check().unwrap().is_empty(), "an open hold is reported");
+        assert_eq!(l.release_all_open().unwrap(), 1);
+        assert_eq!(l.account(a.id).unwrap().available_micros(), 60);
+        assert!(l.check().unwrap().is_empty());
+    }
+}

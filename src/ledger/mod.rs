@@ -1,0 +1,161 @@
+//! The ledger: accounts, the append-only journal of money movements, two-phase holds, usage
+//! records, API keys, redeem codes and idempotency records, in SQLite.
+//!
+//! Owns: all SQL (only this module uses rusqlite/r2d2). May use: `std`, `sha2`. Never: HTTP,
+//! candle, `engine`, `api`.
+//!
+//! Settings (reliability.md, SQLite): WAL, `synchronous=FULL`, `foreign_keys=ON`,
+//! `busy_timeout=5000`; every write runs in `BEGIN IMMEDIATE` so concurrent writers serialise
+//! before reading balances; STRICT tables; versioned migrations (`PRAGMA user_version`) applied
+//! at open. Money is `i64` micro-USD.
+
+mod accounts;
+mod check;
+mod holds;
+mod idempotency;
+mod keys;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use r2d2_sqlite::rusqlite::{self, Connection, TransactionBehavior};
+use r2d2_sqlite::SqliteConnectionManager;
+
+pub use accounts::{Account, EntryRow, UsageRecord, UsageStatus};
+pub use check::Violation;
+pub use holds::{HoldOutcome, Reservation};
+pub use idempotency::{Claim, IdempotencyRecord};
+pub use keys::{ApiKeyRecord, KeyState};
+
+/// Migrations in order; `PRAGMA user_version` = how many are applied.
+const MIGRATIONS: [&str; 1] = [include_str!("migrations/0001_init.sql")];
+
+/// Account id.
+pub type AccountId = i64;
+/// API key id.
+pub type KeyId = i64;
+
+/// Ledger failures the caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("insufficient balance: {required} micros required, {available} available")]
+    InsufficientBalance { required: i64, available: i64 },
+    #[error("no such account `{0}`")]
+    NoSuchAccount(String),
+    #[error("no such API key `{0}`")]
+    NoSuchKey(String),
+    #[error("an account with e-mail `{0}` already exists")]
+    EmailTaken(String),
+    #[error("the code is unknown or already redeemed")]
+    BadCode,
+    #[error("amount must be positive and fit in micros")]
+    BadAmount,
+    #[error("database error: {0}")]
+    Database(#[from] rusqlite::Error),
+    #[error("connection pool error: {0}")]
+    Pool(#[from] r2d2::Error),
+    #[error("blocking task failed: {0}")]
+    Join(String),
+}
+
+/// Handle to the ledger database; cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    pool: r2d2::Pool<SqliteConnectionManager>,
+}
+
+/// Unix time in seconds.
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Ledger {
+    /// Open (creating if needed) the database at `path` and apply pending migrations.
+    ///
+    /// # Errors
+    /// I/O, SQLite and migration errors.
+    pub fn open(path: &Path) -> Result<Self, LedgerError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let manager = SqliteConnectionManager::file(path).with_init(|c| {
+            c.execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;",
+            )
+        });
+        let pool = r2d2::Pool::builder().max_size(8).build(manager)?;
+        let ledger = Self { pool };
+        ledger.migrate()?;
+        Ok(ledger)
+    }
+
+    fn migrate(&self) -> Result<(), LedgerError> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (i, sql) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(version).unwrap_or(0))
+        {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(
+                None,
+                "user_version",
+                i64::try_from(i + 1).unwrap_or(i64::MAX),
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Run `f` in one `BEGIN IMMEDIATE` transaction; commits on `Ok`, rolls back on `Err`.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let conn = self.pool.get()?;
+        f(&conn)
+    }
+
+    /// Run blocking ledger work on tokio's blocking pool.
+    ///
+    /// # Errors
+    /// The closure's error, or `Join` if the task panicked.
+    pub async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Ledger) -> Result<T, LedgerError> + Send + 'static,
+    ) -> Result<T, LedgerError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .map_err(|e| LedgerError::Join(e.to_string()))?
+    }
+}
+
+/// SHA-256 of a secret (API key, redeem code), as stored.
+pub fn sha256(secret: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+#[cfg(test)]
+pub(crate) fn temp_ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Ledger::open(&dir.path().join("t.db")).unwrap();
+    (dir, l)
+}
