@@ -298,3 +298,42 @@ async fn gemma3_base_model_generates_text() {
     // `<bos><start_of_turn>user\n` + 5 words + `<end_of_turn>\n<start_of_turn>model\n` = 14 tokens.
     assert_eq!(v["usage"]["prompt_tokens"], 14);
 }
+
+#[tokio::test]
+async fn billing_uses_the_real_token_counts() {
+    let s = shared();
+    let body = chat_body(
+        SMOL,
+        Some(SYSTEM),
+        "What is the capital of France?",
+        r#""temperature":0,"max_tokens":16"#,
+    );
+    let v = chat(s, &body).await;
+    let (p, c) = (
+        v["usage"]["prompt_tokens"].as_i64().unwrap(),
+        v["usage"]["completion_tokens"].as_i64().unwrap(),
+    );
+    // SmolLM2 list prices: 0.02 / 0.04 USD per 1M tokens.
+    assert_eq!(
+        v["service"]["cost_micros"].as_i64().unwrap(),
+        (p * 20_000 + c * 40_000 + 999_999) / 1_000_000
+    );
+    let u = s
+        .ledger
+        .usage(v["service"]["request_id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.prompt_tokens, u.completion_tokens), (p, c));
+    // The hold covers the real prompt plus max_tokens: with 1 micro available it is refused.
+    let (_, key) = s.account_with("one-micro@example.com", 1);
+    let bearer = format!("Bearer {key}");
+    let (st, _, e) = s
+        .post("/v1/chat/completions", &body, &[("authorization", &bearer)])
+        .await;
+    assert_eq!(st, 402, "{e}");
+    assert_eq!(
+        e["error"]["details"]["required_micros"].as_i64().unwrap(),
+        (p * 20_000 + 16 * 40_000 + 999_999) / 1_000_000
+    );
+    assert_eq!(e["error"]["details"]["available_micros"], 1);
+}

@@ -240,7 +240,9 @@ async fn idempotent_retries_replay_and_are_charged_once() {
         );
     }
     // Key order and whitespace do not change the fingerprint.
-    let reordered = format!("{{\"messages\":[{{\"content\":\"hello there\",\"role\":\"user\"}}], \"model\": \"fake-model\"}}");
+    let reordered =
+        r#"{"messages":[{"content":"hello there","role":"user"}], "model": "fake-model"}"#
+            .to_owned();
     let (st, _, v3) = s
         .post(CHAT, &reordered, &[("idempotency-key", "order-1")])
         .await;
@@ -341,7 +343,7 @@ async fn parallel_requests_never_overspend() {
         }
     }
     let ok = results.iter().filter(|r| r.0 == 200).count();
-    assert!(ok >= 1 && ok <= 10, "{ok} succeeded");
+    assert!((1..=10).contains(&ok), "{ok} succeeded");
     let final_balance = balance(&s, account);
     assert!(final_balance >= 0);
     assert_eq!(final_balance, 150 - spent);

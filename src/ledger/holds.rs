@@ -180,9 +180,8 @@ mod tests {
                 applied: true
             }
         );
-        assert_eq!(
-            l.settle(&usage("r1", a.id, 250)).unwrap().applied,
-            false,
+        assert!(
+            !l.settle(&usage("r1", a.id, 250)).unwrap().applied,
             "settle is idempotent"
         );
         let acct = l.account(a.id).unwrap();

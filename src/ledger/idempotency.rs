@@ -8,6 +8,9 @@ use super::{now, AccountId, Ledger, LedgerError};
 /// Records older than this are forgotten (seconds).
 pub const IDEMPOTENCY_TTL_S: i64 = 24 * 3600;
 
+/// (fingerprint, state, status, body, created_at) of a stored record.
+type Row = (Vec<u8>, String, Option<i64>, Option<String>, i64);
+
 /// A stored outcome to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyRecord {
@@ -47,7 +50,7 @@ impl Ledger {
                 "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND created_at < ?4",
                 params![account, route, key, t - IDEMPOTENCY_TTL_S],
             )?;
-            let row: Option<(Vec<u8>, String, Option<i64>, Option<String>, i64)> = tx
+            let row: Option<Row> = tx
                 .query_row(
                     "SELECT fingerprint, state, status, body, created_at FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",
                     params![account, route, key],
