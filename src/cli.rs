@@ -1,4 +1,5 @@
-//! Command line (clap): `tollgate serve`, `tollgate models`.
+//! Command line (clap): `tollgate serve`, `tollgate models`, and the operator commands
+//! (`accounts`, `keys`, `credit`, `codes`, `ledger check`) that work on the ledger file.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,14 @@ use crate::app::{EngineKind, ServeConfig};
     about = "OpenAI-compatible chat completions on open-weight models, with a prepaid ledger"
 )]
 pub struct Cli {
+    /// The ledger database file (every command that touches money or keys).
+    #[arg(
+        long,
+        env = "TOLLGATE_DB",
+        default_value = "data/tollgate.db",
+        global = true
+    )]
+    pub db: PathBuf,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -33,25 +42,11 @@ pub enum Command {
     Accounts {
         #[command(subcommand)]
         command: AccountsCommand,
-        #[arg(
-            long,
-            env = "TOLLGATE_DB",
-            default_value = "data/tollgate.db",
-            global = true
-        )]
-        db: PathBuf,
     },
     /// API keys: create (printed once), list, revoke.
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
-        #[arg(
-            long,
-            env = "TOLLGATE_DB",
-            default_value = "data/tollgate.db",
-            global = true
-        )]
-        db: PathBuf,
     },
     /// Add money to an account (a `topup` ledger entry; negative amounts need `--adjustment`).
     Credit {
@@ -66,32 +61,16 @@ pub enum Command {
         /// Record as an adjustment (may be negative) instead of a top-up.
         #[arg(long)]
         adjustment: bool,
-        #[arg(long, env = "TOLLGATE_DB", default_value = "data/tollgate.db")]
-        db: PathBuf,
     },
     /// Redeemable codes (stored hashed, single use).
     Codes {
         #[command(subcommand)]
         command: CodesCommand,
-        #[arg(
-            long,
-            env = "TOLLGATE_DB",
-            default_value = "data/tollgate.db",
-            global = true
-        )]
-        db: PathBuf,
     },
     /// Ledger maintenance.
     Ledger {
         #[command(subcommand)]
         command: LedgerCommand,
-        #[arg(
-            long,
-            env = "TOLLGATE_DB",
-            default_value = "data/tollgate.db",
-            global = true
-        )]
-        db: PathBuf,
     },
 }
 
@@ -184,16 +163,13 @@ pub struct ServeArgs {
     /// Most tokens per forward step (decode tokens plus prefill chunks).
     #[arg(long, env = "TOLLGATE_STEP_TOKENS", default_value_t = 256)]
     pub step_tokens: usize,
-    /// The ledger database file.
-    #[arg(long, env = "TOLLGATE_DB", default_value = "data/tollgate.db")]
-    pub db: PathBuf,
     /// Requests per minute per API key.
     #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
     pub rate_limit_rpm: u32,
 }
 
 impl ServeArgs {
-    pub fn config(&self) -> ServeConfig {
+    pub fn config(&self, db: &std::path::Path) -> ServeConfig {
         ServeConfig {
             bind: self.bind,
             catalog: self.models.clone(),
@@ -204,7 +180,7 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             max_batch: self.max_batch,
             step_tokens: self.step_tokens,
-            db: self.db.clone(),
+            db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
         }
     }
@@ -244,7 +220,7 @@ fn usd(micros: i64) -> String {
 ///
 /// # Errors
 /// Ledger errors and bad arguments; `ledger check` fails when an invariant is broken.
-pub fn run_operator(command: Command) -> anyhow::Result<String> {
+pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<String> {
     use crate::ledger::Ledger;
     use std::fmt::Write as _;
     let open = |db: &std::path::Path| {
@@ -258,9 +234,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
                     email,
                     starter_balance_usd,
                 },
-            db,
         } => {
-            let a = open(&db)?.create_account(&email, usd_to_micros(&starter_balance_usd)?)?;
+            let a = open(db)?.create_account(&email, usd_to_micros(&starter_balance_usd)?)?;
             writeln!(
                 out,
                 "account {} <{}> balance {}",
@@ -271,9 +246,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Accounts {
             command: AccountsCommand::Show { account },
-            db,
         } => {
-            let l = open(&db)?;
+            let l = open(db)?;
             let a = l.find_account(&account)?;
             writeln!(
                 out,
@@ -301,9 +275,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Keys {
             command: KeysCommand::Create { account, name },
-            db,
         } => {
-            let l = open(&db)?;
+            let l = open(db)?;
             let a = l.find_account(&account)?;
             let (key, rec) = crate::auth::create_key(&l, a.id, &name)?;
             writeln!(out, "{key}")?;
@@ -314,9 +287,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Keys {
             command: KeysCommand::List { account },
-            db,
         } => {
-            let l = open(&db)?;
+            let l = open(db)?;
             let a = l.find_account(&account)?;
             for k in l.keys(a.id)? {
                 writeln!(
@@ -334,9 +306,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Keys {
             command: KeysCommand::Revoke { id },
-            db,
         } => {
-            let k = open(&db)?.revoke_key(id)?;
+            let k = open(db)?.revoke_key(id)?;
             writeln!(out, "revoked key {} ({}…)", k.id, k.prefix)?;
         }
         Command::Credit {
@@ -344,9 +315,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
             usd: amount,
             note,
             adjustment,
-            db,
         } => {
-            let l = open(&db)?;
+            let l = open(db)?;
             let a = l.find_account(&account)?;
             let a = l.credit(
                 a.id,
@@ -358,9 +328,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Codes {
             command: CodesCommand::Create { usd: amount, count },
-            db,
         } => {
-            let l = open(&db)?;
+            let l = open(db)?;
             let micros = usd_to_micros(&amount)?;
             for _ in 0..count {
                 let code = format!("TG-{}", &crate::auth::generate_key()[7..31].to_uppercase());
@@ -370,9 +339,8 @@ pub fn run_operator(command: Command) -> anyhow::Result<String> {
         }
         Command::Ledger {
             command: LedgerCommand::Check,
-            db,
         } => {
-            let violations = open(&db)?.check()?;
+            let violations = open(db)?.check()?;
             if !violations.is_empty() {
                 for v in &violations {
                     writeln!(out, "VIOLATION {}: {}", v.invariant, v.detail)?;
