@@ -349,3 +349,36 @@ async fn parallel_requests_never_overspend() {
     assert_eq!(final_balance, 150 - spent);
     assert!(s.ledger.check().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_a_non_stream_request_leaves_no_hold() {
+    let (s, _) = fake_server();
+    let (account, key) = s.account_with("leaver@example.com", 1_000_000);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(15))
+        .build()
+        .unwrap();
+    let r = client
+        .post(s.url(CHAT))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(body(""))
+        .send()
+        .await;
+    assert!(r.is_err(), "the client gave up before the 45 ms reply");
+    let t = Instant::now();
+    loop {
+        let usage = s.ledger.recent_usage(account, 10).unwrap();
+        if s.ledger.account(account).unwrap().reserved_micros == 0 && !usage.is_empty() {
+            assert_eq!(usage[0].status, UsageStatus::Cancelled, "{usage:?}");
+            assert!(usage[0].completion_tokens < 9);
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "hold still open after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(s.ledger.check().unwrap().is_empty());
+}

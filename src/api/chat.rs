@@ -258,13 +258,6 @@ async fn handle(
         started,
     };
     let hold = billing::hold_micros(&entry.pricing, prompt.token_ids.len(), max_new);
-    let rid_s = rid.0.clone();
-    state
-        .ledger
-        .run(move |l| l.reserve(&rid_s, account, hold))
-        .await
-        .map_err(ledger_err)?;
-    let prompt_tokens = prompt.token_ids.len();
     let gen_req = GenerateRequest {
         request_id: rid.0.clone(),
         prompt,
@@ -272,20 +265,16 @@ async fn handle(
         max_new_tokens: max_new,
         stop: req.stop.clone(),
     };
-    let generation = match state.engine.submit(gen_req) {
-        Ok(g) => g,
-        Err(e) => {
-            let m = metered.clone();
-            let _ = state
-                .ledger
-                .run(move |l| billing::close(l, &m, prompt_tokens, 0, Ending::Failed))
-                .await;
-            return Err(match e {
-                EngineError::Overloaded => ApiError::Overloaded(req.model.clone()),
-                other => ApiError::EngineFailed(other.to_string()),
-            });
-        }
-    };
+    // Reserve, submit and start settlement in a task of its own: if the client goes away
+    // meanwhile, the task still finishes, and dropping its result cancels the generation, whose
+    // settlement then closes the hold. No hold is left behind by a dropped handler.
+    let admitted = tokio::spawn(admit(state.clone(), metered, hold, gen_req))
+        .await
+        .map_err(|e| ApiError::Internal(format!("admission task: {e}")))?;
+    let (events, settled) = admitted.map_err(|e| match e {
+        ApiError::Overloaded(_) => ApiError::Overloaded(req.model.clone()),
+        other => other,
+    })?;
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -295,28 +284,55 @@ async fn handle(
         model: req.model.clone(),
         request_id: rid.0.clone(),
     };
-    let settled = spawn_settle(
-        state.ledger.clone(),
-        metered,
-        prompt_tokens,
-        generation.outcome,
-    );
     if req.stream {
-        return Ok(stream_response(meta, &req, generation.events, settled).into_response());
+        return Ok(stream_response(meta, &req, events, settled).into_response());
     }
     let idem_key = guard.disarm();
     let (tx, rx) = oneshot::channel();
     tokio::spawn(complete(
-        state,
-        meta,
-        account,
-        idem_key,
-        generation.events,
-        settled,
-        tx,
+        state, meta, account, idem_key, events, settled, tx,
     ));
     rx.await
         .map_err(|_| ApiError::Internal("completion task ended without a result".into()))?
+}
+
+type Admitted = (
+    mpsc::UnboundedReceiver<GenerationEvent>,
+    oneshot::Receiver<Result<Settled, ApiError>>,
+);
+
+/// Reserve the hold (402 when the balance is short), submit to the engine (releasing the hold
+/// if the queue is full), and start the settlement task.
+async fn admit(
+    state: AppState,
+    metered: Metered,
+    hold: i64,
+    gen_req: GenerateRequest,
+) -> Result<Admitted, ApiError> {
+    let (rid, account) = (metered.request_id.clone(), metered.account_id);
+    state
+        .ledger
+        .run(move |l| l.reserve(&rid, account, hold))
+        .await
+        .map_err(ledger_err)?;
+    let prompt_tokens = gen_req.prompt.token_ids.len();
+    match state.engine.submit(gen_req) {
+        Ok(g) => Ok((
+            g.events,
+            spawn_settle(state.ledger.clone(), metered, prompt_tokens, g.outcome),
+        )),
+        Err(e) => {
+            let m = metered.clone();
+            let _ = state
+                .ledger
+                .run(move |l| billing::close(l, &m, prompt_tokens, 0, Ending::Failed))
+                .await;
+            Err(match e {
+                EngineError::Overloaded => ApiError::Overloaded(metered.model.clone()),
+                other => ApiError::EngineFailed(other.to_string()),
+            })
+        }
+    }
 }
 
 async fn prepare(state: &AppState, req: &ChatRequest) -> Result<Prompt, ApiError> {
