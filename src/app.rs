@@ -30,7 +30,7 @@ pub struct ServeConfig {
     pub bind: SocketAddr,
     pub catalog: PathBuf,
     pub weights: PathBuf,
-    /// Model ids to load; empty = every catalogue model.
+    /// Model ids to load; empty = every catalogue model whose weights are present.
     pub load: Vec<String>,
     pub device: String,
     pub engine: EngineKind,
@@ -50,8 +50,21 @@ pub struct ServeConfig {
 /// fetches it), model load failures.
 pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     let catalog = Catalog::load(&cfg.catalog).map_err(anyhow::Error::msg)?;
-    let chosen: Vec<_> = if cfg.load.is_empty() {
+    let chosen: Vec<_> = if cfg.load.is_empty() && cfg.engine == EngineKind::Fake {
         catalog.models.iter().collect()
+    } else if cfg.load.is_empty() {
+        // Default: every catalogue model whose weights file is on this machine.
+        let present: Vec<_> = catalog
+            .models
+            .iter()
+            .filter(|m| m.local_path(&cfg.weights).is_some_and(|p| p.exists()))
+            .collect();
+        anyhow::ensure!(
+            !present.is_empty(),
+            "no model weights found under `{}`; fetch the default ones with `scripts/fetch-weights`",
+            cfg.weights.display()
+        );
+        present
     } else {
         cfg.load
             .iter()
@@ -78,10 +91,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
             for m in &chosen {
                 let path = m.local_path(&cfg.weights).context("model has no source")?;
                 if !path.exists() {
-                    let script = m.sources[0]
-                        .fetch
-                        .clone()
-                        .unwrap_or_else(|| "scripts/fetch-weights".into());
+                    let script = m.fetch_script().unwrap_or("scripts/fetch-weights");
                     anyhow::bail!(
                         "weights for `{}` not found: `{}` is missing; fetch them with `{script}`",
                         m.id,
@@ -105,7 +115,9 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         }
     };
     let ledger = Arc::new(open_ledger(&cfg.db)?);
-    Ok(state_with(engine, catalog, ledger, cfg.rate_limit_rpm))
+    let mut state = state_with(engine, catalog, ledger, cfg.rate_limit_rpm);
+    state.weights_dir = Arc::new(cfg.weights.clone());
+    Ok(state)
 }
 
 /// Open the ledger and clean up after a process that died: release its open holds (nothing is
@@ -142,6 +154,7 @@ pub fn state_with(
         auth: Arc::new(Authenticator::new(ledger.clone())),
         ledger,
         limits: Arc::new(RateLimits::new(rate_limit_rpm)),
+        weights_dir: Arc::new(PathBuf::from("weights")),
     }
 }
 

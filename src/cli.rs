@@ -142,7 +142,8 @@ pub struct ServeArgs {
     /// Directory that catalogue weight paths are relative to.
     #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
     pub weights: PathBuf,
-    /// Model ids to load at start-up (comma-separated); default: every catalogue model.
+    /// Model ids to load at start-up (comma-separated); default: every catalogue model whose
+    /// weights file is present.
     #[arg(long, env = "TOLLGATE_LOAD", value_delimiter = ',')]
     pub load: Vec<String>,
     /// Compute threads for inference (sets candle's and rayon's pools). Default: all cores.

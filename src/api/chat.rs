@@ -270,11 +270,21 @@ async fn handle(
     // settlement then closes the hold. No hold is left behind by a dropped handler.
     let admitted = tokio::spawn(admit(state.clone(), metered, hold, gen_req))
         .await
-        .map_err(|e| ApiError::Internal(format!("admission task: {e}")))?;
-    let (events, settled) = admitted.map_err(|e| match e {
-        ApiError::Overloaded(_) => ApiError::Overloaded(req.model.clone()),
-        other => other,
-    })?;
+        .unwrap_or_else(|e| Err(ApiError::Internal(format!("admission task: {e}"))));
+    let (events, settled) = match admitted {
+        Ok(a) => a,
+        Err(e) => {
+            // Not executed (402, 429, engine fault): forget the claim before answering, so an
+            // immediate retry with the same key runs again.
+            if let Some(key) = guard.disarm() {
+                let _ = state
+                    .ledger
+                    .run(move |l| l.abandon_idempotency(account, ROUTE, &key))
+                    .await;
+            }
+            return Err(e);
+        }
+    };
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

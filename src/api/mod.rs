@@ -39,6 +39,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// Per-key request rate limits.
     pub limits: Arc<access::RateLimits>,
+    /// Where catalogue weight paths point (for `available` in the model list).
+    pub weights_dir: Arc<std::path::PathBuf>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.

@@ -1,31 +1,64 @@
-//! `GET /v1/models`, `GET /v1/models/{id}` (public; the price list) and `GET /health`.
+//! `GET /v1/models`, `GET /v1/models/{id}` (public; the price list, an OpenRouter-compatible
+//! superset of OpenAI's model object) and `GET /health`.
 
 use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::request::ACCEPTED_PARAMETERS;
 use super::AppState;
-use crate::catalog::ModelEntry;
+use crate::catalog::{ModelEntry, PricePerMTok};
 
-fn record(m: &ModelEntry, loaded: bool) -> Value {
+/// USD per token as an exact decimal string (OpenRouter's `pricing.prompt` form): micro-USD per
+/// 1M tokens times 1e-12.
+pub fn usd_per_token(p: PricePerMTok) -> String {
+    let (whole, frac) = (p.0 / 1_000_000_000_000, p.0 % 1_000_000_000_000);
+    let frac = format!("{frac:012}");
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac}")
+    }
+}
+
+/// USD per 1M tokens as an exact decimal string.
+pub fn usd_per_million(p: PricePerMTok) -> String {
+    let frac = format!("{:06}", p.0 % 1_000_000);
+    let frac = frac.trim_end_matches('0');
+    let frac = if frac.len() < 2 {
+        format!("{frac:0<2}")
+    } else {
+        frac.to_owned()
+    };
+    format!("{}.{frac}", p.0 / 1_000_000)
+}
+
+fn record(state: &AppState, m: &ModelEntry) -> Value {
+    let loaded = state.engine.loaded().iter().any(|l| l.id == m.id);
+    let available = loaded || m.local_path(&state.weights_dir).is_some_and(|p| p.exists());
     json!({
         "id": m.id, "object": "model", "created": m.created, "owned_by": m.maker,
         "name": m.name, "family": m.family, "parameters": m.parameters,
         "context_length": m.context_length, "quantization": m.quantization,
-        "input_modalities": m.input_modalities,
-        "license": m.license, "license_url": m.license_url, "commercial_use": m.commercial_use,
-        "pricing": {
-            "currency": "USD", "unit": "1M tokens",
-            "input": m.pricing.input.usd(), "output": m.pricing.output.usd(),
-            "input_micros_per_mtok": m.pricing.input.0, "output_micros_per_mtok": m.pricing.output.0,
+        "architecture": {
+            "input_modalities": m.input_modalities, "output_modalities": ["text"],
+            "tokenizer": m.tokenizer.clone().unwrap_or_else(|| m.family.clone()),
         },
+        "pricing": {
+            "prompt": usd_per_token(m.pricing.input), "completion": usd_per_token(m.pricing.output),
+            "input_per_million_usd": usd_per_million(m.pricing.input),
+            "output_per_million_usd": usd_per_million(m.pricing.output),
+            "input_micros_per_mtok": m.pricing.input.0, "output_micros_per_mtok": m.pricing.output.0,
+            "currency": "USD",
+        },
+        "license": {"name": m.license, "url": m.license_url, "commercial_use": m.commercial_use},
+        "supported_parameters": ACCEPTED_PARAMETERS,
+        "languages": Value::Null,
         "loaded": loaded,
+        "available": available,
     })
-}
-
-fn is_loaded(state: &AppState, id: &str) -> bool {
-    state.engine.loaded().iter().any(|l| l.id == id)
 }
 
 pub async fn list_models(State(state): State<AppState>) -> Json<Value> {
@@ -33,7 +66,7 @@ pub async fn list_models(State(state): State<AppState>) -> Json<Value> {
         .catalog
         .models
         .iter()
-        .map(|m| record(m, is_loaded(&state, &m.id)))
+        .map(|m| record(&state, m))
         .collect();
     Json(json!({"object": "list", "data": data}))
 }
@@ -43,10 +76,26 @@ pub async fn get_model(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
-    Ok(Json(record(m, is_loaded(&state, &m.id))))
+    Ok(Json(record(&state, m)))
 }
 
 /// Liveness plus scheduler counters per loaded model.
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"status": "ok", "models": state.engine.stats()}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_render_exactly() {
+        assert_eq!(usd_per_token(PricePerMTok(20_000)), "0.00000002");
+        assert_eq!(usd_per_token(PricePerMTok(5_650_000)), "0.00000565");
+        assert_eq!(usd_per_token(PricePerMTok(0)), "0");
+        assert_eq!(usd_per_million(PricePerMTok(20_000)), "0.02");
+        assert_eq!(usd_per_million(PricePerMTok(5_650_000)), "5.65");
+        assert_eq!(usd_per_million(PricePerMTok(2_000_000)), "2.00");
+        assert_eq!(usd_per_million(PricePerMTok(1_234_567)), "1.234567");
+    }
 }

@@ -191,3 +191,27 @@ impl Ledger {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ledger::{temp_ledger, LedgerError};
+
+    #[test]
+    fn codes_redeem_once_and_atomically() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("r@example.com", 0).unwrap();
+        l.insert_code("TG-ONE", 2_500_000).unwrap();
+        assert_eq!(l.redeem(a.id, "TG-ONE").unwrap(), 2_500_000);
+        assert!(matches!(
+            l.redeem(a.id, "TG-ONE"),
+            Err(LedgerError::BadCode)
+        ));
+        assert!(matches!(
+            l.redeem(a.id, "TG-NOPE"),
+            Err(LedgerError::BadCode)
+        ));
+        assert_eq!(l.account(a.id).unwrap().balance_micros, 2_500_000);
+        assert_eq!(l.entries(a.id, 10).unwrap()[0].kind, "redeem");
+        assert!(l.check().unwrap().is_empty());
+    }
+}
