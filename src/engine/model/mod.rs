@@ -2,18 +2,23 @@
 //! layers once for all scheduled tokens of all sequences (prefill chunks and decode tokens mixed),
 //! while attention runs per sequence against its own KV cache (`attention.rs`).
 //!
-//! Families (GGUF `general.architecture`): `llama` (Llama 2/3, Mistral, SmolLM, TinyLlama),
-//! `qwen2` (q/k/v biases), `qwen3` (q/k RMSNorm), `gemma3` (embedding scaling, q/k norm,
-//! sandwich norms, tanh-GELU, 5:1 local sliding-window/global layers with their own RoPE bases).
-//! References: llama.cpp `src/llama-model.cpp` (tensor names), Hugging Face `modeling_gemma3.py`.
+//! Families (GGUF `general.architecture`), loaded in `load.rs`:
+//! - `llama`/`mistral` (Llama 2/3, Mistral, SmolLM, TinyLlama, Falcon 3, DeepSeek-R1-Distill-Llama);
+//! - `qwen2` (q/k/v biases), `qwen3` (per-head q/k RMSNorm);
+//! - `gemma2` (tanh-GELU, sandwich norms, attention and final logit soft-capping, sliding window
+//!   on every other layer), `gemma3` (q/k norm, 5:1 local/global layers with their own RoPE bases);
+//! - `phi3` (fused qkv and gate/up projections), `olmo2` (post-sublayer norms, q/k norm over the
+//!   whole projection), `granite` (embedding, attention, residual and logit multipliers).
+//! References: llama.cpp `src/llama-model.cpp` (tensor names and per-family graphs) and the
+//! Hugging Face `modeling_*.py` of each family.
 
 pub mod attention;
+mod load;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
-use self::attention::{attend, AttnShape, Rope, RopeStyle, SeqCache};
-use super::gguf::GgufFile;
+use self::attention::{attend, AttnShape, Rope, SeqCache};
 
 /// Architecture variants that change the forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +26,11 @@ pub enum Family {
     Llama,
     Qwen2,
     Qwen3,
+    Gemma2,
     Gemma3,
+    Phi3,
+    Olmo2,
+    Granite,
 }
 
 /// Hyper-parameters read from GGUF metadata.
@@ -37,8 +46,20 @@ pub struct Config {
     /// Context length in tokens the weights were trained for.
     pub context_length: usize,
     pub vocab_size: usize,
-    /// Gemma 3: sliding window (tokens) of local layers; every 6th layer is global.
-    pub sliding_window: Option<usize>,
+    /// Multiplier on the token embeddings (Gemma: sqrt(hidden); Granite: `embedding_scale`).
+    pub embed_scale: Option<f64>,
+    /// Multiplier on q·k (default `1/sqrt(head_dim)`; Granite: `attention.scale`).
+    pub attn_scale: f32,
+    /// Gemma 2: `cap * tanh(score / cap)` on attention scores.
+    pub attn_softcap: Option<f32>,
+    /// Gemma 2: `cap * tanh(logit / cap)` on the output logits.
+    pub final_softcap: Option<f32>,
+    /// Granite: multiplier on each sublayer's output before the residual add.
+    pub residual_scale: Option<f64>,
+    /// Granite: logits are divided by this.
+    pub logit_scale: Option<f64>,
+    /// tanh-GELU MLP (Gemma) instead of SiLU.
+    pub gelu: bool,
 }
 
 struct Linear {
@@ -56,22 +77,34 @@ impl Linear {
     }
 }
 
+/// q, k, v projections: separate, or one fused matrix whose output is `[q | k | v]` (Phi-3).
+enum Qkv {
+    Separate(Linear, Linear, Linear),
+    Fused(Linear),
+}
+
+/// Gate and up projections: separate, or fused as `[gate | up]` (Phi-3).
+enum GateUp {
+    Separate(QMatMul, QMatMul),
+    Fused(QMatMul),
+}
+
 struct Layer {
-    attn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Pre-attention RMSNorm (absent in OLMo 2, which norms the sublayer outputs instead).
+    attn_norm: Option<Tensor>,
+    qkv: Qkv,
     o: QMatMul,
+    /// q/k RMSNorm weights: `head_dim` long (per head) or `heads * head_dim` (whole projection).
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
     post_attn_norm: Option<Tensor>,
-    ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
+    ffn_norm: Option<Tensor>,
+    gate_up: GateUp,
     down: QMatMul,
     post_ffn_norm: Option<Tensor>,
     /// Index into `Transformer::ropes`.
     rope: usize,
+    /// Sliding window in tokens, for local-attention layers.
     window: Option<usize>,
 }
 
@@ -79,7 +112,6 @@ struct Layer {
 pub struct Transformer {
     pub config: Config,
     embed: QTensor,
-    embed_scale: Option<f64>,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: QMatMul,
@@ -96,161 +128,21 @@ pub struct StepSeq<'a> {
     pub tokens: &'a [u32],
 }
 
-impl Transformer {
-    /// Load a model from an open GGUF file.
-    ///
-    /// # Errors
-    /// Unsupported architectures, missing tensors or metadata.
-    pub fn load(file: &mut GgufFile) -> anyhow::Result<Self> {
-        let arch = file.architecture()?;
-        let family = match arch.as_str() {
-            "llama" | "mistral" => Family::Llama,
-            "qwen2" => Family::Qwen2,
-            "qwen3" => Family::Qwen3,
-            "gemma3" => Family::Gemma3,
-            other => anyhow::bail!("unsupported architecture `{other}` (supported: llama, mistral, qwen2, qwen3, gemma3)"),
-        };
-        let a = arch.as_str();
-        let hidden = file.usize(&format!("{a}.embedding_length"))?;
-        let n_heads = file.usize(&format!("{a}.attention.head_count"))?;
-        let n_kv_heads = file.usize_or(&format!("{a}.attention.head_count_kv"), n_heads);
-        let head_dim = file.usize_or(&format!("{a}.attention.key_length"), hidden / n_heads);
-        anyhow::ensure!(
-            n_kv_heads > 0 && n_heads % n_kv_heads == 0,
-            "head counts {n_heads}/{n_kv_heads} do not divide"
-        );
-        let n_layers = file.usize(&format!("{a}.block_count"))?;
-        let rms_eps =
-            f64::from(file.f32_or(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6));
-        let context_length = file.usize_or(&format!("{a}.context_length"), 4096);
-        let theta = file.f32_or(&format!("{a}.rope.freq_base"), 10_000.0);
-        let linear = match file.string(&format!("{a}.rope.scaling.type")) {
-            Ok("linear") => file.f32_or(&format!("{a}.rope.scaling.factor"), 1.0),
-            _ => 1.0,
-        };
-        let factors = if file.has_tensor("rope_freqs.weight") {
-            Some(
-                file.tensor_f32("rope_freqs.weight")?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?,
-            )
-        } else {
-            None
-        };
-        let style = if family == Family::Llama {
-            RopeStyle::Interleaved
-        } else {
-            RopeStyle::Neox
-        };
-        let mut ropes = vec![Rope::new(
-            style,
-            theta,
-            head_dim,
-            factors.as_deref(),
-            linear,
-        )];
-        let sliding_window = if family == Family::Gemma3 {
-            ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
-            Some(file.usize_or("gemma3.attention.sliding_window", 512))
-        } else {
-            None
-        };
-        let vocab_size = file
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok().map(Vec::len))
-            .unwrap_or(0);
-        let config = Config {
-            family,
-            n_layers,
-            hidden,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            rms_eps,
-            context_length,
-            vocab_size,
-            sliding_window,
-        };
-        let mut requantized = 0usize;
-        let mut mm = |file: &mut GgufFile, name: &str| -> anyhow::Result<QMatMul> {
-            let (m, r) = file.matmul(name)?;
-            requantized += usize::from(r);
-            Ok(m)
-        };
-        let mut layers = Vec::with_capacity(n_layers);
-        for i in 0..n_layers {
-            let p = format!("blk.{i}");
-            let opt = |file: &mut GgufFile, n: &str| -> anyhow::Result<Option<Tensor>> {
-                let name = format!("{p}.{n}");
-                if file.has_tensor(&name) {
-                    Ok(Some(file.tensor_f32(&name)?))
-                } else {
-                    Ok(None)
-                }
-            };
-            let mut lin = |file: &mut GgufFile, n: &str| -> anyhow::Result<Linear> {
-                let w = mm(file, &format!("{p}.{n}.weight"))?;
-                let b = opt(file, &format!("{n}.bias"))?;
-                Ok(Linear { w, b })
-            };
-            let q = lin(file, "attn_q")?;
-            let k = lin(file, "attn_k")?;
-            let v = lin(file, "attn_v")?;
-            let o = lin(file, "attn_output")?.w;
-            let gate = lin(file, "ffn_gate")?.w;
-            let up = lin(file, "ffn_up")?.w;
-            let down = lin(file, "ffn_down")?.w;
-            let global = (i + 1) % 6 == 0;
-            let (rope, window) = match sliding_window {
-                Some(w) if !global => (1, Some(w)),
-                _ => (0, None),
-            };
-            layers.push(Layer {
-                attn_norm: file.tensor_f32(&format!("{p}.attn_norm.weight"))?,
-                q,
-                k,
-                v,
-                o,
-                q_norm: opt(file, "attn_q_norm.weight")?,
-                k_norm: opt(file, "attn_k_norm.weight")?,
-                post_attn_norm: opt(file, "post_attention_norm.weight")?,
-                ffn_norm: file.tensor_f32(&format!("{p}.ffn_norm.weight"))?,
-                gate,
-                up,
-                down,
-                post_ffn_norm: opt(file, "post_ffw_norm.weight")?,
-                rope,
-                window,
-            });
-        }
-        let embed = file.qtensor("token_embd.weight")?;
-        let lm_head = if file.has_tensor("output.weight") {
-            mm(file, "output.weight")?
-        } else {
-            let (q, r) = super::gguf::requantize_if_slow(
-                file.qtensor("token_embd.weight")?,
-                &embed.device(),
-            )?;
-            requantized += usize::from(r);
-            QMatMul::from_qtensor(q)?
-        };
-        let norm = file.tensor_f32("output_norm.weight")?;
-        #[allow(clippy::cast_precision_loss)]
-        let embed_scale = (family == Family::Gemma3).then(|| (hidden as f64).sqrt());
-        let device = embed.device();
-        Ok(Self {
-            config,
-            embed,
-            embed_scale,
-            layers,
-            norm,
-            lm_head,
-            ropes,
-            device,
-            requantized,
-        })
-    }
+fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    #[allow(clippy::cast_possible_truncation)]
+    candle_nn::ops::rms_norm(x, w, eps as f32)
+}
 
+/// RMSNorm over heads (`w` of length `head_dim`) or over the whole projection.
+fn qk_norm(x: &Tensor, w: &Tensor, t: usize, heads: usize, d: usize, eps: f64) -> candle_core::Result<Tensor> {
+    if w.elem_count() == d {
+        rms(&x.reshape((t, heads, d))?, w, eps)?.reshape((t, heads * d))
+    } else {
+        rms(x, w, eps)
+    }
+}
+
+impl Transformer {
     /// Run one packed step. Every sequence's `tokens` are appended to its cache; returns the
     /// logits of each sequence's last token, `[seqs.len()][vocab]`.
     ///
@@ -259,47 +151,48 @@ impl Transformer {
     /// the sequences must be dropped.
     pub fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
+        let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         let t = ids.len();
-        let positions: Vec<usize> = seqs
-            .iter()
-            .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
-            .collect();
-        let tables: Vec<(Vec<f32>, Vec<f32>)> =
-            self.ropes.iter().map(|r| r.tables(&positions)).collect();
+        let positions: Vec<usize> = seqs.iter().flat_map(|s| s.cache.len..s.cache.len + s.tokens.len()).collect();
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = self.ropes.iter().map(|r| r.tables(&positions)).collect();
         let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids_t)?.to_dtype(DType::F32)?;
-        if let Some(s) = self.embed_scale {
+        if let Some(s) = c.embed_scale {
             x = (x * s)?;
         }
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let residual = |x: &Tensor, y: Tensor| -> candle_core::Result<Tensor> {
+            match c.residual_scale {
+                Some(s) => x + (y * s)?,
+                None => x + y,
+            }
+        };
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_eps as f32)?;
-            let mut q = layer.q.forward(&h)?;
-            let mut k = layer.k.forward(&h)?;
-            let v = layer.v.forward(&h)?;
+            let h = match &layer.attn_norm {
+                Some(w) => rms(&x, w, c.rms_eps)?,
+                None => x.clone(),
+            };
+            let (mut q, mut k, v) = match &layer.qkv {
+                Qkv::Separate(q, k, v) => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+                Qkv::Fused(qkv) => {
+                    let y = qkv.forward(&h)?;
+                    (y.narrow(1, 0, hq * d)?, y.narrow(1, hq * d, hk * d)?, y.narrow(1, (hq + hk) * d, hk * d)?)
+                }
+            };
             if let Some(w) = &layer.q_norm {
-                q = candle_nn::ops::rms_norm(
-                    &q.reshape((t, c.n_heads, c.head_dim))?,
-                    w,
-                    c.rms_eps as f32,
-                )?;
+                q = qk_norm(&q.contiguous()?, w, t, hq, d, c.rms_eps)?;
             }
             if let Some(w) = &layer.k_norm {
-                k = candle_nn::ops::rms_norm(
-                    &k.reshape((t, c.n_kv_heads, c.head_dim))?,
-                    w,
-                    c.rms_eps as f32,
-                )?;
+                k = qk_norm(&k.contiguous()?, w, t, hk, d, c.rms_eps)?;
             }
             let mut qv = q.flatten_all()?.to_vec1::<f32>()?;
             let mut kv = k.flatten_all()?.to_vec1::<f32>()?;
             let vv = v.flatten_all()?.to_vec1::<f32>()?;
             let rope = &self.ropes[layer.rope];
             let (cos, sin) = &tables[layer.rope];
-            rope.apply(&mut qv, c.n_heads, cos, sin);
-            rope.apply(&mut kv, c.n_kv_heads, cos, sin);
-            let row = c.n_kv_heads * c.head_dim;
+            rope.apply(&mut qv, hq, cos, sin);
+            rope.apply(&mut kv, hk, cos, sin);
+            let row = hk * d;
             let mut off = 0;
             for s in seqs.iter_mut() {
                 let n = s.tokens.len();
@@ -308,63 +201,57 @@ impl Transformer {
                 lc.v.extend_from_slice(&vv[off * row..(off + n) * row]);
                 off += n;
             }
-            let views: Vec<_> = seqs
-                .iter()
-                .map(|s| {
-                    (
-                        &s.cache.layers[li],
-                        s.tokens.len(),
-                        s.cache.len + s.tokens.len(),
-                    )
-                })
-                .collect();
-            let shape = AttnShape {
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                head_dim: c.head_dim,
-                scale,
-                window: layer.window,
-                softcap: None,
-            };
-            let att = attend(&qv, &views, shape);
-            let att = Tensor::from_vec(att, (t, c.n_heads * c.head_dim), &self.device)?;
+            let views: Vec<_> = seqs.iter().map(|s| (&s.cache.layers[li], s.tokens.len(), s.cache.len + s.tokens.len())).collect();
+            let shape = AttnShape { n_heads: hq, n_kv_heads: hk, head_dim: d, scale: c.attn_scale, window: layer.window, softcap: c.attn_softcap };
+            let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
             let mut o = layer.o.forward(&att)?;
             if let Some(w) = &layer.post_attn_norm {
-                o = candle_nn::ops::rms_norm(&o, w, c.rms_eps as f32)?;
+                o = rms(&o, w, c.rms_eps)?;
             }
-            x = (x + o)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.rms_eps as f32)?;
-            let g = layer.gate.forward(&h)?;
-            let g = if c.family == Family::Gemma3 {
-                g.gelu()?
-            } else {
-                g.silu()?
+            x = residual(&x, o)?;
+            let h = match &layer.ffn_norm {
+                Some(w) => rms(&x, w, c.rms_eps)?,
+                None => x.clone(),
             };
-            let mut f = layer.down.forward(&(g * layer.up.forward(&h)?)?)?;
+            let (g, u) = match &layer.gate_up {
+                GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
+                GateUp::Fused(gu) => {
+                    let y = gu.forward(&h)?;
+                    let n = y.dim(1)? / 2;
+                    (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
+                }
+            };
+            let g = if c.gelu { g.gelu()? } else { g.silu()? };
+            let mut f = layer.down.forward(&(g * u)?)?;
             if let Some(w) = &layer.post_ffn_norm {
-                f = candle_nn::ops::rms_norm(&f, w, c.rms_eps as f32)?;
+                f = rms(&f, w, c.rms_eps)?;
             }
-            x = (x + f)?;
+            x = residual(&x, f)?;
         }
         let mut last = Vec::with_capacity(seqs.len());
         let mut off = 0u32;
         for s in seqs.iter_mut() {
-            let n = u32::try_from(s.tokens.len()).unwrap_or(u32::MAX);
-            off += n;
+            off += u32::try_from(s.tokens.len()).unwrap_or(u32::MAX);
             last.push(off - 1);
             s.cache.len += s.tokens.len();
         }
         let last = Tensor::new(last.as_slice(), &self.device)?;
         let x = x.index_select(&last, 0)?.contiguous()?;
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, c.rms_eps as f32)?;
-        let logits = self.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        let x = rms(&x, &self.norm, c.rms_eps)?;
+        let mut logits = self.lm_head.forward(&x)?.to_dtype(DType::F32)?;
+        if let Some(s) = c.logit_scale {
+            logits = (logits / s)?;
+        }
+        if let Some(cap) = c.final_softcap {
+            logits = ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?;
+        }
         logits.to_vec2::<f32>()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::gguf::GgufFile;
 
     fn smollm2() -> (Transformer, Vec<u32>) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
