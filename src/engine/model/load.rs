@@ -24,11 +24,18 @@ impl Loader<'_> {
     }
 
     fn opt(&mut self, name: &str) -> anyhow::Result<Option<Tensor>> {
-        if self.file.has_tensor(name) { Ok(Some(self.file.tensor_f32(name)?)) } else { Ok(None) }
+        if self.file.has_tensor(name) {
+            Ok(Some(self.file.tensor_f32(name)?))
+        } else {
+            Ok(None)
+        }
     }
 
     fn linear(&mut self, name: &str) -> anyhow::Result<Linear> {
-        Ok(Linear { w: self.matmul(&format!("{name}.weight"))?, b: self.opt(&format!("{name}.bias"))? })
+        Ok(Linear {
+            w: self.matmul(&format!("{name}.weight"))?,
+            b: self.opt(&format!("{name}.bias"))?,
+        })
     }
 }
 
@@ -56,7 +63,10 @@ impl Transformer {
         let n_heads = file.usize(&key("attention.head_count"))?;
         let n_kv_heads = file.usize_or(&key("attention.head_count_kv"), n_heads);
         let head_dim = file.usize_or(&key("attention.key_length"), hidden / n_heads.max(1));
-        anyhow::ensure!(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "head counts {n_heads}/{n_kv_heads} do not divide");
+        anyhow::ensure!(
+            n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+            "head counts {n_heads}/{n_kv_heads} do not divide"
+        );
         let n_layers = file.usize(&key("block_count"))?;
         let rms_eps = f64::from(file.f32_or(&key("attention.layer_norm_rms_epsilon"), 1e-6));
         let context_length = file.usize_or(&key("context_length"), 4096);
@@ -67,7 +77,9 @@ impl Transformer {
         };
         // Llama 3.1 `rope_freqs`; Phi-3 long-context files carry short/long factors (the short
         // ones apply within the original context).
-        let factor_tensor = ["rope_freqs.weight", "rope_factors_short.weight"].into_iter().find(|n| file.has_tensor(n));
+        let factor_tensor = ["rope_freqs.weight", "rope_factors_short.weight"]
+            .into_iter()
+            .find(|n| file.has_tensor(n));
         let factors = match factor_tensor {
             Some(n) => Some(file.tensor_f32(n)?.flatten_all()?.to_vec1::<f32>()?),
             None => None,
@@ -75,38 +87,89 @@ impl Transformer {
         let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
         // llama.cpp's GGUF conversion permutes q/k for llama-style models (interleaved pairs);
         // the others keep Hugging Face's rotate-half layout.
-        let style = if matches!(family, Family::Llama | Family::Granite) { RopeStyle::Interleaved } else { RopeStyle::Neox };
-        let mut ropes = vec![Rope::new(style, theta, head_dim, factors.as_deref(), linear)];
+        let style = if matches!(family, Family::Llama | Family::Granite) {
+            RopeStyle::Interleaved
+        } else {
+            RopeStyle::Neox
+        };
+        let mut ropes = vec![Rope::new(
+            style,
+            theta,
+            head_dim,
+            factors.as_deref(),
+            linear,
+        )];
         if family == Family::Gemma3 {
             ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
         }
         let window = file.usize_or(&key("attention.sliding_window"), 4096);
-        let softcap = |k: &str| file.get(&key(k)).and_then(|v| v.to_f32().ok()).filter(|c| *c > 0.0);
-        let f64_key = |k: &str| file.get(&key(k)).and_then(|v| v.to_f32().ok()).map(f64::from);
+        let softcap = |k: &str| {
+            file.get(&key(k))
+                .and_then(|v| v.to_f32().ok())
+                .filter(|c| *c > 0.0)
+        };
+        let f64_key = |k: &str| {
+            file.get(&key(k))
+                .and_then(|v| v.to_f32().ok())
+                .map(f64::from)
+        };
         #[allow(clippy::cast_precision_loss)]
         let config = Config {
-            family, n_layers, hidden, n_heads, n_kv_heads, head_dim, rms_eps, context_length,
-            vocab_size: file.get("tokenizer.ggml.tokens").and_then(|v| v.to_vec().ok().map(Vec::len)).unwrap_or(0),
-            embed_scale: if gemma { Some((hidden as f64).sqrt()) } else { f64_key("embedding_scale") },
+            family,
+            n_layers,
+            hidden,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_eps,
+            context_length,
+            vocab_size: file
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.to_vec().ok().map(Vec::len))
+                .unwrap_or(0),
+            embed_scale: if gemma {
+                Some((hidden as f64).sqrt())
+            } else {
+                f64_key("embedding_scale")
+            },
             #[allow(clippy::cast_possible_truncation)]
-            attn_scale: f64_key("attention.scale").map_or(1.0 / (head_dim as f32).sqrt(), |s| s as f32),
-            attn_softcap: if family == Family::Gemma2 { softcap("attn_logit_softcapping") } else { None },
-            final_softcap: if family == Family::Gemma2 { softcap("final_logit_softcapping") } else { None },
+            attn_scale: f64_key("attention.scale")
+                .map_or(1.0 / (head_dim as f32).sqrt(), |s| s as f32),
+            attn_softcap: if family == Family::Gemma2 {
+                softcap("attn_logit_softcapping")
+            } else {
+                None
+            },
+            final_softcap: if family == Family::Gemma2 {
+                softcap("final_logit_softcapping")
+            } else {
+                None
+            },
             residual_scale: f64_key("residual_scale"),
             logit_scale: f64_key("logit_scale"),
             gelu: gemma,
         };
-        let mut ld = Loader { file, requantized: 0 };
+        let mut ld = Loader {
+            file,
+            requantized: 0,
+        };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let p = format!("blk.{i}");
             let qkv = if ld.file.has_tensor(&format!("{p}.attn_qkv.weight")) {
                 Qkv::Fused(ld.linear(&format!("{p}.attn_qkv"))?)
             } else {
-                Qkv::Separate(ld.linear(&format!("{p}.attn_q"))?, ld.linear(&format!("{p}.attn_k"))?, ld.linear(&format!("{p}.attn_v"))?)
+                Qkv::Separate(
+                    ld.linear(&format!("{p}.attn_q"))?,
+                    ld.linear(&format!("{p}.attn_k"))?,
+                    ld.linear(&format!("{p}.attn_v"))?,
+                )
             };
             let gate_up = if ld.file.has_tensor(&format!("{p}.ffn_gate.weight")) {
-                GateUp::Separate(ld.matmul(&format!("{p}.ffn_gate.weight"))?, ld.matmul(&format!("{p}.ffn_up.weight"))?)
+                GateUp::Separate(
+                    ld.matmul(&format!("{p}.ffn_gate.weight"))?,
+                    ld.matmul(&format!("{p}.ffn_up.weight"))?,
+                )
             } else {
                 GateUp::Fused(ld.matmul(&format!("{p}.ffn_up.weight"))?)
             };
@@ -134,12 +197,22 @@ impl Transformer {
         let lm_head = if ld.file.has_tensor("output.weight") {
             ld.matmul("output.weight")?
         } else {
-            let (q, r) = requantize_if_slow(ld.file.qtensor("token_embd.weight")?, &embed.device())?;
+            let (q, r) =
+                requantize_if_slow(ld.file.qtensor("token_embd.weight")?, &embed.device())?;
             ld.requantized += usize::from(r);
             QMatMul::from_qtensor(q)?
         };
         let norm = ld.file.tensor_f32("output_norm.weight")?;
         let device = embed.device();
-        Ok(Self { config, embed, layers, norm, lm_head, ropes, device, requantized: ld.requantized })
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            ropes,
+            device,
+            requantized: ld.requantized,
+        })
     }
 }

@@ -13,6 +13,8 @@
 //! Hugging Face `modeling_*.py` of each family.
 
 pub mod attention;
+#[cfg(test)]
+mod family_tests;
 mod load;
 
 use candle_core::quantized::{QMatMul, QTensor};
@@ -134,7 +136,14 @@ fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
 }
 
 /// RMSNorm over heads (`w` of length `head_dim`) or over the whole projection.
-fn qk_norm(x: &Tensor, w: &Tensor, t: usize, heads: usize, d: usize, eps: f64) -> candle_core::Result<Tensor> {
+fn qk_norm(
+    x: &Tensor,
+    w: &Tensor,
+    t: usize,
+    heads: usize,
+    d: usize,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
     if w.elem_count() == d {
         rms(&x.reshape((t, heads, d))?, w, eps)?.reshape((t, heads * d))
     } else {
@@ -154,8 +163,12 @@ impl Transformer {
         let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         let t = ids.len();
-        let positions: Vec<usize> = seqs.iter().flat_map(|s| s.cache.len..s.cache.len + s.tokens.len()).collect();
-        let tables: Vec<(Vec<f32>, Vec<f32>)> = self.ropes.iter().map(|r| r.tables(&positions)).collect();
+        let positions: Vec<usize> = seqs
+            .iter()
+            .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
+            .collect();
+        let tables: Vec<(Vec<f32>, Vec<f32>)> =
+            self.ropes.iter().map(|r| r.tables(&positions)).collect();
         let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids_t)?.to_dtype(DType::F32)?;
         if let Some(s) = c.embed_scale {
@@ -176,7 +189,11 @@ impl Transformer {
                 Qkv::Separate(q, k, v) => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
                 Qkv::Fused(qkv) => {
                     let y = qkv.forward(&h)?;
-                    (y.narrow(1, 0, hq * d)?, y.narrow(1, hq * d, hk * d)?, y.narrow(1, (hq + hk) * d, hk * d)?)
+                    (
+                        y.narrow(1, 0, hq * d)?,
+                        y.narrow(1, hq * d, hk * d)?,
+                        y.narrow(1, (hq + hk) * d, hk * d)?,
+                    )
                 }
             };
             if let Some(w) = &layer.q_norm {
@@ -201,8 +218,24 @@ impl Transformer {
                 lc.v.extend_from_slice(&vv[off * row..(off + n) * row]);
                 off += n;
             }
-            let views: Vec<_> = seqs.iter().map(|s| (&s.cache.layers[li], s.tokens.len(), s.cache.len + s.tokens.len())).collect();
-            let shape = AttnShape { n_heads: hq, n_kv_heads: hk, head_dim: d, scale: c.attn_scale, window: layer.window, softcap: c.attn_softcap };
+            let views: Vec<_> = seqs
+                .iter()
+                .map(|s| {
+                    (
+                        &s.cache.layers[li],
+                        s.tokens.len(),
+                        s.cache.len + s.tokens.len(),
+                    )
+                })
+                .collect();
+            let shape = AttnShape {
+                n_heads: hq,
+                n_kv_heads: hk,
+                head_dim: d,
+                scale: c.attn_scale,
+                window: layer.window,
+                softcap: c.attn_softcap,
+            };
             let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
             let mut o = layer.o.forward(&att)?;
             if let Some(w) = &layer.post_attn_norm {
