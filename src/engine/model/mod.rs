@@ -9,6 +9,7 @@
 //!   on every other layer), `gemma3` (q/k norm, 5:1 local/global layers with their own RoPE bases);
 //! - `phi3` (fused qkv and gate/up projections), `olmo2` (post-sublayer norms, q/k norm over the
 //!   whole projection), `granite` (embedding, attention, residual and logit multipliers).
+//!
 //! References: llama.cpp `src/llama-model.cpp` (tensor names and per-family graphs) and the
 //! Hugging Face `modeling_*.py` of each family.
 
