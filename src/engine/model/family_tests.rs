@@ -32,6 +32,7 @@ enum Fam {
     Phi3,
     Olmo2,
     Granite,
+    Cohere,
 }
 
 impl Fam {
@@ -45,6 +46,7 @@ impl Fam {
             Fam::Phi3 => "phi3",
             Fam::Olmo2 => "olmo2",
             Fam::Granite => "granite",
+            Fam::Cohere => "command-r",
         }
     }
     fn layers(self) -> usize {
@@ -84,7 +86,7 @@ fn weights(f: Fam, rng: &mut StdRng) -> W {
     };
     put("token_embd.weight".into(), vec![V, H], 1.0, 0.0);
     put("output_norm.weight".into(), vec![H], 0.1, 1.0);
-    if !f.gemma() {
+    if !f.gemma() && f != Fam::Cohere {
         put("output.weight".into(), vec![V, H], 0.3, 0.0);
     }
     for i in 0..f.layers() {
@@ -114,6 +116,8 @@ fn weights(f: Fam, rng: &mut StdRng) -> W {
         put(format!("{p}.ffn_down.weight"), vec![H, F], s, 0.0);
         if f != Fam::Olmo2 {
             put(format!("{p}.attn_norm.weight"), vec![H], 0.1, 1.0);
+        }
+        if f != Fam::Olmo2 && f != Fam::Cohere {
             put(format!("{p}.ffn_norm.weight"), vec![H], 0.1, 1.0);
         }
         if matches!(f, Fam::Gemma2 | Fam::Gemma3 | Fam::Olmo2) {
@@ -165,6 +169,9 @@ fn write_gguf(f: Fam, w: &W, path: &std::path::Path) {
         meta.push((format!("{a}.attn_logit_softcapping"), G::F32(2.0)));
         meta.push((format!("{a}.final_logit_softcapping"), G::F32(3.0)));
     }
+    if f == Fam::Cohere {
+        meta.push((format!("{a}.logit_scale"), G::F32(0.5)));
+    }
     if f == Fam::Granite {
         meta.push((format!("{a}.embedding_scale"), G::F32(1.5)));
         meta.push((format!("{a}.attention.scale"), G::F32(0.2)));
@@ -197,6 +204,14 @@ fn rmsnorm(x: &[f32], w: &[f32]) -> Vec<f32> {
     let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
     let inv = 1.0 / (ms + EPS).sqrt();
     x.iter().zip(w).map(|(v, g)| v * inv * g).collect()
+}
+
+/// LayerNorm with a weight and no bias (Cohere).
+fn layernorm(x: &[f32], w: &[f32]) -> Vec<f32> {
+    let mean = x.iter().sum::<f32>() / x.len() as f32;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (var + EPS).sqrt();
+    x.iter().zip(w).map(|(v, g)| (v - mean) * inv * g).collect()
 }
 
 fn gelu_tanh(x: f32) -> f32 {
@@ -250,7 +265,14 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
                 .collect()
         })
         .collect();
-    let interleaved = matches!(f, Fam::Llama | Fam::Granite);
+    let interleaved = matches!(f, Fam::Llama | Fam::Granite | Fam::Cohere);
+    let norm = |x: &[f32], g: &[f32]| {
+        if f == Fam::Cohere {
+            layernorm(x, g)
+        } else {
+            rmsnorm(x, g)
+        }
+    };
     let res_scale = if f == Fam::Granite { 0.5 } else { 1.0 };
     for l in 0..f.layers() {
         let p = |s: &str| format!("blk.{l}.{s}");
@@ -271,7 +293,7 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
         let mut vs = Vec::new();
         for (pos, x) in xs.iter().enumerate() {
             let h = match w.get(&p("attn_norm.weight")) {
-                Some(g) => rmsnorm(x, g),
+                Some(g) => norm(x, g),
                 None => x.clone(),
             };
             let (mut q, mut k, mut v) = if f == Fam::Phi3 {
@@ -360,11 +382,19 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
             if let Some(g) = w.get(&p("post_attention_norm.weight")) {
                 o = rmsnorm(&o, g);
             }
-            add(x, &o, res_scale);
-            let h = match w.get(&p("ffn_norm.weight")) {
-                Some(g) => rmsnorm(x, g),
-                None => x.clone(),
+            // Cohere's parallel block: the MLP reads the same normed input as attention.
+            let h = if f == Fam::Cohere {
+                norm(x, w.req(&p("attn_norm.weight")))
+            } else {
+                add(x, &o, res_scale);
+                match w.get(&p("ffn_norm.weight")) {
+                    Some(g) => rmsnorm(x, g),
+                    None => x.clone(),
+                }
             };
+            if f == Fam::Cohere {
+                add(x, &o, 1.0);
+            }
             let (gate, up) = if f == Fam::Phi3 {
                 let y = matvec(w.req(&p("ffn_up.weight")), &h, 2 * F);
                 (y[..F].to_vec(), y[F..].to_vec())
@@ -386,11 +416,14 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
             add(x, &d, res_scale);
         }
     }
-    let last = rmsnorm(&xs[n - 1], w.req("output_norm.weight"));
+    let last = norm(&xs[n - 1], w.req("output_norm.weight"));
     let head = w.get("output.weight").unwrap_or(embed);
     let mut logits = matvec(head, &last, V);
     if f == Fam::Granite {
         logits.iter_mut().for_each(|l| *l /= 4.0);
+    }
+    if f == Fam::Cohere {
+        logits.iter_mut().for_each(|l| *l *= 0.5);
     }
     if f == Fam::Gemma2 {
         logits.iter_mut().for_each(|l| *l = 3.0 * (*l / 3.0).tanh());
@@ -508,4 +541,8 @@ fn olmo2_matches_reference() {
 #[test]
 fn granite_matches_reference() {
     check(Fam::Granite);
+}
+#[test]
+fn cohere_matches_reference() {
+    check(Fam::Cohere);
 }

@@ -9,7 +9,8 @@ use super::{Config, Family, GateUp, Layer, Linear, Qkv, Transformer};
 use crate::engine::gguf::{requantize_if_slow, GgufFile};
 
 /// GGUF architectures the engine runs.
-pub const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, olmo2, granite";
+pub const SUPPORTED: &str =
+    "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, olmo2, granite, command-r";
 
 struct Loader<'a> {
     file: &'a mut GgufFile,
@@ -55,6 +56,7 @@ impl Transformer {
             "phi3" => Family::Phi3,
             "olmo2" => Family::Olmo2,
             "granite" => Family::Granite,
+            "command-r" => Family::Cohere,
             other => anyhow::bail!("unsupported architecture `{other}` (supported: {SUPPORTED})"),
         };
         let a = arch.as_str();
@@ -68,7 +70,10 @@ impl Transformer {
             "head counts {n_heads}/{n_kv_heads} do not divide"
         );
         let n_layers = file.usize(&key("block_count"))?;
-        let rms_eps = f64::from(file.f32_or(&key("attention.layer_norm_rms_epsilon"), 1e-6));
+        let rms_eps = f64::from(file.f32_or(
+            &key("attention.layer_norm_rms_epsilon"),
+            file.f32_or(&key("attention.layer_norm_epsilon"), 1e-6),
+        ));
         let context_length = file.usize_or(&key("context_length"), 4096);
         let theta = file.f32_or(&key("rope.freq_base"), 10_000.0);
         let linear = match file.string(&key("rope.scaling.type")) {
@@ -87,7 +92,7 @@ impl Transformer {
         let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
         // llama.cpp's GGUF conversion permutes q/k for llama-style models (interleaved pairs);
         // the others keep Hugging Face's rotate-half layout.
-        let style = if matches!(family, Family::Llama | Family::Granite) {
+        let style = if matches!(family, Family::Llama | Family::Granite | Family::Cohere) {
             RopeStyle::Interleaved
         } else {
             RopeStyle::Neox
@@ -146,8 +151,19 @@ impl Transformer {
                 None
             },
             residual_scale: f64_key("residual_scale"),
-            logit_scale: f64_key("logit_scale"),
+            logit_scale: if family == Family::Granite {
+                f64_key("logit_scale")
+            } else {
+                None
+            },
             gelu: gemma,
+            layer_norm: family == Family::Cohere,
+            parallel_block: family == Family::Cohere,
+            logit_mul: if family == Family::Cohere {
+                f64_key("logit_scale")
+            } else {
+                None
+            },
         };
         let mut ld = Loader {
             file,
@@ -202,13 +218,19 @@ impl Transformer {
             ld.requantized += usize::from(r);
             QMatMul::from_qtensor(q)?
         };
-        let norm = ld.file.tensor_f32("output_norm.weight")?;
+        let output_norm = ld.file.tensor_f32("output_norm.weight")?;
         let device = embed.device();
+        let zero_bias = Tensor::zeros(
+            hidden.max(n_heads * head_dim),
+            candle_core::DType::F32,
+            &device,
+        )?;
         Ok(Self {
             config,
             embed,
             layers,
-            norm,
+            output_norm,
+            zero_bias,
             lm_head,
             ropes,
             device,

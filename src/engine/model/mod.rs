@@ -8,7 +8,8 @@
 //! - `gemma2` (tanh-GELU, sandwich norms, attention and final logit soft-capping, sliding window
 //!   on every other layer), `gemma3` (q/k norm, 5:1 local/global layers with their own RoPE bases);
 //! - `phi3` (fused qkv and gate/up projections), `olmo2` (post-sublayer norms, q/k norm over the
-//!   whole projection), `granite` (embedding, attention, residual and logit multipliers).
+//!   whole projection), `granite` (embedding, attention, residual and logit multipliers),
+//!   `command-r` (Cohere: LayerNorm, parallel attention/MLP block, logit multiplier; Aya, Command R).
 //!
 //! References: llama.cpp `src/llama-model.cpp` (tensor names and per-family graphs) and the
 //! Hugging Face `modeling_*.py` of each family.
@@ -34,6 +35,7 @@ pub enum Family {
     Phi3,
     Olmo2,
     Granite,
+    Cohere,
 }
 
 /// Hyper-parameters read from GGUF metadata.
@@ -63,6 +65,12 @@ pub struct Config {
     pub logit_scale: Option<f64>,
     /// tanh-GELU MLP (Gemma) instead of SiLU.
     pub gelu: bool,
+    /// LayerNorm (weight only, no bias) instead of RMSNorm (Cohere).
+    pub layer_norm: bool,
+    /// Attention and MLP read the same normed input and both add to the residual (Cohere).
+    pub parallel_block: bool,
+    /// Cohere: logits are multiplied by this.
+    pub logit_mul: Option<f64>,
 }
 
 struct Linear {
@@ -116,10 +124,12 @@ pub struct Transformer {
     pub config: Config,
     embed: QTensor,
     layers: Vec<Layer>,
-    norm: Tensor,
+    output_norm: Tensor,
     lm_head: QMatMul,
     ropes: Vec<Rope>,
     device: Device,
+    /// Zeros of `hidden`, the bias of bias-free LayerNorms.
+    zero_bias: Tensor,
     /// Tensors requantized from a slow type to Q8_0 at load.
     pub requantized: usize,
 }
@@ -136,23 +146,36 @@ fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     candle_nn::ops::rms_norm(x, w, eps as f32)
 }
 
-/// RMSNorm over heads (`w` of length `head_dim`) or over the whole projection.
-fn qk_norm(
-    x: &Tensor,
-    w: &Tensor,
-    t: usize,
-    heads: usize,
-    d: usize,
-    eps: f64,
-) -> candle_core::Result<Tensor> {
-    if w.elem_count() == d {
-        rms(&x.reshape((t, heads, d))?, w, eps)?.reshape((t, heads * d))
-    } else {
-        rms(x, w, eps)
-    }
-}
-
 impl Transformer {
+    /// The family's norm over the last dimension: RMSNorm, or bias-free LayerNorm.
+    fn norm(&self, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+        let eps = self.config.rms_eps;
+        if self.config.layer_norm {
+            let bias = self.zero_bias.narrow(0, 0, w.elem_count())?;
+            #[allow(clippy::cast_possible_truncation)]
+            candle_nn::ops::layer_norm(x, w, &bias, eps as f32)
+        } else {
+            rms(x, w, eps)
+        }
+    }
+
+    /// q/k norm over heads (`w` of length `head_dim`) or over the whole projection.
+    fn qk_norm(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        t: usize,
+        heads: usize,
+    ) -> candle_core::Result<Tensor> {
+        let d = self.config.head_dim;
+        if w.elem_count() == d {
+            self.norm(&x.reshape((t, heads, d))?, w)?
+                .reshape((t, heads * d))
+        } else {
+            self.norm(x, w)
+        }
+    }
+
     /// Run one packed step. Every sequence's `tokens` are appended to its cache; returns the
     /// logits of each sequence's last token, `[seqs.len()][vocab]`.
     ///
@@ -183,7 +206,7 @@ impl Transformer {
         };
         for (li, layer) in self.layers.iter().enumerate() {
             let h = match &layer.attn_norm {
-                Some(w) => rms(&x, w, c.rms_eps)?,
+                Some(w) => self.norm(&x, w)?,
                 None => x.clone(),
             };
             let (mut q, mut k, v) = match &layer.qkv {
@@ -198,10 +221,10 @@ impl Transformer {
                 }
             };
             if let Some(w) = &layer.q_norm {
-                q = qk_norm(&q.contiguous()?, w, t, hq, d, c.rms_eps)?;
+                q = self.qk_norm(&q.contiguous()?, w, t, hq)?;
             }
             if let Some(w) = &layer.k_norm {
-                k = qk_norm(&k.contiguous()?, w, t, hk, d, c.rms_eps)?;
+                k = self.qk_norm(&k.contiguous()?, w, t, hk)?;
             }
             let mut qv = q.flatten_all()?.to_vec1::<f32>()?;
             let mut kv = k.flatten_all()?.to_vec1::<f32>()?;
@@ -240,12 +263,16 @@ impl Transformer {
             let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
             let mut o = layer.o.forward(&att)?;
             if let Some(w) = &layer.post_attn_norm {
-                o = rms(&o, w, c.rms_eps)?;
+                o = self.norm(&o, w)?;
             }
-            x = residual(&x, o)?;
-            let h = match &layer.ffn_norm {
-                Some(w) => rms(&x, w, c.rms_eps)?,
-                None => x.clone(),
+            let x_in = x.clone();
+            if !c.parallel_block {
+                x = residual(&x, o.clone())?;
+            }
+            let h = match (&layer.ffn_norm, c.parallel_block) {
+                (_, true) => h,
+                (Some(w), false) => self.norm(&x, w)?,
+                (None, false) => x.clone(),
             };
             let (g, u) = match &layer.gate_up {
                 GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
@@ -258,9 +285,13 @@ impl Transformer {
             let g = if c.gelu { g.gelu()? } else { g.silu()? };
             let mut f = layer.down.forward(&(g * u)?)?;
             if let Some(w) = &layer.post_ffn_norm {
-                f = rms(&f, w, c.rms_eps)?;
+                f = self.norm(&f, w)?;
             }
-            x = residual(&x, f)?;
+            x = if c.parallel_block {
+                ((x_in + o)? + f)?
+            } else {
+                residual(&x, f)?
+            };
         }
         let mut last = Vec::with_capacity(seqs.len());
         let mut off = 0u32;
@@ -271,10 +302,13 @@ impl Transformer {
         }
         let last = Tensor::new(last.as_slice(), &self.device)?;
         let x = x.index_select(&last, 0)?.contiguous()?;
-        let x = rms(&x, &self.norm, c.rms_eps)?;
+        let x = self.norm(&x, &self.output_norm)?;
         let mut logits = self.lm_head.forward(&x)?.to_dtype(DType::F32)?;
         if let Some(s) = c.logit_scale {
             logits = (logits / s)?;
+        }
+        if let Some(s) = c.logit_mul {
+            logits = (logits * s)?;
         }
         if let Some(cap) = c.final_softcap {
             logits = ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?;
