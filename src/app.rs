@@ -111,6 +111,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 queue_depth: cfg.queue_depth,
                 limits_max_batch: cfg.max_batch,
                 limits_step_tokens: cfg.step_tokens,
+                on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
             })?)
         }
     };

@@ -362,6 +362,9 @@ async fn prepare(state: &AppState, req: &ChatRequest) -> Result<Prompt, ApiError
                     "The messages cannot be rendered with the model's chat template: {t}"
                 ),
             },
+            e @ (EngineError::Unavailable { .. } | EngineError::Load { .. }) => {
+                ApiError::ModelUnavailable(e.to_string())
+            }
             other => ApiError::Internal(other.to_string()),
         })
 }

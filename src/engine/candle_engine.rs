@@ -1,36 +1,43 @@
 //! `CandleEngine`: loads GGUF models and runs them on one dedicated engine thread.
 //!
 //! All models share one thread because candle's CPU thread pool is process-global (two forwards
-//! at once would serialise and spin). The thread starts with a ready handshake, so a bad weights
-//! file fails start-up, not the first request.
+//! at once would serialise and spin). Models named at start-up load before the server listens,
+//! so a bad weights file fails start-up; other catalogue models load on first use (their weights
+//! found or fetched by `resolve`), on the requesting thread, and are then handed to the engine
+//! thread.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use candle_core::Device;
 
 use super::gguf::GgufFile;
 use super::model::Transformer;
-use super::scheduler::{self, Job, Limits, Runtime};
+use super::resolve;
+use super::scheduler::{self, Cmd, Job, Limits, Runtime};
 use super::template::ChatTemplate;
 use super::tokenizer::GgufTokenizer;
 use super::{
     ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
 };
+use crate::catalog::Catalog;
 
 /// What to load and how to run it.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// (catalogue id, weights file, catalogue context length) for each model to load.
+    /// (catalogue id, weights file, catalogue context length) for each model to load at start.
     pub models: Vec<(String, PathBuf, usize)>,
     pub device: Device,
     /// Jobs that may wait in the admission queue; more get `Overloaded`.
     pub queue_depth: usize,
     pub limits_max_batch: usize,
     pub limits_step_tokens: usize,
+    /// Catalogue and weights directory for loading other models on first use (`None`: only the
+    /// models above are served).
+    pub on_demand: Option<(Arc<Catalog>, PathBuf)>,
 }
 
 /// The request-side view of a loaded model.
@@ -45,58 +52,90 @@ struct Front {
 
 /// Real inference with candle.
 pub struct CandleEngine {
-    fronts: Vec<Front>,
-    tx: SyncSender<Job>,
+    /// Loaded models; the index is the engine thread's runtime index.
+    fronts: RwLock<Vec<Arc<Front>>>,
+    tx: SyncSender<Cmd>,
+    device: Device,
+    on_demand: Option<(Arc<Catalog>, PathBuf)>,
+    /// Serialises on-demand loads (so indexes stay in step with the engine thread).
+    load_lock: Mutex<()>,
 }
 
 impl CandleEngine {
-    /// Load every model on a new engine thread and start its scheduler.
+    /// Load the configured models and start the engine thread.
     ///
     /// # Errors
     /// The first model that fails to load (missing file, unsupported architecture or tokenizer).
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
-        let (tx, rx) = sync_channel::<Job>(config.queue_depth.max(1));
-        let (ready_tx, ready_rx) = sync_channel::<Result<Vec<Front>, EngineError>>(1);
+        let (tx, rx) = sync_channel::<Cmd>(config.queue_depth.max(1));
         let limits = Limits {
             max_batch: config.limits_max_batch.max(1),
             step_tokens: config.limits_step_tokens.max(1),
         };
+        let mut runtimes = Vec::new();
+        let mut fronts = Vec::new();
+        for (id, path, ctx) in &config.models {
+            let (rt, front) = load(id, path, *ctx, &config.device)?;
+            runtimes.push(rt);
+            fronts.push(Arc::new(front));
+        }
         std::thread::Builder::new()
             .name("tollgate-engine".into())
-            .spawn(move || {
-                let mut runtimes = Vec::new();
-                let mut fronts = Vec::new();
-                for (id, path, ctx) in &config.models {
-                    match load(id, path, *ctx, &config.device) {
-                        Ok((rt, front)) => {
-                            runtimes.push(rt);
-                            fronts.push(front);
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                            return;
-                        }
-                    }
-                }
-                if ready_tx.send(Ok(fronts)).is_err() {
-                    return;
-                }
-                scheduler::run(&runtimes, &rx, limits);
-            })
+            .spawn(move || scheduler::run(runtimes, &rx, limits))
             .map_err(|e| EngineError::Load {
                 model: "*".into(),
                 message: format!("cannot spawn engine thread: {e}"),
             })?;
-        let fronts = ready_rx.recv().map_err(|_| EngineError::ShutDown)??;
-        Ok(Self { fronts, tx })
+        Ok(Self {
+            fronts: RwLock::new(fronts),
+            tx,
+            device: config.device,
+            on_demand: config.on_demand,
+            load_lock: Mutex::new(()),
+        })
     }
 
-    fn front(&self, model: &str) -> Result<(usize, &Front), EngineError> {
-        self.fronts
+    fn front(&self, model: &str) -> Option<(usize, Arc<Front>)> {
+        let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
+        fronts
             .iter()
             .enumerate()
             .find(|(_, f)| f.id == model)
-            .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))
+            .map(|(i, f)| (i, f.clone()))
+    }
+
+    /// The loaded model, loading it first (fetching its weights if needed) when it is in the
+    /// catalogue. Blocking.
+    fn ensure_loaded(&self, model: &str) -> Result<(usize, Arc<Front>), EngineError> {
+        if let Some(f) = self.front(model) {
+            return Ok(f);
+        }
+        let Some((catalog, weights_dir)) = &self.on_demand else {
+            return Err(EngineError::ModelNotLoaded(model.to_owned()));
+        };
+        let entry = catalog
+            .get(model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))?;
+        let _guard = self
+            .load_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = self.front(model) {
+            return Ok(f);
+        }
+        let path =
+            resolve::resolve(entry, weights_dir).map_err(|tried| EngineError::Unavailable {
+                model: model.to_owned(),
+                tried,
+            })?;
+        let (rt, front) = load(model, &path, entry.context_length, &self.device)?;
+        let front = Arc::new(front);
+        let mut fronts = self.fronts.write().unwrap_or_else(PoisonError::into_inner);
+        self.tx
+            .send(Cmd::Load(Box::new(rt)))
+            .map_err(|_| EngineError::ShutDown)?;
+        fronts.push(front.clone());
+        Ok((fronts.len() - 1, front))
     }
 }
 
@@ -151,7 +190,8 @@ fn load(
 
 impl Engine for CandleEngine {
     fn loaded(&self) -> Vec<LoadedModel> {
-        self.fronts
+        let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
+        fronts
             .iter()
             .map(|f| LoadedModel {
                 id: f.id.clone(),
@@ -161,7 +201,7 @@ impl Engine for CandleEngine {
     }
 
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
-        let (_, f) = self.front(model)?;
+        let (_, f) = self.ensure_loaded(model)?;
         let text = f
             .template
             .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
@@ -183,7 +223,9 @@ impl Engine for CandleEngine {
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
-        let (index, f) = self.front(&request.prompt.model)?;
+        let (index, f) = self
+            .front(&request.prompt.model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(request.prompt.model.clone()))?;
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
         f.waiting.fetch_add(1, Ordering::Relaxed);
@@ -193,7 +235,7 @@ impl Engine for CandleEngine {
             events: events_tx,
             outcome: outcome_tx,
         };
-        match self.tx.try_send(job) {
+        match self.tx.try_send(Cmd::Job(job)) {
             Ok(()) => Ok(Generation { events, outcome }),
             Err(e) => {
                 f.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -206,7 +248,8 @@ impl Engine for CandleEngine {
     }
 
     fn stats(&self) -> Vec<ModelStats> {
-        self.fronts
+        let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
+        fronts
             .iter()
             .map(|f| ModelStats {
                 model: f.id.clone(),

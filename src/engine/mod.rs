@@ -9,6 +9,7 @@ mod candle_engine;
 pub mod fake;
 mod gguf;
 pub mod model;
+pub mod resolve;
 pub mod sampler;
 mod scheduler;
 pub mod stop;
@@ -158,6 +159,8 @@ pub enum EngineError {
     Tokenize(String),
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
+    #[error("no weights could be found or fetched for model `{model}`; tried: {}", tried.join("; "))]
+    Unavailable { model: String, tried: Vec<String> },
 }
 
 /// The seam between the HTTP layer and inference. `CandleEngine` runs real models; `FakeEngine`

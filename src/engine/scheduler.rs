@@ -90,27 +90,53 @@ impl Seq {
     }
 }
 
-/// Run the loop until the channel closes. `runtimes` are indexed by `Job::model`.
-pub fn run(runtimes: &[Runtime], rx: &Receiver<Job>, limits: Limits) {
+/// What the engine thread receives: a generation, or a newly loaded model to serve.
+pub enum Cmd {
+    Job(Job),
+    /// Appended to the runtimes; its index is the next `Job::model`.
+    Load(Box<Runtime>),
+}
+
+/// Run the loop until the channel closes. `Job::model` indexes the runtimes in load order.
+pub fn run(mut runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
     let mut next_model = 0usize;
+    // Returns whether `cmd` was a job (admitted) rather than a model load.
+    let take = |cmd: Cmd, runtimes: &mut Vec<Runtime>, running: &mut Vec<Vec<Seq>>| match cmd {
+        Cmd::Job(job) => {
+            admit(runtimes, running, job);
+            true
+        }
+        Cmd::Load(rt) => {
+            tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
+            runtimes.push(*rt);
+            running.push(Vec::new());
+            false
+        }
+    };
     loop {
         // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
         // until a batch slot frees up. Block only when nothing runs.
         let mut total: usize = running.iter().map(Vec::len).sum();
-        if total == 0 {
+        while total == 0 {
             match rx.recv() {
-                Ok(job) => admit(runtimes, &mut running, job),
+                Ok(cmd) => {
+                    if take(cmd, &mut runtimes, &mut running) {
+                        total = 1;
+                    }
+                }
                 Err(_) => return,
             }
-            total = 1;
         }
         while total < limits.max_batch {
             match rx.try_recv() {
-                Ok(job) => admit(runtimes, &mut running, job),
+                Ok(cmd) => {
+                    if take(cmd, &mut runtimes, &mut running) {
+                        total += 1;
+                    }
+                }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
-            total += 1;
         }
         for (m, seqs) in running.iter_mut().enumerate() {
             let before = seqs.len();

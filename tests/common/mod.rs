@@ -161,6 +161,7 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         queue_depth,
         limits_max_batch: max_batch,
         limits_step_tokens: 256,
+        on_demand: None,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
