@@ -82,6 +82,7 @@ fn main() {
         queue_depth: 64,
         limits_max_batch: 16,
         limits_step_tokens: 256,
+        on_demand: None,
     })
     .expect("engine");
     let rt = tokio::runtime::Builder::new_multi_thread()
