@@ -156,7 +156,24 @@ pub fn state_with(
         ledger,
         limits: Arc::new(RateLimits::new(rate_limit_rpm)),
         weights_dir: Arc::new(PathBuf::from("weights")),
+        languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
     }
+}
+
+/// Where `tollgate measure-languages` writes and the server reads language costs.
+pub const LANGUAGES_FILE: &str = "data/language-multipliers.json";
+
+/// Read measured language costs (empty when the file is missing or unreadable).
+pub fn load_languages(
+    path: &Path,
+) -> std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Default::default();
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| serde_json::from_value(v["models"].clone()).ok())
+        .unwrap_or_default()
 }
 
 /// Purge the key cache when another process (the CLI) revokes a key; polls once a second.

@@ -38,6 +38,21 @@ pub enum Command {
         #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
         weights: PathBuf,
     },
+    /// Measure per-language token multipliers with each model's own tokenizer and write them.
+    MeasureLanguages {
+        #[arg(long, env = "TOLLGATE_MODELS", default_value = "models.toml")]
+        models: PathBuf,
+        #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
+        weights: PathBuf,
+        /// One `<language code>.txt` per language (`eng.txt` required).
+        #[arg(long, default_value = "data/udhr")]
+        corpus: PathBuf,
+        /// Reference tokenizers: `<name>/tokenizer.json` (scripts/fetch-tokenizers).
+        #[arg(long, default_value = "data/tokenizers")]
+        tokenizers: PathBuf,
+        #[arg(long, default_value = "data/language-multipliers.json")]
+        out: PathBuf,
+    },
     /// Accounts (operator commands for self-hosters).
     Accounts {
         #[command(subcommand)]
@@ -352,6 +367,36 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 );
             }
             writeln!(out, "ledger check: ok")?;
+        }
+        Command::MeasureLanguages {
+            models,
+            weights,
+            corpus,
+            tokenizers,
+            out: out_path,
+        } => {
+            let catalog = crate::catalog::Catalog::load(&models).map_err(anyhow::Error::msg)?;
+            let texts = crate::engine::languages::read_corpus(&corpus)?;
+            let measured =
+                crate::engine::languages::measure_catalog(&catalog, &weights, &texts, &tokenizers);
+            let with = measured.values().filter(|m| m.languages.is_some()).count();
+            let doc = serde_json::json!({
+                "corpus": {
+                    "name": "Universal Declaration of Human Rights",
+                    "provenance": format!("{}/README.md", corpus.display()),
+                    "languages": texts.keys().collect::<Vec<_>>(),
+                },
+                "rule": "multiplier = tokens(language) / tokens(eng) for the same passages; tokens counted without special tokens",
+                "models": measured,
+            });
+            std::fs::write(&out_path, serde_json::to_string_pretty(&doc)? + "\n")?;
+            writeln!(
+                out,
+                "measured {with} of {} models over {} languages -> {}",
+                catalog.models.len(),
+                texts.len(),
+                out_path.display()
+            )?;
         }
         Command::Serve(_) | Command::Models { .. } => anyhow::bail!("not an operator command"),
     }

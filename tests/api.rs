@@ -315,6 +315,32 @@ async fn models_endpoints_are_the_price_list() {
     assert_eq!(m["context_length"], 64);
     assert_eq!(m["pricing"]["input_micros_per_mtok"], 500_000);
     assert_eq!(m["pricing"]["output_micros_per_mtok"], 1_500_000);
+    // OpenRouter-style fields: USD per token as exact decimal strings, and per million.
+    assert_eq!(m["pricing"]["prompt"], "0.0000005");
+    assert_eq!(m["pricing"]["completion"], "0.0000015");
+    assert_eq!(m["pricing"]["input_per_million_usd"], "0.50");
+    assert_eq!(m["architecture"]["input_modalities"], json!(["text"]));
+    assert_eq!(m["architecture"]["output_modalities"], json!(["text"]));
+    assert_eq!(
+        m["license"],
+        json!({"name": "MIT", "url": "https://example.invalid", "commercial_use": true})
+    );
+    assert!(m["supported_parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "max_completion_tokens"));
+    assert_eq!(
+        v["data"][2]["license"]["commercial_use"], false,
+        "licence-restricted models stay listed, flagged"
+    );
+    assert!(m.get("languages").is_some() && m.get("available").is_some());
+    let (st, _, langs) = get(&s.url("/v1/models/fake-model/languages")).await;
+    assert_eq!((st, langs["model"].as_str()), (200, Some("fake-model")));
+    assert!(
+        langs["languages"].is_null() && langs["reason"].is_string(),
+        "{langs}"
+    );
     let (st, _, one) = get(&s.url("/v1/models/fake-model")).await;
     assert_eq!((st, &one), (200, m));
     let (st, _, e) = get(&s.url("/v1/models/nope")).await;

