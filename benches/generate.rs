@@ -83,6 +83,7 @@ fn main() {
         limits_max_batch: 16,
         limits_step_tokens: 256,
         on_demand: None,
+        memory_budget: 0,
     })
     .expect("engine");
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub db: PathBuf,
     /// Requests per minute per API key.
     pub rate_limit_rpm: u32,
+    /// Bytes of model weights resident at once (0: no limit).
+    pub memory_budget: u64,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -112,6 +114,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 limits_max_batch: cfg.max_batch,
                 limits_step_tokens: cfg.step_tokens,
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
+                memory_budget: cfg.memory_budget,
             })?)
         }
     };

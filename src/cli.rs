@@ -157,9 +157,10 @@ pub struct ServeArgs {
     /// Directory that catalogue weight paths are relative to.
     #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
     pub weights: PathBuf,
-    /// Model ids to load at start-up (comma-separated); default: every catalogue model whose
+    /// Model ids to load at start-up (comma-separated; alias `--preload`); default: every
+    /// catalogue model whose
     /// weights file is present.
-    #[arg(long, env = "TOLLGATE_LOAD", value_delimiter = ',')]
+    #[arg(long, alias = "preload", env = "TOLLGATE_LOAD", value_delimiter = ',')]
     pub load: Vec<String>,
     /// Compute threads for inference (sets candle's and rayon's pools). Default: all cores.
     #[arg(long, env = "TOLLGATE_THREADS")]
@@ -182,6 +183,10 @@ pub struct ServeArgs {
     /// Requests per minute per API key.
     #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
     pub rate_limit_rpm: u32,
+    /// Most model weights resident at once, e.g. `8GiB`, `512MiB` or bytes; `0` = no limit.
+    /// Loading another model first evicts the least recently used idle ones.
+    #[arg(long, env = "TOLLGATE_MEMORY_BUDGET", default_value = "0", value_parser = parse_bytes)]
+    pub memory_budget: u64,
 }
 
 impl ServeArgs {
@@ -198,6 +203,7 @@ impl ServeArgs {
             step_tokens: self.step_tokens,
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
+            memory_budget: self.memory_budget,
         }
     }
 }
@@ -211,6 +217,33 @@ pub fn set_compute_threads(threads: Option<usize>) {
     // SAFETY-free in edition 2021: called from `main` before the runtime or any thread starts.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+}
+
+/// Parse a byte size: a number with an optional `KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` suffix.
+///
+/// # Errors
+/// Anything else.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        other => return Err(format!("unknown size unit `{other}` (use KiB, MiB, GiB)")),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 8GiB"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 /// Parse a USD amount into micros (at most 6 decimals; a leading `-` allowed).

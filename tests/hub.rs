@@ -99,6 +99,7 @@ async fn weights_are_fetched_from_the_hub_on_first_use_and_a_dead_source_is_a_50
         limits_max_batch: 4,
         limits_step_tokens: 256,
         on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
+        memory_budget: 0,
     })
     .unwrap();
     let s = serve(Arc::new(engine), catalog);

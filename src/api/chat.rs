@@ -365,6 +365,7 @@ async fn prepare(state: &AppState, req: &ChatRequest) -> Result<Prompt, ApiError
             e @ (EngineError::Unavailable { .. } | EngineError::Load { .. }) => {
                 ApiError::ModelUnavailable(e.to_string())
             }
+            e @ EngineError::NoRoom { .. } => ApiError::NoCapacity(e.to_string()),
             other => ApiError::Internal(other.to_string()),
         })
 }

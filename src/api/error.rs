@@ -64,6 +64,9 @@ pub enum ApiError {
     /// 429 `engine_overloaded` with `Retry-After`.
     #[error("The model `{0}` is at capacity; retry shortly.")]
     Overloaded(String),
+    /// 503 `model_capacity` with `Retry-After`: the memory budget is held by busy models.
+    #[error("{0}")]
+    NoCapacity(String),
     /// 502 `model_unavailable`: in the catalogue but cannot run here now.
     #[error("{0}")]
     ModelUnavailable(String),
@@ -98,6 +101,7 @@ impl ApiError {
             E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
             E::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
+            E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "model_capacity", None),
             E::ModelUnavailable(_) => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
             E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
             E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
@@ -144,7 +148,7 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(self.body())).into_response();
         let h = resp.headers_mut();
         match &self {
-            ApiError::Overloaded(_) => {
+            ApiError::Overloaded(_) | ApiError::NoCapacity(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Unauthenticated { .. } => {

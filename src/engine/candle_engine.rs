@@ -7,7 +7,7 @@
 //! thread.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
@@ -38,6 +38,9 @@ pub struct EngineConfig {
     /// Catalogue and weights directory for loading other models on first use (`None`: only the
     /// models above are served).
     pub on_demand: Option<(Arc<Catalog>, PathBuf)>,
+    /// Most bytes of weights resident at once (0: no limit). Loading past it first evicts the
+    /// least recently used idle models.
+    pub memory_budget: u64,
 }
 
 /// The request-side view of a loaded model.
@@ -48,17 +51,23 @@ struct Front {
     template: ChatTemplate,
     running: Arc<AtomicUsize>,
     waiting: Arc<AtomicUsize>,
+    /// Size of the weights file, bytes (the residency estimate).
+    bytes: u64,
+    /// Milliseconds since the engine started, at the last request (for LRU eviction).
+    last_used: AtomicU64,
 }
 
 /// Real inference with candle.
 pub struct CandleEngine {
-    /// Loaded models; the index is the engine thread's runtime index.
-    fronts: RwLock<Vec<Arc<Front>>>,
+    /// Loaded models; the index is the engine thread's runtime index (`None`: evicted).
+    fronts: RwLock<Vec<Option<Arc<Front>>>>,
     tx: SyncSender<Cmd>,
     device: Device,
     on_demand: Option<(Arc<Catalog>, PathBuf)>,
     /// Serialises on-demand loads (so indexes stay in step with the engine thread).
     load_lock: Mutex<()>,
+    memory_budget: u64,
+    started: Instant,
 }
 
 impl CandleEngine {
@@ -77,7 +86,7 @@ impl CandleEngine {
         for (id, path, ctx) in &config.models {
             let (rt, front) = load(id, path, *ctx, &config.device)?;
             runtimes.push(rt);
-            fronts.push(Arc::new(front));
+            fronts.push(Some(Arc::new(front)));
         }
         std::thread::Builder::new()
             .name("tollgate-engine".into())
@@ -92,6 +101,8 @@ impl CandleEngine {
             device: config.device,
             on_demand: config.on_demand,
             load_lock: Mutex::new(()),
+            memory_budget: config.memory_budget,
+            started: Instant::now(),
         })
     }
 
@@ -100,8 +111,46 @@ impl CandleEngine {
         fronts
             .iter()
             .enumerate()
-            .find(|(_, f)| f.id == model)
-            .map(|(i, f)| (i, f.clone()))
+            .find_map(|(i, f)| f.as_ref().filter(|f| f.id == model).map(|f| (i, f.clone())))
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Evict least recently used idle models until `incoming` more bytes fit the budget.
+    /// Called under the load lock.
+    fn make_room(&self, incoming: u64) -> Result<(), EngineError> {
+        if self.memory_budget == 0 {
+            return Ok(());
+        }
+        let mut fronts = self.fronts.write().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let resident: u64 = fronts.iter().flatten().map(|f| f.bytes).sum();
+            if resident + incoming <= self.memory_budget {
+                return Ok(());
+            }
+            let idle = fronts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| f.as_ref().map(|f| (i, f)))
+                .filter(|(_, f)| {
+                    f.running.load(Ordering::Relaxed) == 0 && f.waiting.load(Ordering::Relaxed) == 0
+                })
+                .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
+                .map(|(i, _)| i);
+            let Some(i) = idle else {
+                return Err(EngineError::NoRoom {
+                    needed: incoming,
+                    budget: self.memory_budget,
+                });
+            };
+            tracing::info!(model = %fronts[i].as_ref().map_or("", |f| f.id.as_str()), "evicting to make room");
+            fronts[i] = None;
+            self.tx
+                .send(Cmd::Unload(i))
+                .map_err(|_| EngineError::ShutDown)?;
+        }
     }
 
     /// The loaded model, loading it first (fetching its weights if needed) when it is in the
@@ -128,13 +177,14 @@ impl CandleEngine {
                 model: model.to_owned(),
                 tried,
             })?;
+        self.make_room(std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0))?;
         let (rt, front) = load(model, &path, entry.context_length, &self.device)?;
         let front = Arc::new(front);
         let mut fronts = self.fronts.write().unwrap_or_else(PoisonError::into_inner);
         self.tx
             .send(Cmd::Load(Box::new(rt)))
             .map_err(|_| EngineError::ShutDown)?;
-        fronts.push(front.clone());
+        fronts.push(Some(front.clone()));
         Ok((fronts.len() - 1, front))
     }
 }
@@ -175,6 +225,8 @@ fn load(
         template,
         running: running.clone(),
         waiting: waiting.clone(),
+        bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        last_used: AtomicU64::new(0),
     };
     Ok((
         Runtime {
@@ -193,6 +245,7 @@ impl Engine for CandleEngine {
         let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
         fronts
             .iter()
+            .flatten()
             .map(|f| LoadedModel {
                 id: f.id.clone(),
                 context_length: f.context_length,
@@ -202,6 +255,7 @@ impl Engine for CandleEngine {
 
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
         let (_, f) = self.ensure_loaded(model)?;
+        f.last_used.store(self.now_ms(), Ordering::Relaxed);
         let text = f
             .template
             .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
@@ -251,6 +305,7 @@ impl Engine for CandleEngine {
         let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
         fronts
             .iter()
+            .flatten()
             .map(|f| ModelStats {
                 model: f.id.clone(),
                 running: f.running.load(Ordering::Relaxed),

@@ -160,6 +160,8 @@ pub enum EngineError {
     Tokenize(String),
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
+    #[error("cannot load a model of {needed} bytes: the memory budget of {budget} bytes is held by busy models")]
+    NoRoom { needed: u64, budget: u64 },
     #[error("no weights could be found or fetched for model `{model}`; tried: {}", tried.join("; "))]
     Unavailable { model: String, tried: Vec<String> },
 }

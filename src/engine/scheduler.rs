@@ -95,25 +95,37 @@ pub enum Cmd {
     Job(Job),
     /// Appended to the runtimes; its index is the next `Job::model`.
     Load(Box<Runtime>),
+    /// Drop the runtime at this index (evicted while idle); the index is never reused.
+    Unload(usize),
 }
 
 /// Run the loop until the channel closes. `Job::model` indexes the runtimes in load order.
-pub fn run(mut runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
+pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
+    let mut runtimes: Vec<Option<Runtime>> = runtimes.into_iter().map(Some).collect();
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
     let mut next_model = 0usize;
     // Returns whether `cmd` was a job (admitted) rather than a model load.
-    let take = |cmd: Cmd, runtimes: &mut Vec<Runtime>, running: &mut Vec<Vec<Seq>>| match cmd {
-        Cmd::Job(job) => {
-            admit(runtimes, running, job);
-            true
-        }
-        Cmd::Load(rt) => {
-            tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
-            runtimes.push(*rt);
-            running.push(Vec::new());
-            false
-        }
-    };
+    let take =
+        |cmd: Cmd, runtimes: &mut Vec<Option<Runtime>>, running: &mut Vec<Vec<Seq>>| match cmd {
+            Cmd::Job(job) => {
+                admit(runtimes, running, job);
+                true
+            }
+            Cmd::Load(rt) => {
+                tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
+                runtimes.push(Some(*rt));
+                running.push(Vec::new());
+                false
+            }
+            Cmd::Unload(i) => {
+                if running.get(i).is_some_and(Vec::is_empty) {
+                    if let Some(rt) = runtimes.get_mut(i).and_then(Option::take) {
+                        tracing::info!(model = %rt.id, "model evicted");
+                    }
+                }
+                false
+            }
+        };
     loop {
         // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
         // until a batch slot frees up. Block only when nothing runs.
@@ -147,9 +159,9 @@ pub fn run(mut runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
                 tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
                 s.finish(FinishReason::Cancelled);
             }
-            runtimes[m]
-                .running
-                .fetch_sub(before - seqs.len(), Ordering::Relaxed);
+            if let Some(rt) = &runtimes[m] {
+                rt.running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
+            }
         }
         let Some(m) = (0..runtimes.len())
             .map(|i| (next_model + i) % runtimes.len())
@@ -158,7 +170,10 @@ pub fn run(mut runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             continue;
         };
         next_model = m + 1;
-        let rt = &runtimes[m];
+        let Some(rt) = &runtimes[m] else {
+            running[m].clear();
+            continue;
+        };
         let seqs = std::mem::take(&mut running[m]);
         let result =
             std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits.step_tokens)));
@@ -179,8 +194,12 @@ pub fn run(mut runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
     }
 }
 
-fn admit(runtimes: &[Runtime], running: &mut [Vec<Seq>], job: Job) {
-    let rt = &runtimes[job.model];
+fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
+    let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
+        // The model was evicted after the job was queued: the dropped outcome sender is
+        // reported as an engine failure (nothing is charged).
+        return;
+    };
     rt.waiting.fetch_sub(1, Ordering::Relaxed);
     rt.running.fetch_add(1, Ordering::Relaxed);
     let n_layers = rt.model.config.n_layers;

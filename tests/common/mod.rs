@@ -162,6 +162,7 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         limits_max_batch: max_batch,
         limits_step_tokens: 256,
         on_demand: None,
+        memory_budget: 0,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)

@@ -1,0 +1,69 @@
+//! Residency under a memory budget: models load on first use, the least recently used idle
+//! model is evicted to make room, and when the budget is held by a busy model the request gets
+//! 503 with Retry-After (nothing charged). Real weights: SmolLM2 (94 MB) and Gemma 3 270M
+//! (242 MB) under a 300 MB budget, so only one fits at a time.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tollgate::engine::{CandleEngine, EngineConfig};
+
+fn loaded(s: &TestServer) -> Vec<String> {
+    s.engine.loaded().into_iter().map(|m| m.id).collect()
+}
+
+#[tokio::test]
+async fn lru_eviction_under_a_memory_budget() {
+    let catalog = catalog();
+    let engine = CandleEngine::start(EngineConfig {
+        models: vec![],
+        device: candle_core::Device::Cpu,
+        queue_depth: 8,
+        limits_max_batch: 4,
+        limits_step_tokens: 256,
+        on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
+        memory_budget: 300_000_000,
+    })
+    .unwrap();
+    let s = serve(Arc::new(engine), catalog);
+    let ask = |model: &str| chat_body(model, None, "Say hi.", r#""temperature":0,"max_tokens":4"#);
+    let (st, _, v) = s.post("/v1/chat/completions", &ask(SMOL), &[]).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(loaded(&s), [SMOL]);
+    let (st, _, v) = s.post("/v1/chat/completions", &ask(GEMMA), &[]).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(loaded(&s), [GEMMA], "SmolLM2 was evicted to fit Gemma");
+    let (st, _, _) = s.post("/v1/chat/completions", &ask(SMOL), &[]).await;
+    assert_eq!(st, 200);
+    assert_eq!(loaded(&s), [SMOL], "and back");
+
+    // While SmolLM2 is busy, Gemma cannot fit: 503 with Retry-After, nothing charged.
+    let long = chat_body(
+        SMOL,
+        None,
+        "Count from 1 to 1000, separated by commas.",
+        r#""temperature":0,"max_tokens":2000,"stream":true"#,
+    );
+    let mut resp = s.open_stream("/v1/chat/completions", &long).await;
+    read_some(&mut resp, 3).await;
+    let before = s.ledger.account(s.account).unwrap().balance_micros;
+    let (st, h, v) = s.post("/v1/chat/completions", &ask(GEMMA), &[]).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("model_capacity")),
+        "{v}"
+    );
+    assert!(h.contains_key("retry-after"));
+    assert_eq!(s.ledger.account(s.account).unwrap().balance_micros, before);
+    drop(resp);
+    let t = Instant::now();
+    while s.engine.stats().iter().any(|m| m.running > 0) {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (st, _, _) = s.post("/v1/chat/completions", &ask(GEMMA), &[]).await;
+    assert_eq!(st, 200, "once idle, the busy model can be evicted");
+}
