@@ -42,6 +42,11 @@ impl GgufFile {
         })
     }
 
+    /// The device tensors are loaded to.
+    pub fn device(&self) -> candle_core::Device {
+        self.device.clone()
+    }
+
     pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
         &self.content.metadata
     }

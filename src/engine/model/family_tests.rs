@@ -21,6 +21,7 @@ const F: usize = 48; // ffn
 const V: usize = 64; // vocab
 const EPS: f32 = 1e-5;
 const WINDOW: usize = 4;
+const EXPERTS: usize = 4;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Fam {
@@ -33,6 +34,7 @@ enum Fam {
     Olmo2,
     Granite,
     Cohere,
+    Mixtral,
 }
 
 impl Fam {
@@ -47,6 +49,7 @@ impl Fam {
             Fam::Olmo2 => "olmo2",
             Fam::Granite => "granite",
             Fam::Cohere => "command-r",
+            Fam::Mixtral => "llama",
         }
     }
     fn layers(self) -> usize {
@@ -104,8 +107,29 @@ fn weights(f: Fam, rng: &mut StdRng) -> W {
             put(format!("{p}.attn_q.weight"), vec![NH * D, H], s, 0.0);
             put(format!("{p}.attn_k.weight"), vec![NKV * D, H], s, 0.0);
             put(format!("{p}.attn_v.weight"), vec![NKV * D, H], s, 0.0);
-            put(format!("{p}.ffn_gate.weight"), vec![F, H], s, 0.0);
-            put(format!("{p}.ffn_up.weight"), vec![F, H], s, 0.0);
+            if f == Fam::Mixtral {
+                put(
+                    format!("{p}.ffn_gate_inp.weight"),
+                    vec![EXPERTS, H],
+                    1.0,
+                    0.0,
+                );
+                put(
+                    format!("{p}.ffn_gate_exps.weight"),
+                    vec![EXPERTS, F, H],
+                    s,
+                    0.0,
+                );
+                put(
+                    format!("{p}.ffn_up_exps.weight"),
+                    vec![EXPERTS, F, H],
+                    s,
+                    0.0,
+                );
+            } else {
+                put(format!("{p}.ffn_gate.weight"), vec![F, H], s, 0.0);
+                put(format!("{p}.ffn_up.weight"), vec![F, H], s, 0.0);
+            }
         }
         if f == Fam::Qwen2 {
             put(format!("{p}.attn_q.bias"), vec![NH * D], 0.2, 0.0);
@@ -113,7 +137,16 @@ fn weights(f: Fam, rng: &mut StdRng) -> W {
             put(format!("{p}.attn_v.bias"), vec![NKV * D], 0.2, 0.0);
         }
         put(format!("{p}.attn_output.weight"), vec![H, NH * D], s, 0.0);
-        put(format!("{p}.ffn_down.weight"), vec![H, F], s, 0.0);
+        if f == Fam::Mixtral {
+            put(
+                format!("{p}.ffn_down_exps.weight"),
+                vec![EXPERTS, H, F],
+                s,
+                0.0,
+            );
+        } else {
+            put(format!("{p}.ffn_down.weight"), vec![H, F], s, 0.0);
+        }
         if f != Fam::Olmo2 {
             put(format!("{p}.attn_norm.weight"), vec![H], 0.1, 1.0);
         }
@@ -171,6 +204,10 @@ fn write_gguf(f: Fam, w: &W, path: &std::path::Path) {
     }
     if f == Fam::Cohere {
         meta.push((format!("{a}.logit_scale"), G::F32(0.5)));
+    }
+    if f == Fam::Mixtral {
+        meta.push((format!("{a}.expert_count"), G::U32(EXPERTS as u32)));
+        meta.push((format!("{a}.expert_used_count"), G::U32(2)));
     }
     if f == Fam::Granite {
         meta.push((format!("{a}.embedding_scale"), G::F32(1.5)));
@@ -239,6 +276,27 @@ fn rope(v: &mut [f32], pos: usize, theta: f32, interleaved: bool) {
     }
 }
 
+/// Mixtral's MLP for one token: softmax router, top-2, weights renormalised, SwiGLU experts.
+fn moe_reference(w: &W, l: usize, h: &[f32]) -> Vec<f32> {
+    let logits = matvec(w.req(&format!("blk.{l}.ffn_gate_inp.weight")), h, EXPERTS);
+    let mut order: Vec<usize> = (0..EXPERTS).collect();
+    order.sort_by(|&a, &b| logits[b].partial_cmp(&logits[a]).unwrap());
+    let top = &order[..2];
+    let z: f32 = top.iter().map(|&e| logits[e].exp()).sum();
+    let mut out = vec![0.0; H];
+    for &e in top {
+        let slice = |n: &str, rows: usize, cols: usize| {
+            w.req(&format!("blk.{l}.{n}"))[e * rows * cols..(e + 1) * rows * cols].to_vec()
+        };
+        let g = matvec(&slice("ffn_gate_exps.weight", F, H), h, F);
+        let u = matvec(&slice("ffn_up_exps.weight", F, H), h, F);
+        let a: Vec<f32> = g.iter().zip(&u).map(|(g, u)| silu(*g) * u).collect();
+        let y = matvec(&slice("ffn_down_exps.weight", H, F), &a, H);
+        add(&mut out, &y, logits[e].exp() / z);
+    }
+    out
+}
+
 fn add(a: &mut [f32], b: &[f32], scale: f32) {
     for (x, y) in a.iter_mut().zip(b) {
         *x += scale * y;
@@ -265,7 +323,7 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
                 .collect()
         })
         .collect();
-    let interleaved = matches!(f, Fam::Llama | Fam::Granite | Fam::Cohere);
+    let interleaved = matches!(f, Fam::Llama | Fam::Granite | Fam::Cohere | Fam::Mixtral);
     let norm = |x: &[f32], g: &[f32]| {
         if f == Fam::Cohere {
             layernorm(x, g)
@@ -395,21 +453,25 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
             if f == Fam::Cohere {
                 add(x, &o, 1.0);
             }
-            let (gate, up) = if f == Fam::Phi3 {
-                let y = matvec(w.req(&p("ffn_up.weight")), &h, 2 * F);
-                (y[..F].to_vec(), y[F..].to_vec())
+            let mut d = if f == Fam::Mixtral {
+                moe_reference(w, l, &h)
             } else {
-                (
-                    matvec(w.req(&p("ffn_gate.weight")), &h, F),
-                    matvec(w.req(&p("ffn_up.weight")), &h, F),
-                )
+                let (gate, up) = if f == Fam::Phi3 {
+                    let y = matvec(w.req(&p("ffn_up.weight")), &h, 2 * F);
+                    (y[..F].to_vec(), y[F..].to_vec())
+                } else {
+                    (
+                        matvec(w.req(&p("ffn_gate.weight")), &h, F),
+                        matvec(w.req(&p("ffn_up.weight")), &h, F),
+                    )
+                };
+                let act: Vec<f32> = gate
+                    .iter()
+                    .zip(&up)
+                    .map(|(g, u)| if f.gemma() { gelu_tanh(*g) } else { silu(*g) } * u)
+                    .collect();
+                matvec(w.req(&p("ffn_down.weight")), &act, H)
             };
-            let act: Vec<f32> = gate
-                .iter()
-                .zip(&up)
-                .map(|(g, u)| if f.gemma() { gelu_tanh(*g) } else { silu(*g) } * u)
-                .collect();
-            let mut d = matvec(w.req(&p("ffn_down.weight")), &act, H);
             if let Some(g) = w.get(&p("post_ffw_norm.weight")) {
                 d = rmsnorm(&d, g);
             }
@@ -545,4 +607,8 @@ fn granite_matches_reference() {
 #[test]
 fn cohere_matches_reference() {
     check(Fam::Cohere);
+}
+#[test]
+fn mixtral_moe_matches_reference() {
+    check(Fam::Mixtral);
 }

@@ -5,7 +5,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::Tensor;
 
 use super::attention::{Rope, RopeStyle};
-use super::{Config, Family, GateUp, Layer, Linear, Qkv, Transformer};
+use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
 use crate::engine::gguf::{requantize_if_slow, GgufFile};
 
 /// GGUF architectures the engine runs.
@@ -37,6 +37,18 @@ impl Loader<'_> {
             w: self.matmul(&format!("{name}.weight"))?,
             b: self.opt(&format!("{name}.bias"))?,
         })
+    }
+}
+
+/// Separate `ffn_gate`/`ffn_up`, or Phi-3's fused `[gate | up]` in `ffn_up`.
+fn dense_gate_up(ld: &mut Loader<'_>, p: &str) -> anyhow::Result<GateUp> {
+    if ld.file.has_tensor(&format!("{p}.ffn_gate.weight")) {
+        Ok(GateUp::Separate(
+            ld.matmul(&format!("{p}.ffn_gate.weight"))?,
+            ld.matmul(&format!("{p}.ffn_up.weight"))?,
+        ))
+    } else {
+        Ok(GateUp::Fused(ld.matmul(&format!("{p}.ffn_up.weight"))?))
     }
 }
 
@@ -108,6 +120,7 @@ impl Transformer {
             ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
         }
         let window = file.usize_or(&key("attention.sliding_window"), 4096);
+        let top_k = file.usize_or(&key("expert_used_count"), 2);
         let softcap = |k: &str| {
             file.get(&key(k))
                 .and_then(|v| v.to_f32().ok())
@@ -181,13 +194,31 @@ impl Transformer {
                     ld.linear(&format!("{p}.attn_v"))?,
                 )
             };
-            let gate_up = if ld.file.has_tensor(&format!("{p}.ffn_gate.weight")) {
-                GateUp::Separate(
-                    ld.matmul(&format!("{p}.ffn_gate.weight"))?,
-                    ld.matmul(&format!("{p}.ffn_up.weight"))?,
-                )
+            let mlp = if ld.file.has_tensor(&format!("{p}.ffn_gate_inp.weight")) {
+                let router = ld.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
+                let mut split = |n: &str| -> anyhow::Result<Vec<QMatMul>> {
+                    let q = ld.file.qtensor(&format!("{p}.{n}.weight"))?;
+                    let (q, r) = requantize_if_slow(q, &ld.file.device())?;
+                    ld.requantized += usize::from(r);
+                    super::moe::split_experts(&q, &ld.file.device())
+                };
+                let (gates, ups, downs) = (
+                    split("ffn_gate_exps")?,
+                    split("ffn_up_exps")?,
+                    split("ffn_down_exps")?,
+                );
+                Mlp::Experts(super::moe::Moe::new(
+                    router,
+                    gates,
+                    ups,
+                    downs,
+                    top_k.max(1),
+                ))
             } else {
-                GateUp::Fused(ld.matmul(&format!("{p}.ffn_up.weight"))?)
+                Mlp::Dense {
+                    gate_up: dense_gate_up(&mut ld, &p)?,
+                    down: ld.matmul(&format!("{p}.ffn_down.weight"))?,
+                }
             };
             let (rope, window) = match family {
                 Family::Gemma3 if (i + 1) % 6 != 0 => (1, Some(window)),
@@ -202,8 +233,7 @@ impl Transformer {
                 k_norm: ld.opt(&format!("{p}.attn_k_norm.weight"))?,
                 post_attn_norm: ld.opt(&format!("{p}.post_attention_norm.weight"))?,
                 ffn_norm: ld.opt(&format!("{p}.ffn_norm.weight"))?,
-                gate_up,
-                down: ld.matmul(&format!("{p}.ffn_down.weight"))?,
+                mlp,
                 post_ffn_norm: ld.opt(&format!("{p}.post_ffw_norm.weight"))?,
                 rope,
                 window,

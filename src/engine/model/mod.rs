@@ -3,7 +3,8 @@
 //! while attention runs per sequence against its own KV cache (`attention.rs`).
 //!
 //! Families (GGUF `general.architecture`), loaded in `load.rs`:
-//! - `llama`/`mistral` (Llama 2/3, Mistral, SmolLM, TinyLlama, Falcon 3, DeepSeek-R1-Distill-Llama);
+//! - `llama`/`mistral` (Llama 2/3, Mistral, SmolLM, TinyLlama, Falcon 3, DeepSeek-R1-Distill-Llama;
+//!   with `expert_count` set, Mixtral's sparse mixture of experts, `moe.rs`);
 //! - `qwen2` (q/k/v biases), `qwen3` (per-head q/k RMSNorm);
 //! - `gemma2` (tanh-GELU, sandwich norms, attention and final logit soft-capping, sliding window
 //!   on every other layer), `gemma3` (q/k norm, 5:1 local/global layers with their own RoPE bases);
@@ -18,6 +19,7 @@ pub mod attention;
 #[cfg(test)]
 mod family_tests;
 mod load;
+mod moe;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -100,6 +102,12 @@ enum GateUp {
     Fused(QMatMul),
 }
 
+/// The feed-forward block: one SwiGLU/GeGLU MLP, or a sparse mixture of experts.
+enum Mlp {
+    Dense { gate_up: GateUp, down: QMatMul },
+    Experts(moe::Moe),
+}
+
 struct Layer {
     /// Pre-attention RMSNorm (absent in OLMo 2, which norms the sublayer outputs instead).
     attn_norm: Option<Tensor>,
@@ -110,8 +118,7 @@ struct Layer {
     k_norm: Option<Tensor>,
     post_attn_norm: Option<Tensor>,
     ffn_norm: Option<Tensor>,
-    gate_up: GateUp,
-    down: QMatMul,
+    mlp: Mlp,
     post_ffn_norm: Option<Tensor>,
     /// Index into `Transformer::ropes`.
     rope: usize,
@@ -274,16 +281,21 @@ impl Transformer {
                 (Some(w), false) => self.norm(&x, w)?,
                 (None, false) => x.clone(),
             };
-            let (g, u) = match &layer.gate_up {
-                GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
-                GateUp::Fused(gu) => {
-                    let y = gu.forward(&h)?;
-                    let n = y.dim(1)? / 2;
-                    (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
+            let mut f = match &layer.mlp {
+                Mlp::Experts(moe) => moe.forward(&h)?,
+                Mlp::Dense { gate_up, down } => {
+                    let (g, u) = match gate_up {
+                        GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
+                        GateUp::Fused(gu) => {
+                            let y = gu.forward(&h)?;
+                            let n = y.dim(1)? / 2;
+                            (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
+                        }
+                    };
+                    let g = if c.gelu { g.gelu()? } else { g.silu()? };
+                    down.forward(&(g * u)?)?
                 }
             };
-            let g = if c.gelu { g.gelu()? } else { g.silu()? };
-            let mut f = layer.down.forward(&(g * u)?)?;
             if let Some(w) = &layer.post_ffn_norm {
                 f = self.norm(&f, w)?;
             }
