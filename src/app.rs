@@ -261,20 +261,25 @@ pub fn print_models(catalog: &Path, weights: &Path) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "{:<28} {:<14} {:<10} {:>12} {:>12}  weights",
+        "{:<31} {:<24} {:<10} {:>8} {:>8}  weights",
         "id", "maker", "commercial", "in $/1M", "out $/1M"
     )?;
     for m in &c.models {
-        let present = m.local_path(weights).is_some_and(|p| p.exists());
+        let weights_state = if m.local_path(weights).is_some_and(|p| p.exists()) {
+            "present"
+        } else if m.sources.iter().any(|s| s.hf_file.is_some()) {
+            "missing (fetched from the hub on first use)"
+        } else {
+            "missing"
+        };
         writeln!(
             out,
-            "{:<28} {:<14} {:<10} {:>12} {:>12}  {}",
+            "{:<31} {:<24} {:<10} {:>8} {:>8}  {weights_state}",
             m.id,
             m.maker,
             if m.commercial_use { "yes" } else { "NO" },
-            format!("{:.6}", m.pricing.input.usd()),
-            format!("{:.6}", m.pricing.output.usd()),
-            if present { "present" } else { "missing" }
+            crate::api::usd_per_million(m.pricing.input),
+            crate::api::usd_per_million(m.pricing.output),
         )?;
     }
     Ok(out)

@@ -280,3 +280,53 @@ sources = [{ path = "m.gguf" }]
         assert!(e.contains("colour") && e.contains("line 15"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod catalog_file_tests {
+    use super::*;
+
+    /// Parameter count in billions from the marketed label (`135M`, `1.24B`).
+    fn billions(p: &str) -> f64 {
+        let (num, unit) = p.split_at(p.len() - 1);
+        let n: f64 = num.parse().unwrap();
+        if unit == "M" {
+            n / 1000.0
+        } else {
+            n
+        }
+    }
+
+    #[test]
+    fn the_shipped_catalogue_is_complete_priced_by_its_rule_and_servable() {
+        let c =
+            Catalog::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models.toml"))
+                .unwrap();
+        assert!(c.models.len() >= 40, "{} models", c.models.len());
+        assert!(
+            c.models.iter().filter(|m| !m.commercial_use).count() >= 3,
+            "licence-restricted models are listed"
+        );
+        let families = [
+            "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "granite", "mixtral",
+            "cohere",
+        ];
+        for m in &c.models {
+            assert!(
+                families.contains(&m.family.as_str()),
+                "{}: family `{}` has no engine",
+                m.id,
+                m.family
+            );
+            // input = max(0.02, B * 0.08) USD per 1M, rounded up to the cent; output = 2 x input.
+            #[allow(clippy::cast_possible_truncation)]
+            let cents = ((billions(&m.parameters) * 8.0 - 1e-9).ceil() as i64).max(2);
+            assert_eq!(m.pricing.input.0, cents * 10_000, "{}", m.id);
+            assert_eq!(m.pricing.output.0, 2 * m.pricing.input.0, "{}", m.id);
+            assert!(
+                m.sources.iter().any(|s| s.path.is_some()),
+                "{}: no local path",
+                m.id
+            );
+        }
+    }
+}

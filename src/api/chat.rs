@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`, metered, streamed (SSE, OpenAI chunk format) and not.
 //!
 //! Order: request id -> auth (401) -> rate limit (429) -> parse and validate (400/422) ->
-//! model (404/502) -> template + tokenize -> licence (403) -> context (400) -> idempotency claim
+//! model (404) -> licence (403) -> template + tokenize (502 if it cannot load) -> context (400) -> idempotency claim
 //! (409/422/replay) -> reserve (402) -> generate -> settle. Settlement runs in a detached task
 //! fed by the engine's `Outcome`, so it happens even when the client goes away.
 
@@ -217,10 +217,12 @@ async fn handle(
             message: format!("The model `{}` does not read images.", req.model),
         });
     }
-    let prompt = prepare(&state, &req).await?;
+    // The licence is checked before the prompt is tokenized: tokenizing needs the model loaded,
+    // and a model we may not serve is never loaded or fetched.
     if !entry.commercial_use {
         return Err(ApiError::NotLicensed(req.model.clone()));
     }
+    let prompt = prepare(&state, &req).await?;
     let max_new = context_check(&prompt, req.max_tokens)?;
     let account = principal.account_id;
     let mut guard = ClaimGuard {

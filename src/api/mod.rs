@@ -6,6 +6,7 @@ pub mod access;
 mod chat;
 pub mod error;
 mod models;
+pub use models::{usd_per_million, usd_per_token};
 pub mod request;
 
 use std::sync::Arc;

@@ -62,8 +62,15 @@ def test_streamed_completion_matches_plain(client):
 
 
 def test_models_list(client):
-    ids = [m.id for m in client.models.list()]
+    models = list(client.models.list())
+    ids = [m.id for m in models]
     assert MODEL in ids
+    assert len(ids) >= 40
+    flagged = [m for m in models if not m.model_extra["license"]["commercial_use"]]
+    assert flagged, "licence-restricted models stay listed, flagged"
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        client.chat.completions.create(model=flagged[0].id, messages=MESSAGES)
+    assert e.value.code == "model_license_forbids_commercial_use"
     m = client.models.retrieve(MODEL)
     assert m.owned_by == "Hugging Face"
     assert m.model_extra["pricing"]["input_micros_per_mtok"] > 0

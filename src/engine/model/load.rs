@@ -197,20 +197,19 @@ impl Transformer {
             let mlp = if ld.file.has_tensor(&format!("{p}.ffn_gate_inp.weight")) {
                 let router = ld.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
                 let fused = ld.file.has_tensor(&format!("{p}.ffn_gate_exps.weight"));
-                let mut split = |n: &str| -> anyhow::Result<Vec<QMatMul>> {
-                    let q = ld.file.qtensor(&format!("{p}.{n}.weight"))?;
-                    let (q, r) = requantize_if_slow(q, &ld.file.device())?;
-                    ld.requantized += usize::from(r);
-                    super::moe::split_experts(&q, &ld.file.device())
-                };
                 let (gates, ups, downs) = if fused {
+                    let mut split = |n: &str| -> anyhow::Result<Vec<QMatMul>> {
+                        let q = ld.file.qtensor(&format!("{p}.{n}.weight"))?;
+                        let (q, r) = requantize_if_slow(q, &ld.file.device())?;
+                        ld.requantized += usize::from(r);
+                        super::moe::split_experts(&q, &ld.file.device())
+                    };
                     (
                         split("ffn_gate_exps")?,
                         split("ffn_up_exps")?,
                         split("ffn_down_exps")?,
                     )
                 } else {
-                    drop(split);
                     // Older files store one tensor per expert: `ffn_gate.{e}.weight`, ...
                     let n = (0..)
                         .take_while(|e| ld.file.has_tensor(&format!("{p}.ffn_gate.{e}.weight")))
