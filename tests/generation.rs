@@ -337,3 +337,27 @@ async fn billing_uses_the_real_token_counts() {
     );
     assert_eq!(e["error"]["details"]["available_micros"], 1);
 }
+
+#[tokio::test]
+async fn language_costs_are_served_per_model() {
+    let s = shared();
+    let (st, _, v) = get(&s.url("/v1/models/smollm2-135m-instruct/languages")).await;
+    assert_eq!(st, 200);
+    assert!(v["tokenizer"].as_str().unwrap().starts_with("gguf:"));
+    assert_eq!(v["languages"]["eng"]["multiplier"], 1.0);
+    assert!(
+        v["languages"]["tha"]["tokens_per_1000_chars"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let (_, _, m) = get(&s.url("/v1/models/llama-2-7b-chat")).await;
+    assert!(m["languages"]["cmn"].as_f64().unwrap() > 1.0);
+    let (_, _, none) = get(&s.url("/v1/models/command-r-08-2024/languages")).await;
+    assert!(
+        none["languages"].is_null()
+            && none["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("no tokenizer"))
+    );
+}

@@ -201,3 +201,61 @@ mod tests {
         assert!((m["eng"].tokens_per_1000_chars - 1000.0).abs() < f64::EPSILON);
     }
 }
+
+#[cfg(test)]
+mod data_tests {
+    use super::*;
+
+    fn root() -> std::path::PathBuf {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn committed() -> BTreeMap<String, ModelLanguages> {
+        let text = std::fs::read_to_string(root().join("data/language-multipliers.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        serde_json::from_value(v["models"].clone()).unwrap()
+    }
+
+    #[test]
+    fn committed_multipliers_cover_enough_models_and_languages_with_known_facts() {
+        let m = committed();
+        let measured: Vec<_> = m
+            .values()
+            .filter_map(|x| x.languages.as_ref())
+            .filter(|l| l.len() >= 30)
+            .collect();
+        assert!(measured.len() >= 20, "{} models measured", measured.len());
+        for l in &measured {
+            assert!((l["eng"].multiplier - 1.0).abs() < f64::EPSILON);
+        }
+        let llama2 = m["llama-2-7b-chat"].languages.as_ref().unwrap();
+        for lang in ["cmn", "jpn", "tha"] {
+            assert!(
+                llama2[lang].multiplier > 1.0,
+                "{lang} costs more than English for Llama 2"
+            );
+        }
+        assert!(
+            m.values()
+                .any(|x| x.languages.is_none() && x.reason.is_some()),
+            "unmeasured models say why"
+        );
+    }
+
+    /// The committed numbers are what the code measures: re-measure SmolLM2 from its own GGUF.
+    #[test]
+    fn remeasuring_a_model_reproduces_the_committed_numbers() {
+        let corpus = read_corpus(&root().join("data/udhr")).unwrap();
+        let f = GgufFile::open(
+            &root().join("weights/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
+        let t = GgufTokenizer::from_gguf(&f).unwrap();
+        let fresh = measure_with(&corpus, |s| Ok(t.encode(s)?.len())).unwrap();
+        assert_eq!(
+            Some(&fresh),
+            committed()["smollm2-135m-instruct"].languages.as_ref()
+        );
+    }
+}
