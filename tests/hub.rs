@@ -14,7 +14,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use common::*;
 use tollgate::catalog::Catalog;
-use tollgate::engine::{CandleEngine, EngineConfig};
 
 /// Serve `root/{repo}/{file}` as `/{repo}/resolve/main/{file}`, honouring `Range: bytes=a-b`.
 async fn hub_file(
@@ -92,17 +91,7 @@ async fn weights_are_fetched_from_the_hub_on_first_use_and_a_dead_source_is_a_50
     ]
     .concat();
     let catalog = Catalog::parse(&text).unwrap();
-    let engine = CandleEngine::start(EngineConfig {
-        models: vec![],
-        device: candle_core::Device::Cpu,
-        queue_depth: 8,
-        limits_max_batch: 4,
-        limits_step_tokens: 256,
-        on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
-        memory_budget: 0,
-    })
-    .unwrap();
-    let s = serve(Arc::new(engine), catalog);
+    let s = on_demand_server(catalog, 0);
     assert!(
         s.engine.loaded().is_empty(),
         "nothing is loaded before the first request"

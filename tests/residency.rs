@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tollgate::engine::{CandleEngine, EngineConfig};
 
 fn loaded(s: &TestServer) -> Vec<String> {
     s.engine.loaded().into_iter().map(|m| m.id).collect()
@@ -18,17 +16,7 @@ fn loaded(s: &TestServer) -> Vec<String> {
 #[tokio::test]
 async fn lru_eviction_under_a_memory_budget() {
     let catalog = catalog();
-    let engine = CandleEngine::start(EngineConfig {
-        models: vec![],
-        device: candle_core::Device::Cpu,
-        queue_depth: 8,
-        limits_max_batch: 4,
-        limits_step_tokens: 256,
-        on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
-        memory_budget: 300_000_000,
-    })
-    .unwrap();
-    let s = serve(Arc::new(engine), catalog);
+    let s = on_demand_server(catalog, 300_000_000);
     let ask = |model: &str| chat_body(model, None, "Say hi.", r#""temperature":0,"max_tokens":4"#);
     let (st, _, v) = s.post("/v1/chat/completions", &ask(SMOL), &[]).await;
     assert_eq!(st, 200, "{v}");

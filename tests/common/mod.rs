@@ -168,6 +168,22 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
     serve(Arc::new(engine), catalog)
 }
 
+/// A real engine that starts empty and loads `catalog` models on first use, under
+/// `memory_budget` bytes (0: no limit).
+pub fn on_demand_server(catalog: Catalog, memory_budget: u64) -> TestServer {
+    let engine = CandleEngine::start(EngineConfig {
+        models: vec![],
+        device: candle_core::Device::Cpu,
+        queue_depth: 8,
+        limits_max_batch: 4,
+        limits_step_tokens: 256,
+        on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
+        memory_budget,
+    })
+    .expect("engine starts");
+    serve(Arc::new(engine), catalog)
+}
+
 pub fn weights_dir() -> PathBuf {
     root().join("weights")
 }
