@@ -5,17 +5,14 @@
 //! (409/422/replay) -> reserve (402) -> generate -> settle. Settlement runs in a detached task
 //! fed by the engine's `Outcome`, so it happens even when the client goes away.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use futures::stream::{self, Stream};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -31,21 +28,21 @@ use crate::ledger::{Claim, LedgerError};
 const ROUTE: &str = "/v1/chat/completions";
 
 /// Identity of one completion, shared by all its chunks.
-struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-    request_id: String,
+pub(super) struct Meta {
+    pub(super) id: String,
+    pub(super) created: u64,
+    pub(super) model: String,
+    pub(super) request_id: String,
 }
 
 /// The settled result of a generation.
-struct Settled {
-    outcome: Outcome,
-    cost_micros: i64,
+pub(super) struct Settled {
+    pub(super) outcome: Outcome,
+    pub(super) cost_micros: i64,
 }
 
 impl Meta {
-    fn usage(&self, s: &Settled) -> (Value, Value) {
+    pub(super) fn usage(&self, s: &Settled) -> (Value, Value) {
         let o = &s.outcome;
         (
             json!({"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
@@ -54,7 +51,7 @@ impl Meta {
         )
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>, include_usage: bool) -> Value {
+    pub(super) fn chunk(&self, delta: Value, finish: Option<&str>, include_usage: bool) -> Value {
         let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "system_fingerprint": null,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
@@ -65,7 +62,7 @@ impl Meta {
     }
 }
 
-fn finish_str(f: &FinishReason) -> &'static str {
+pub(super) fn finish_str(f: &FinishReason) -> &'static str {
     match f {
         FinishReason::Length => "length",
         _ => "stop",
@@ -297,7 +294,7 @@ async fn handle(
         request_id: rid.0.clone(),
     };
     if req.stream {
-        return Ok(stream_response(meta, &req, events, settled).into_response());
+        return Ok(super::sse::stream_response(meta, &req, events, settled).into_response());
     }
     let idem_key = guard.disarm();
     let (tx, rx) = oneshot::channel();
@@ -518,114 +515,4 @@ async fn complete(
         }
     }
     let _ = reply.send(result);
-}
-
-enum Phase {
-    Role,
-    Events,
-    Done,
-}
-
-struct StreamState {
-    meta: Meta,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
-    settled: Option<oneshot::Receiver<Result<Settled, ApiError>>>,
-    include_usage: bool,
-    phase: Phase,
-    queue: std::collections::VecDeque<Event>,
-}
-
-fn data(v: &Value) -> Event {
-    Event::default().data(v.to_string())
-}
-
-/// SSE as OpenAI sends it: a role chunk, content chunks, a finish chunk (with `service`), an
-/// optional usage chunk (`choices: []`, with `service`), then `data: [DONE]`. Dropping the body
-/// (client gone) drops the engine receiver, which cancels the sequence before its next step;
-/// the detached settlement still charges the tokens produced.
-fn stream_response(
-    meta: Meta,
-    req: &ChatRequest,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
-    settled: oneshot::Receiver<Result<Settled, ApiError>>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let st = StreamState {
-        meta,
-        events,
-        settled: Some(settled),
-        include_usage: req.include_usage,
-        phase: Phase::Role,
-        queue: Default::default(),
-    };
-    let s = stream::unfold(st, |mut st| async move {
-        loop {
-            if let Some(ev) = st.queue.pop_front() {
-                return Some((Ok(ev), st));
-            }
-            match st.phase {
-                Phase::Done => return None,
-                Phase::Role => {
-                    st.phase = Phase::Events;
-                    let c = st.meta.chunk(
-                        json!({"role": "assistant", "content": ""}),
-                        None,
-                        st.include_usage,
-                    );
-                    st.queue.push_back(data(&c));
-                }
-                Phase::Events => match st.events.recv().await {
-                    Some(GenerationEvent::Delta(d)) => {
-                        let c = st.meta.chunk(json!({"content": d}), None, st.include_usage);
-                        st.queue.push_back(data(&c));
-                    }
-                    Some(GenerationEvent::Started) => {}
-                    None => {
-                        st.phase = Phase::Done;
-                        finish_stream(&mut st).await;
-                    }
-                },
-            }
-        }
-    });
-    Sse::new(s).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(3))
-            .text("ping"),
-    )
-}
-
-async fn finish_stream(st: &mut StreamState) {
-    let Some(settled) = st.settled.take() else {
-        return;
-    };
-    let s = match settled.await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let mut body = e.body();
-            body["error"]["request_id"] = json!(st.meta.request_id);
-            st.queue.push_back(data(&body));
-            return;
-        }
-        Err(_) => {
-            let mut body =
-                ApiError::Internal("settlement task ended without a result".into()).body();
-            body["error"]["request_id"] = json!(st.meta.request_id);
-            st.queue.push_back(data(&body));
-            return;
-        }
-    };
-    let (usage, service) = st.meta.usage(&s);
-    let mut c = st.meta.chunk(
-        json!({}),
-        Some(finish_str(&s.outcome.finish)),
-        st.include_usage,
-    );
-    c["service"] = service.clone();
-    st.queue.push_back(data(&c));
-    if st.include_usage {
-        let m = &st.meta;
-        st.queue.push_back(data(&json!({"id": m.id, "object": "chat.completion.chunk", "created": m.created,
-            "model": m.model, "system_fingerprint": null, "choices": [], "usage": usage, "service": service})));
-    }
-    st.queue.push_back(Event::default().data("[DONE]"));
 }

@@ -6,6 +6,7 @@ pub mod access;
 mod chat;
 pub mod error;
 mod models;
+mod sse;
 pub use models::{usd_per_million, usd_per_token};
 pub mod request;
 
