@@ -83,10 +83,14 @@ impl Ledger {
         }
         let manager = SqliteConnectionManager::file(path).with_init(|c| {
             c.execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;",
+                "PRAGMA busy_timeout=5000; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
             )
         });
-        let pool = r2d2::Pool::builder().max_size(8).build(manager)?;
+        // busy_timeout first, so a connection opened while another migrates waits instead of failing.
+        let pool = r2d2::Pool::builder()
+            .max_size(8)
+            .min_idle(Some(1))
+            .build(manager)?;
         let ledger = Self { pool };
         ledger.migrate()?;
         Ok(ledger)
