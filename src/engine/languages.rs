@@ -94,9 +94,7 @@ fn round3(x: f64) -> f64 {
 /// Measure every catalogue model. `tokenizers_dir/<name>/tokenizer.json` are the reference
 /// tokenizers, by the catalogue's `tokenizer` family name (a `-` or `_` in the directory name
 /// after the family prefix is allowed, e.g. `tokenizer-llama3`).
-///
-/// # Errors
-/// Corpus errors; per-model failures are recorded as reasons instead.
+/// A model whose tokenizer cannot be built or run gets `languages: None` and the reason.
 pub fn measure_catalog(
     catalog: &Catalog,
     weights_dir: &Path,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -141,7 +141,7 @@ fn spawn(state: AppState) -> SocketAddr {
 /// Start a real candle engine with the given catalogue models and limits.
 pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> TestServer {
     let catalog = catalog();
-    let weights = root().join("weights");
+    let weights = weights_dir();
     let models = models
         .iter()
         .map(|id| {
@@ -186,10 +186,6 @@ pub fn on_demand_server(catalog: Catalog, memory_budget: u64) -> TestServer {
 
 pub fn weights_dir() -> PathBuf {
     root().join("weights")
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }
 
 /// POST a JSON body; returns status, headers and the parsed body.
