@@ -1,4 +1,5 @@
-//! `CandleEngine`: loads GGUF models and runs them on one dedicated engine thread.
+//! `CandleEngine`: loads models (a GGUF file, or a Hugging Face directory of safetensors,
+//! `config.json` and `tokenizer.json`) and runs them on one dedicated engine thread.
 //!
 //! All models share one thread because candle's CPU thread pool is process-global (two forwards
 //! at once would serialise and spin). Models named at start-up load before the server listens,
@@ -15,11 +16,14 @@ use std::time::Instant;
 use candle_core::Device;
 
 use super::gguf::GgufFile;
+use super::hf_files;
 use super::model::Transformer;
 use super::resolve;
+use super::safetensors::{self as st, HfModel, MatrixType};
 use super::scheduler::{self, Cmd, Job, Limits, Runtime};
+use super::store::TensorStore;
 use super::template::ChatTemplate;
-use super::tokenizer::GgufTokenizer;
+use super::tokenizer::ModelTokenizer;
 use super::{
     ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
 };
@@ -47,7 +51,7 @@ pub struct EngineConfig {
 struct Front {
     id: String,
     context_length: usize,
-    tokenizer: Arc<GgufTokenizer>,
+    tokenizer: Arc<ModelTokenizer>,
     template: ChatTemplate,
     running: Arc<AtomicUsize>,
     waiting: Arc<AtomicUsize>,
@@ -177,7 +181,7 @@ impl CandleEngine {
                 model: model.to_owned(),
                 tried,
             })?;
-        self.make_room(std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0))?;
+        self.make_room(weights_bytes(&path))?;
         let (rt, front) = load(model, &path, entry.context_length, &self.device)?;
         let front = Arc::new(front);
         let mut fronts = self.fronts.write().unwrap_or_else(PoisonError::into_inner);
@@ -200,15 +204,25 @@ fn load(
         message: format!("{e:#}"),
     };
     let started = Instant::now();
-    let mut file = GgufFile::open(path, device).map_err(err)?;
-    let tokenizer = Arc::new(GgufTokenizer::from_gguf(&file).map_err(err)?);
-    let arch = file.architecture().map_err(err)?;
-    let chat_template = file
-        .string("tokenizer.chat_template")
-        .ok()
-        .map(str::to_owned);
+    let (mut store, tokenizer, chat_template): (Box<dyn TensorStore>, _, _) = if path.is_dir() {
+        (
+            Box::new(HfModel::open(path, device, MatrixType::Q8_0).map_err(err)?),
+            ModelTokenizer::from_hf_dir(path).map_err(err)?,
+            hf_files::chat_template(path).map_err(err)?,
+        )
+    } else {
+        let file = GgufFile::open(path, device).map_err(err)?;
+        let tokenizer = ModelTokenizer::from_gguf(&file).map_err(err)?;
+        let template = file
+            .string("tokenizer.chat_template")
+            .ok()
+            .map(str::to_owned);
+        (Box::new(file), tokenizer, template)
+    };
+    let tokenizer = Arc::new(tokenizer);
+    let arch = store.architecture().map_err(err)?;
     let template = ChatTemplate::new(chat_template.as_deref(), &arch).map_err(err)?;
-    let model = Transformer::load(&mut file).map_err(err)?;
+    let model = Transformer::load(store.as_mut()).map_err(err)?;
     let context_length = model.config.context_length.min(catalog_ctx.max(1));
     tracing::info!(
         model = id, arch = %arch, layers = model.config.n_layers, context_length,
@@ -225,7 +239,7 @@ fn load(
         template,
         running: running.clone(),
         waiting: waiting.clone(),
-        bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        bytes: weights_bytes(path),
         last_used: AtomicU64::new(0),
     };
     Ok((
@@ -313,4 +327,17 @@ impl Engine for CandleEngine {
             })
             .collect()
     }
+}
+
+/// Bytes of a weights file, or of a Hugging Face directory's safetensors files.
+fn weights_bytes(path: &std::path::Path) -> u64 {
+    let files = if path.is_dir() {
+        st::safetensors_files(path).unwrap_or_default()
+    } else {
+        vec![path.to_owned()]
+    };
+    files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum()
 }

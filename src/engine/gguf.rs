@@ -7,8 +7,10 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+
+use super::store::{RopeLayout, TensorStore};
+use candle_core::Device;
 
 /// An open GGUF file: parsed header plus a reader for tensor data.
 pub struct GgufFile {
@@ -42,83 +44,32 @@ impl GgufFile {
         })
     }
 
-    /// The device tensors are loaded to.
-    pub fn device(&self) -> candle_core::Device {
-        self.device.clone()
-    }
-
     pub fn metadata(&self) -> &HashMap<String, gguf_file::Value> {
         &self.content.metadata
     }
+}
 
-    /// `general.architecture`, e.g. `llama`, `qwen2`, `gemma3`.
-    pub fn architecture(&self) -> anyhow::Result<String> {
-        Ok(self.string("general.architecture")?.to_owned())
+impl TensorStore for GgufFile {
+    fn device(&self) -> Device {
+        self.device.clone()
     }
 
-    pub fn get(&self, key: &str) -> Option<&gguf_file::Value> {
+    fn get(&self, key: &str) -> Option<&gguf_file::Value> {
         self.content.metadata.get(key)
     }
 
-    pub fn string(&self, key: &str) -> anyhow::Result<&str> {
-        let v = self
-            .get(key)
-            .ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
-        Ok(v.to_string()
-            .map_err(|e| anyhow::anyhow!("GGUF metadata `{key}`: {e}"))?
-            .as_str())
-    }
-
-    /// An unsigned integer of any width.
-    pub fn usize(&self, key: &str) -> anyhow::Result<usize> {
-        let v = self
-            .get(key)
-            .ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is missing"))?;
-        value_usize(v).ok_or_else(|| anyhow::anyhow!("GGUF metadata `{key}` is not an integer"))
-    }
-
-    pub fn usize_or(&self, key: &str, default: usize) -> usize {
-        self.get(key).and_then(value_usize).unwrap_or(default)
-    }
-
-    pub fn f32_or(&self, key: &str, default: f32) -> f32 {
-        self.get(key)
-            .and_then(|v| {
-                v.to_f32()
-                    .ok()
-                    .or_else(|| v.to_f64().ok().map(|f| f as f32))
-            })
-            .unwrap_or(default)
-    }
-
-    pub fn bool_or(&self, key: &str, default: bool) -> bool {
-        self.get(key)
-            .and_then(|v| v.to_bool().ok())
-            .unwrap_or(default)
-    }
-
-    pub fn has_tensor(&self, name: &str) -> bool {
+    fn has_tensor(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)
     }
 
-    /// Load a tensor as stored in the file.
-    pub fn qtensor(&mut self, name: &str) -> anyhow::Result<QTensor> {
+    fn qtensor(&mut self, name: &str) -> anyhow::Result<QTensor> {
         self.content
             .tensor(&mut self.reader, name, &self.device)
             .map_err(|e| anyhow::anyhow!("tensor `{name}` in `{}`: {e}", self.path.display()))
     }
 
-    /// Load a tensor dequantized to f32 (norm weights, biases).
-    pub fn tensor_f32(&mut self, name: &str) -> anyhow::Result<Tensor> {
-        Ok(self.qtensor(name)?.dequantize(&self.device)?)
-    }
-
-    /// Load a weight matrix for `x @ W^T`, requantizing types with scalar CPU kernels to Q8_0.
-    /// Returns the matmul and whether it was requantized.
-    pub fn matmul(&mut self, name: &str) -> anyhow::Result<(QMatMul, bool)> {
-        let q = self.qtensor(name)?;
-        let (q, requantized) = requantize_if_slow(q, &self.device)?;
-        Ok((QMatMul::from_qtensor(q)?, requantized))
+    fn rope_layout(&self) -> RopeLayout {
+        RopeLayout::LlamaCpp
     }
 }
 
@@ -132,21 +83,6 @@ pub fn requantize_if_slow(q: QTensor, device: &Device) -> anyhow::Result<(QTenso
         Ok((QTensor::quantize(&f, GgmlDType::Q8_0)?, true))
     } else {
         Ok((q, false))
-    }
-}
-
-fn value_usize(v: &gguf_file::Value) -> Option<usize> {
-    use gguf_file::Value as V;
-    match v {
-        V::U8(x) => Some(usize::from(*x)),
-        V::U16(x) => Some(usize::from(*x)),
-        V::U32(x) => usize::try_from(*x).ok(),
-        V::U64(x) => usize::try_from(*x).ok(),
-        V::I8(x) => usize::try_from(*x).ok(),
-        V::I16(x) => usize::try_from(*x).ok(),
-        V::I32(x) => usize::try_from(*x).ok(),
-        V::I64(x) => usize::try_from(*x).ok(),
-        _ => None,
     }
 }
 

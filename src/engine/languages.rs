@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::gguf::GgufFile;
-use super::tokenizer::GgufTokenizer;
+use super::tokenizer::ModelTokenizer;
 use crate::catalog::Catalog;
 
 /// One language's measurement for one model.
@@ -105,19 +105,26 @@ pub fn measure_catalog(
     for m in &catalog.models {
         let own = m.local_path(weights_dir).filter(|p| p.exists());
         let result = if let Some(path) = own {
-            GgufFile::open(&path, &candle_core::Device::Cpu)
-                .and_then(|f| GgufTokenizer::from_gguf(&f))
-                .and_then(|t| {
-                    measure_with(corpus, |s| Ok(t.encode(s)?.len())).map(|l| {
-                        (
-                            format!(
-                                "gguf:{}",
-                                path.file_name().and_then(|n| n.to_str()).unwrap_or("")
-                            ),
-                            l,
-                        )
-                    })
+            let (kind, tokenizer) = if path.is_dir() {
+                ("tokenizer.json", ModelTokenizer::from_hf_dir(&path))
+            } else {
+                (
+                    "gguf",
+                    GgufFile::open(&path, &candle_core::Device::Cpu)
+                        .and_then(|f| ModelTokenizer::from_gguf(&f)),
+                )
+            };
+            tokenizer.and_then(|t| {
+                measure_with(corpus, |s| Ok(t.encode(s)?.len())).map(|l| {
+                    (
+                        format!(
+                            "{kind}:{}",
+                            path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+                        ),
+                        l,
+                    )
                 })
+            })
         } else if let Some(dir) = m
             .tokenizer
             .as_deref()
@@ -249,7 +256,7 @@ mod data_tests {
             &candle_core::Device::Cpu,
         )
         .unwrap();
-        let t = GgufTokenizer::from_gguf(&f).unwrap();
+        let t = ModelTokenizer::from_gguf(&f).unwrap();
         let fresh = measure_with(&corpus, |s| Ok(t.encode(s)?.len())).unwrap();
         assert_eq!(
             Some(&fresh),

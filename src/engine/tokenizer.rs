@@ -14,9 +14,10 @@ use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
 use super::gguf::{f32_array, int_array, string_array, GgufFile};
+use super::store::TensorStore;
 
 /// A tokenizer plus the special ids generation needs.
-pub struct GgufTokenizer {
+pub struct ModelTokenizer {
     pub tokenizer: Tokenizer,
     /// Beginning-of-sequence id, if the vocabulary has one.
     pub bos_id: Option<u32>,
@@ -35,7 +36,7 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// End-of-turn markers of common chat formats; those present in a vocabulary stop generation.
-const END_OF_TURN: [&str; 6] = [
+pub(crate) const END_OF_TURN: [&str; 6] = [
     "<|im_end|>",
     "<end_of_turn>",
     "<|eot_id|>",
@@ -44,7 +45,7 @@ const END_OF_TURN: [&str; 6] = [
     "</s>",
 ];
 
-impl GgufTokenizer {
+impl ModelTokenizer {
     /// Build from the metadata of an open GGUF file.
     ///
     /// # Errors
@@ -317,7 +318,7 @@ pub struct StreamDecoder {
 
 impl StreamDecoder {
     /// Add a token; returns the new text, if a whole character is ready.
-    pub fn step(&mut self, tok: &GgufTokenizer, id: u32) -> Option<String> {
+    pub fn step(&mut self, tok: &ModelTokenizer, id: u32) -> Option<String> {
         self.ids.push(id);
         let prefix = tok.decode(&self.ids[self.prefix_offset..self.read_offset]);
         let full = tok.decode(&self.ids[self.prefix_offset..]);
@@ -344,14 +345,14 @@ mod tests {
             .join(name)
     }
 
-    fn load(name: &str) -> GgufTokenizer {
+    fn load(name: &str) -> ModelTokenizer {
         let path = weights(name);
         assert!(
             path.exists(),
             "{} missing: run scripts/fetch-weights",
             path.display()
         );
-        GgufTokenizer::from_gguf(&GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
+        ModelTokenizer::from_gguf(&GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
     }
 
     /// Token ids from an independent implementation (`transformers`' GGUF tokenizer conversion,

@@ -22,13 +22,19 @@ pub enum RopeStyle {
 #[derive(Debug, Clone)]
 pub struct Rope {
     pub style: RopeStyle,
-    /// Inverse frequencies, `head_dim / 2` entries (after any scaling).
+    /// Inverse frequencies, `rotary_dim / 2` entries (after any scaling).
     pub inv_freq: Vec<f32>,
+    /// Head dimension; entries past the rotary dimension pass through (partial rotary, e.g.
+    /// Phi-4-mini rotates 96 of 128).
+    pub head_dim: usize,
+    /// Multiplier on cos and sin (LongRoPE's attention factor; 1 otherwise).
+    pub mscale: f32,
 }
 
 impl Rope {
     /// `theta` is the base (e.g. 10000); `factors` divide the frequencies (Llama 3 `rope_freqs`,
-    /// linear scaling); `dim` is the rotary dimension (= head dim here).
+    /// linear scaling); `dim` is the rotary dimension (the head dimension unless `for_head`
+    /// says otherwise).
     pub fn new(
         style: RopeStyle,
         theta: f32,
@@ -45,7 +51,20 @@ impl Rope {
                 f / linear
             })
             .collect();
-        Self { style, inv_freq }
+        Self {
+            style,
+            inv_freq,
+            head_dim: dim,
+            mscale: 1.0,
+        }
+    }
+
+    /// Set the head dimension (>= the rotary dimension) and the cos/sin multiplier.
+    #[must_use]
+    pub fn for_head(mut self, head_dim: usize, mscale: f32) -> Self {
+        self.head_dim = head_dim.max(self.inv_freq.len() * 2);
+        self.mscale = mscale;
+        self
     }
 
     /// cos/sin tables for the given positions: each `positions.len() * head_dim / 2`.
@@ -57,18 +76,18 @@ impl Rope {
             for &f in &self.inv_freq {
                 #[allow(clippy::cast_precision_loss)]
                 let a = p as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
+                cos.push(a.cos() * self.mscale);
+                sin.push(a.sin() * self.mscale);
             }
         }
         (cos, sin)
     }
 
-    /// Rotate `x` laid out as `[tokens][heads][head_dim]` in place.
+    /// Rotate `x` laid out as `[tokens][heads][head_dim]` in place (the first rotary-dimension
+    /// entries of each head).
     pub fn apply(&self, x: &mut [f32], heads: usize, cos: &[f32], sin: &[f32]) {
         let half = self.inv_freq.len();
-        let d = half * 2;
-        for (row, v) in x.chunks_exact_mut(d).enumerate() {
+        for (row, v) in x.chunks_exact_mut(self.head_dim).enumerate() {
             let t = row / heads;
             let (c, s) = (
                 &cos[t * half..(t + 1) * half],
@@ -275,6 +294,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn partial_rotary_rotates_the_leading_dims_and_passes_the_rest() {
+        // Two heads of dim 6, rotary dim 4: equal to full RoPE on the first 4 entries.
+        let partial = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0).for_head(6, 1.0);
+        let full = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0);
+        let (c, s) = partial.tables(&[5]);
+        let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
+        let mut got = x.clone();
+        partial.apply(&mut got, 2, &c, &s);
+        for head in 0..2 {
+            let mut want = x[head * 6..head * 6 + 4].to_vec();
+            full.apply(&mut want, 1, &c, &s);
+            assert_eq!(&got[head * 6..head * 6 + 4], want.as_slice());
+            assert_eq!(
+                &got[head * 6 + 4..head * 6 + 6],
+                &x[head * 6 + 4..head * 6 + 6]
+            );
+        }
+        // The LongRoPE multiplier scales cos and sin.
+        let scaled = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0).for_head(4, 1.5);
+        let (c2, _) = scaled.tables(&[0]);
+        assert!(c2.iter().all(|v| (v - 1.5).abs() < 1e-6));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Parity tests for every family with tiny generated weights: a GGUF file with random f32
-//! weights is written by the test, loaded by `Transformer::load`, and our packed forward
+//! Parity tests for every family with tiny generated weights: a GGUF file and a Hugging Face
+//! safetensors directory (`family_tests_hf`) with the same random f32 weights are written by the
+//! test, loaded by `Transformer::load`, and our packed forward
 //! (one prefill, chunked prefill, and packed beside another sequence) must give the logits of a
 //! straightforward, unbatched re-implementation written here independently (full recompute
 //! per position, plain loops, Hugging Face formulations of RoPE, norms and activations).
@@ -12,19 +13,20 @@ use rand::{Rng, SeedableRng};
 use super::attention::SeqCache;
 use super::{StepSeq, Transformer};
 use crate::engine::gguf::GgufFile;
+use crate::engine::safetensors::{HfModel, MatrixType};
 
-const H: usize = 32; // hidden
-const NH: usize = 4; // query heads
-const NKV: usize = 2; // kv heads
-const D: usize = 8; // head dim
-const F: usize = 48; // ffn
-const V: usize = 64; // vocab
-const EPS: f32 = 1e-5;
-const WINDOW: usize = 4;
-const EXPERTS: usize = 4;
+pub(super) const H: usize = 32; // hidden
+pub(super) const NH: usize = 4; // query heads
+pub(super) const NKV: usize = 2; // kv heads
+pub(super) const D: usize = 8; // head dim
+pub(super) const F: usize = 48; // ffn
+pub(super) const V: usize = 64; // vocab
+pub(super) const EPS: f32 = 1e-5;
+pub(super) const WINDOW: usize = 4;
+pub(super) const EXPERTS: usize = 4;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Fam {
+pub(super) enum Fam {
     Llama,
     Qwen2,
     Qwen3,
@@ -52,21 +54,21 @@ impl Fam {
             Fam::Mixtral => "llama",
         }
     }
-    fn layers(self) -> usize {
+    pub(super) fn layers(self) -> usize {
         if self == Fam::Gemma3 {
             6
         } else {
             3
         }
     }
-    fn gemma(self) -> bool {
+    pub(super) fn gemma(self) -> bool {
         matches!(self, Fam::Gemma2 | Fam::Gemma3)
     }
 }
 
-/// Weights as plain row-major matrices `[out][in]`.
-struct W {
-    m: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+/// Weights as plain row-major matrices `[out][in]`, by llama.cpp tensor name.
+pub(super) struct W {
+    pub(super) m: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
 }
 
 impl W {
@@ -303,8 +305,9 @@ fn add(a: &mut [f32], b: &[f32], scale: f32) {
     }
 }
 
-/// Logits of the last position of `ids`, recomputing everything from scratch.
-fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
+/// Logits of the last position of `ids`, recomputing everything from scratch. `hf`: the
+/// weights are in Hugging Face layout (RoPE rotates halves for every family).
+fn reference(f: Fam, w: &W, ids: &[u32], hf: bool) -> Vec<f32> {
     let n = ids.len();
     let embed = w.req("token_embd.weight");
     let embed_scale = if f.gemma() {
@@ -323,7 +326,7 @@ fn reference(f: Fam, w: &W, ids: &[u32]) -> Vec<f32> {
                 .collect()
         })
         .collect();
-    let interleaved = matches!(f, Fam::Llama | Fam::Granite | Fam::Cohere | Fam::Mixtral);
+    let interleaved = !hf && matches!(f, Fam::Llama | Fam::Granite | Fam::Cohere | Fam::Mixtral);
     let norm = |x: &[f32], g: &[f32]| {
         if f == Fam::Cohere {
             layernorm(x, g)
@@ -507,15 +510,28 @@ fn close(a: &[f32], b: &[f32], what: &str) {
 }
 
 fn check(f: Fam) {
+    check_format(f, false);
+    check_format(f, true);
+}
+
+/// `hf`: write and load a safetensors directory instead of a GGUF file.
+fn check_format(f: Fam, hf: bool) {
     let mut rng = StdRng::seed_from_u64(42 + f as u64);
     let w = weights(f, &mut rng);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_gguf(f, &w, &path);
-    let model = Transformer::load(&mut GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap();
+    let model = if hf {
+        super::family_tests_hf::write(f, &w, dir.path());
+        let mut store = HfModel::open(dir.path(), &Device::Cpu, MatrixType::F32).unwrap();
+        Transformer::load(&mut store).unwrap()
+    } else {
+        let path = dir.path().join("tiny.gguf");
+        write_gguf(f, &w, &path);
+        Transformer::load(&mut GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
+    };
+    let fmt = if hf { "safetensors" } else { "gguf" };
     let ids: Vec<u32> = (0..11).map(|_| rng.random_range(0..V as u32)).collect();
     let other: Vec<u32> = (0..6).map(|_| rng.random_range(0..V as u32)).collect();
-    let want = reference(f, &w, &ids);
+    let want = reference(f, &w, &ids, hf);
     let n_layers = model.config.n_layers;
     // One prefill.
     let mut c = SeqCache::new(n_layers);
@@ -527,7 +543,7 @@ fn check(f: Fam) {
             }])
             .unwrap()[0],
         &want,
-        &format!("{f:?} prefill"),
+        &format!("{f:?} {fmt} prefill"),
     );
     // Chunked prefill then decode steps, each checked against the reference at that length.
     let mut c = SeqCache::new(n_layers);
@@ -546,8 +562,8 @@ fn check(f: Fam) {
             .unwrap();
         close(
             &got[0],
-            &reference(f, &w, &ids[..end]),
-            &format!("{f:?} step to {end}"),
+            &reference(f, &w, &ids[..end], hf),
+            &format!("{f:?} {fmt} step to {end}"),
         );
     }
     // Packed beside another sequence.
@@ -566,10 +582,10 @@ fn check(f: Fam) {
         .unwrap();
     close(
         &both[0],
-        &reference(f, &w, &other),
-        &format!("{f:?} packed other"),
+        &reference(f, &w, &other, hf),
+        &format!("{f:?} {fmt} packed other"),
     );
-    close(&both[1], &want, &format!("{f:?} packed"));
+    close(&both[1], &want, &format!("{f:?} {fmt} packed"));
 }
 
 #[test]

@@ -1,19 +1,21 @@
-//! Loading a `Transformer` from GGUF: per-family hyper-parameters, tensor names and variants.
-//! Tensor names follow llama.cpp (`token_embd`, `blk.N.attn_q`, ..., `output_norm`, `output`).
+//! Loading a `Transformer` from a `TensorStore` (a GGUF file or a Hugging Face safetensors
+//! directory): per-family hyper-parameters, tensor names and variants. Metadata keys and tensor
+//! names follow llama.cpp (`token_embd`, `blk.N.attn_q`, ..., `output_norm`, `output`).
 
 use candle_core::quantized::QMatMul;
 use candle_core::Tensor;
 
 use super::attention::{Rope, RopeStyle};
 use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
-use crate::engine::gguf::{requantize_if_slow, GgufFile};
+use crate::engine::gguf::requantize_if_slow;
+use crate::engine::store::{RopeLayout, TensorStore};
 
 /// GGUF architectures the engine runs.
 pub const SUPPORTED: &str =
     "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, olmo2, granite, command-r";
 
 struct Loader<'a> {
-    file: &'a mut GgufFile,
+    file: &'a mut dyn TensorStore,
     requantized: usize,
 }
 
@@ -53,11 +55,11 @@ fn dense_gate_up(ld: &mut Loader<'_>, p: &str) -> anyhow::Result<GateUp> {
 }
 
 impl Transformer {
-    /// Load a model from an open GGUF file.
+    /// Load a model from an open store (GGUF file or safetensors directory).
     ///
     /// # Errors
     /// Unsupported architectures, missing tensors or metadata.
-    pub fn load(file: &mut GgufFile) -> anyhow::Result<Self> {
+    pub fn load(file: &mut dyn TensorStore) -> anyhow::Result<Self> {
         let arch = file.architecture()?;
         let family = match arch.as_str() {
             "llama" | "mistral" => Family::Llama,
@@ -103,19 +105,21 @@ impl Transformer {
         };
         let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
         // llama.cpp's GGUF conversion permutes q/k for llama-style models (interleaved pairs);
-        // the others keep Hugging Face's rotate-half layout.
-        let style = if matches!(family, Family::Llama | Family::Granite | Family::Cohere) {
+        // the others, and every Hugging Face checkpoint, keep the rotate-half layout.
+        let style = if file.rope_layout() == RopeLayout::LlamaCpp
+            && matches!(family, Family::Llama | Family::Granite | Family::Cohere)
+        {
             RopeStyle::Interleaved
         } else {
             RopeStyle::Neox
         };
-        let mut ropes = vec![Rope::new(
-            style,
-            theta,
-            head_dim,
-            factors.as_deref(),
-            linear,
-        )];
+        // Partial rotary (Phi-4-mini) and LongRoPE's cos/sin multiplier.
+        let rotary_dim = file.usize_or(&key("rope.dimension_count"), head_dim);
+        let mscale = file.f32_or(&key("rope.scaling.attn_factor"), 1.0);
+        let mut ropes = vec![
+            Rope::new(style, theta, rotary_dim, factors.as_deref(), linear)
+                .for_head(head_dim, mscale),
+        ];
         if family == Family::Gemma3 {
             ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
         }
@@ -132,7 +136,7 @@ impl Transformer {
                 .map(f64::from)
         };
         #[allow(clippy::cast_precision_loss)]
-        let config = Config {
+        let mut config = Config {
             family,
             n_layers,
             hidden,
@@ -141,10 +145,7 @@ impl Transformer {
             head_dim,
             rms_eps,
             context_length,
-            vocab_size: file
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.to_vec().ok().map(Vec::len))
-                .unwrap_or(0),
+            vocab_size: 0, // set from the embedding below
             embed_scale: if gemma {
                 Some((hidden as f64).sqrt())
             } else {
@@ -263,6 +264,7 @@ impl Transformer {
             QMatMul::from_qtensor(q)?
         };
         let output_norm = ld.file.tensor_f32("output_norm.weight")?;
+        config.vocab_size = embed.shape().dims().first().copied().unwrap_or(0);
         let device = embed.device();
         let zero_bias = Tensor::zeros(
             hidden.max(n_heads * head_dim),

@@ -18,6 +18,8 @@
 pub mod attention;
 #[cfg(test)]
 mod family_tests;
+#[cfg(test)]
+mod family_tests_hf;
 mod load;
 mod moe;
 
@@ -342,7 +344,7 @@ mod tests {
             path.display()
         );
         let mut f = GgufFile::open(&path, &Device::Cpu).unwrap();
-        let tok = crate::engine::tokenizer::GgufTokenizer::from_gguf(&f).unwrap();
+        let tok = crate::engine::tokenizer::ModelTokenizer::from_gguf(&f).unwrap();
         let ids = tok.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n").unwrap();
         (Transformer::load(&mut f).unwrap(), ids)
     }
