@@ -217,7 +217,8 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     spawn_revocation_sync(&state);
     on_bound(bound);
-    axum::serve(listener, api::router(state))
+    let service = api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
@@ -232,7 +233,9 @@ pub async fn spawn_for_tests(state: AppState) -> anyhow::Result<SocketAddr> {
     let addr = listener.local_addr()?;
     spawn_revocation_sync(&state);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, api::router(state)).await;
+        let service =
+            api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let _ = axum::serve(listener, service).await;
     });
     Ok(addr)
 }

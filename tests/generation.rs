@@ -361,3 +361,68 @@ async fn language_costs_are_served_per_model() {
                 .is_some_and(|r| r.contains("no tokenizer"))
     );
 }
+
+/// The value of the first exposition line that starts with `series` (name plus labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_tokens_requests_and_latencies_per_model() {
+    let s = shared();
+    let v = chat(
+        s,
+        &chat_body(
+            SMOL,
+            None,
+            "Say hello.",
+            r#""temperature":0,"max_tokens":8"#,
+        ),
+    )
+    .await;
+    let completion = v["usage"]["completion_tokens"].as_f64().unwrap();
+    let prompt = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    let resp = reqwest::get(s.url("/metrics")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = resp.text().await.unwrap();
+    let m = format!("{{model=\"{SMOL}\"}}");
+    // Other tests share this process's recorder, so totals are at least this request's.
+    let gen = sample(&text, &format!("tollgate_generation_tokens_total{m}")).unwrap_or(0.0);
+    let pro = sample(&text, &format!("tollgate_prompt_tokens_total{m}")).unwrap_or(0.0);
+    assert!(gen >= completion && pro >= prompt, "{gen} {pro}\n{text}");
+    let ttft = sample(
+        &text,
+        &format!("tollgate_time_to_first_token_seconds_count{m}"),
+    );
+    assert!(ttft.unwrap_or(0.0) >= 1.0, "{text}");
+    assert!(
+        sample(
+            &text,
+            &format!("tollgate_inter_token_latency_seconds_count{m}")
+        )
+        .unwrap_or(0.0)
+            >= completion - 1.0,
+        "{text}"
+    );
+    for series in [
+        "tollgate_batch_size_bucket",
+        "tollgate_kv_cache_tokens",
+        "tollgate_num_requests_running",
+        "tollgate_time_to_first_token_seconds_bucket",
+    ] {
+        assert!(text.contains(series), "{series} missing:\n{text}");
+    }
+    let ok = text.lines().any(|l| {
+        l.starts_with("tollgate_http_requests_total")
+            && l.contains("route=\"/v1/chat/completions\"")
+            && l.contains("status=\"200\"")
+    });
+    assert!(ok, "{text}");
+}

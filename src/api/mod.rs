@@ -5,6 +5,7 @@
 pub mod access;
 mod chat;
 pub mod error;
+mod metrics;
 mod models;
 mod sse;
 pub use models::{usd_per_million, usd_per_token};
@@ -66,12 +67,15 @@ pub fn random_id(len: usize) -> String {
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {
+    // Install the recorder before any request or engine step records a metric.
+    let _ = metrics::handle();
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models::list_models))
         .route("/v1/models/{id}", get(models::get_model))
         .route("/v1/models/{id}/languages", get(models::get_languages))
         .route("/health", get(models::health))
+        .route("/metrics", get(metrics::render))
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
@@ -81,6 +85,7 @@ pub fn router(state: AppState) -> Router {
                 ApiError::Internal("handler panicked".into()).into_response()
             },
         ))
+        .route_layer(middleware::from_fn(metrics::track))
         .layer(middleware::from_fn(request_id_layer))
 }
 

@@ -226,9 +226,9 @@ fn load(
     let context_length = model.config.context_length.min(catalog_ctx.max(1));
     tracing::info!(
         model = id, arch = %arch, layers = model.config.n_layers, context_length,
-        template = %template.source, requantized_to_q8_0 = model.requantized,
+        template = %template.source,
         load_ms = started.elapsed().as_millis() as u64,
-        "model loaded{}", if model.requantized > 0 { " (slow tensor types requantized to Q8_0)" } else { "" }
+        "model loaded"
     );
     let running = Arc::new(AtomicUsize::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
@@ -302,6 +302,7 @@ impl Engine for CandleEngine {
             request,
             events: events_tx,
             outcome: outcome_tx,
+            queued: Instant::now(),
         };
         match self.tx.try_send(Cmd::Job(job)) {
             Ok(()) => Ok(Generation { events, outcome }),

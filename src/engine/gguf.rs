@@ -1,4 +1,4 @@
-//! GGUF file access: typed metadata reads and tensor loading with requantization of slow types.
+//! GGUF file access: typed metadata reads and tensor loading (tensors stay in their stored type).
 //!
 //! Source: the GGUF format (ggml `docs/gguf.md`); tensors through `candle_core::quantized`.
 
@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::quantized::{gguf_file, QTensor};
 
 use super::store::{RopeLayout, TensorStore};
 use candle_core::Device;
@@ -19,10 +19,6 @@ pub struct GgufFile {
     reader: BufReader<File>,
     device: Device,
 }
-
-/// Tensor types whose candle 0.11 CPU kernels are scalar (about 1 GMAC/s); they are
-/// requantized to Q8_0 at load until our own kernels land (issue "Engine performance").
-const SLOW_TYPES: [GgmlDType; 3] = [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1];
 
 impl GgufFile {
     /// Open and parse the header of `path`.
@@ -70,19 +66,6 @@ impl TensorStore for GgufFile {
 
     fn rope_layout(&self) -> RopeLayout {
         RopeLayout::LlamaCpp
-    }
-}
-
-/// Requantize Q4_1/Q5_0/Q5_1 to Q8_0 on CPU (about 0.5 s for a 135M model); other types pass.
-///
-/// # Errors
-/// candle errors from dequantize/quantize.
-pub fn requantize_if_slow(q: QTensor, device: &Device) -> anyhow::Result<(QTensor, bool)> {
-    if device.is_cpu() && SLOW_TYPES.contains(&q.dtype()) {
-        let f = q.dequantize(device)?;
-        Ok((QTensor::quantize(&f, GgmlDType::Q8_0)?, true))
-    } else {
-        Ok((q, false))
     }
 }
 

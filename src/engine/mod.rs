@@ -10,6 +10,7 @@ mod candle_engine;
 pub mod fake;
 pub mod gguf;
 mod hf_files;
+pub mod kernels;
 pub mod languages;
 pub mod model;
 pub mod resolve;

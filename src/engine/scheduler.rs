@@ -9,11 +9,19 @@
 //! detokenizes, matches stop strings and sends deltas; finished sequences send their `Outcome`
 //! and leave. A panic or error in a step fails only the sequences of that step. The loop must
 //! never exit while the channel is open.
+//!
+//! Metrics (the `metrics` facade; exported at `/metrics`), labelled by `model`:
+//! `tollgate_time_to_first_token_seconds` (from submit), `tollgate_inter_token_latency_seconds`,
+//! `tollgate_batch_size` (sequences per step), `tollgate_step_tokens`, gauges
+//! `tollgate_num_requests_running` / `_waiting`, `tollgate_kv_cache_tokens` / `_bytes`, and
+//! counters `tollgate_prompt_tokens_total`, `tollgate_generation_tokens_total`,
+//! `tollgate_request_finished_total{finish_reason}`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -41,6 +49,8 @@ pub struct Job {
     pub request: GenerateRequest,
     pub events: mpsc::UnboundedSender<GenerationEvent>,
     pub outcome: oneshot::Sender<Outcome>,
+    /// When `submit` queued it (TTFT is measured from here).
+    pub queued: Instant,
 }
 
 /// Scheduler limits.
@@ -63,10 +73,13 @@ struct Seq {
     sampler: Sampler,
     stop: StopMatcher,
     decoder: StreamDecoder,
+    /// The model's id (metric label).
+    model_id: String,
+    last_token: Option<Instant>,
 }
 
 impl Seq {
-    fn new(job: Job, n_layers: usize) -> Self {
+    fn new(job: Job, n_layers: usize, model_id: &str) -> Self {
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
         Self {
@@ -78,10 +91,25 @@ impl Seq {
             sampler,
             stop,
             decoder: StreamDecoder::default(),
+            model_id: model_id.to_owned(),
+            last_token: None,
         }
     }
 
     fn finish(self, finish: FinishReason) {
+        let model = self.model_id.clone();
+        let reason = match &finish {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Failed(_) => "failed",
+        };
+        metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())
+            .increment(self.job.request.prompt.token_ids.len() as u64);
+        metrics::counter!("tollgate_generation_tokens_total", "model" => model.clone())
+            .increment(self.generated as u64);
+        metrics::counter!("tollgate_request_finished_total", "model" => model, "finish_reason" => reason)
+            .increment(1);
         let _ = self.job.outcome.send(Outcome {
             prompt_tokens: self.job.request.prompt.token_ids.len(),
             completion_tokens: self.generated,
@@ -203,7 +231,7 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     rt.waiting.fetch_sub(1, Ordering::Relaxed);
     rt.running.fetch_add(1, Ordering::Relaxed);
     let n_layers = rt.model.config.n_layers;
-    running[job.model].push(Seq::new(job, n_layers));
+    running[job.model].push(Seq::new(job, n_layers, &rt.id));
 }
 
 /// One forward step for the sequences of one model; returns those still running.
@@ -226,6 +254,13 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
         }
     }
     plan.sort_by_key(|p| p.0);
+    #[allow(clippy::cast_precision_loss)]
+    {
+        let tokens: usize = plan.iter().map(|p| p.1.len()).sum();
+        metrics::histogram!("tollgate_batch_size", "model" => rt.id.clone())
+            .record(plan.len() as f64);
+        metrics::histogram!("tollgate_step_tokens", "model" => rt.id.clone()).record(tokens as f64);
+    }
     let planned: Vec<usize> = plan.iter().map(|p| p.0).collect();
     let logits = {
         let mut refs: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
@@ -272,6 +307,8 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
                 continue;
             }
             let _ = s.job.events.send(GenerationEvent::Started);
+            metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => rt.id.clone())
+                .record(s.job.queued.elapsed().as_secs_f64());
         }
         match sample_and_emit(rt, &mut s, &mut row) {
             None => out.push(s),
@@ -281,7 +318,24 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
             }
         }
     }
+    record_occupancy(rt, &out);
     out
+}
+
+/// Gauges after a step: running and waiting sequences, KV cache tokens and bytes (f32 keys
+/// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
+#[allow(clippy::cast_precision_loss)]
+fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
+    let c = &rt.model.config;
+    let tokens: usize = seqs.iter().map(|s| s.cache.len).sum();
+    let per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;
+    let model = rt.id.clone();
+    metrics::gauge!("tollgate_num_requests_running", "model" => model.clone())
+        .set(seqs.len() as f64);
+    metrics::gauge!("tollgate_num_requests_waiting", "model" => model.clone())
+        .set(rt.waiting.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("tollgate_kv_cache_tokens", "model" => model.clone()).set(tokens as f64);
+    metrics::gauge!("tollgate_kv_cache_bytes", "model" => model).set((tokens * per_token) as f64);
 }
 
 /// Sample the next token of a sequence whose logits are ready; returns a finish reason when
@@ -289,6 +343,11 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
 fn sample_and_emit(rt: &Runtime, s: &mut Seq, row: &mut [f32]) -> Option<FinishReason> {
     let tok = s.sampler.sample(row);
     s.generated += 1;
+    let now = Instant::now();
+    if let Some(prev) = s.last_token.replace(now) {
+        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => rt.id.clone())
+            .record((now - prev).as_secs_f64());
+    }
     let req = &s.job.request;
     if rt.tokenizer.stop_ids.contains(&tok) {
         let rest = s.stop.flush();

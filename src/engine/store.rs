@@ -6,10 +6,8 @@
 //!
 //! Uses candle only.
 
-use candle_core::quantized::{gguf_file, QMatMul, QTensor};
+use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::{Device, Tensor};
-
-use super::gguf::requantize_if_slow;
 
 /// How query/key weight rows are laid out for rotary embeddings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,17 +95,6 @@ pub trait TensorStore {
     fn tensor_f32(&mut self, name: &str) -> anyhow::Result<Tensor> {
         let device = self.device();
         Ok(self.qtensor(name)?.dequantize(&device)?)
-    }
-
-    /// Load a weight matrix for `x @ W^T`, requantizing types with scalar CPU kernels to Q8_0.
-    /// Returns the matmul and whether it was requantized.
-    ///
-    /// # Errors
-    /// As `qtensor`.
-    fn matmul(&mut self, name: &str) -> anyhow::Result<(QMatMul, bool)> {
-        let q = self.qtensor(name)?;
-        let (q, requantized) = requantize_if_slow(q, &self.device())?;
-        Ok((QMatMul::from_qtensor(q)?, requantized))
     }
 }
 

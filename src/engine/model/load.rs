@@ -2,12 +2,11 @@
 //! directory): per-family hyper-parameters, tensor names and variants. Metadata keys and tensor
 //! names follow llama.cpp (`token_embd`, `blk.N.attn_q`, ..., `output_norm`, `output`).
 
-use candle_core::quantized::QMatMul;
 use candle_core::Tensor;
 
 use super::attention::{Rope, RopeStyle};
+use super::linear::Matmul;
 use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
-use crate::engine::gguf::requantize_if_slow;
 use crate::engine::store::{RopeLayout, TensorStore};
 
 /// GGUF architectures the engine runs.
@@ -16,14 +15,12 @@ pub const SUPPORTED: &str =
 
 struct Loader<'a> {
     file: &'a mut dyn TensorStore,
-    requantized: usize,
 }
 
 impl Loader<'_> {
-    fn matmul(&mut self, name: &str) -> anyhow::Result<QMatMul> {
-        let (m, r) = self.file.matmul(name)?;
-        self.requantized += usize::from(r);
-        Ok(m)
+    fn matmul(&mut self, name: &str) -> anyhow::Result<Matmul> {
+        let device = self.file.device();
+        Ok(Matmul::new(self.file.qtensor(name)?, &device)?)
     }
 
     fn opt(&mut self, name: &str) -> anyhow::Result<Option<Tensor>> {
@@ -179,10 +176,7 @@ impl Transformer {
                 None
             },
         };
-        let mut ld = Loader {
-            file,
-            requantized: 0,
-        };
+        let mut ld = Loader { file };
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let p = format!("blk.{i}");
@@ -199,10 +193,8 @@ impl Transformer {
                 let router = ld.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
                 let fused = ld.file.has_tensor(&format!("{p}.ffn_gate_exps.weight"));
                 let (gates, ups, downs) = if fused {
-                    let mut split = |n: &str| -> anyhow::Result<Vec<QMatMul>> {
+                    let mut split = |n: &str| -> anyhow::Result<Vec<Matmul>> {
                         let q = ld.file.qtensor(&format!("{p}.{n}.weight"))?;
-                        let (q, r) = requantize_if_slow(q, &ld.file.device())?;
-                        ld.requantized += usize::from(r);
                         super::moe::split_experts(&q, &ld.file.device())
                     };
                     (
@@ -215,7 +207,7 @@ impl Transformer {
                     let n = (0..)
                         .take_while(|e| ld.file.has_tensor(&format!("{p}.ffn_gate.{e}.weight")))
                         .count();
-                    let mut per = |kind: &str| -> anyhow::Result<Vec<QMatMul>> {
+                    let mut per = |kind: &str| -> anyhow::Result<Vec<Matmul>> {
                         (0..n)
                             .map(|e| ld.matmul(&format!("{p}.{kind}.{e}.weight")))
                             .collect()
@@ -258,10 +250,8 @@ impl Transformer {
         let lm_head = if ld.file.has_tensor("output.weight") {
             ld.matmul("output.weight")?
         } else {
-            let (q, r) =
-                requantize_if_slow(ld.file.qtensor("token_embd.weight")?, &embed.device())?;
-            ld.requantized += usize::from(r);
-            QMatMul::from_qtensor(q)?
+            // Tied embeddings: the same matrix, as our matmul.
+            ld.matmul("token_embd.weight")?
         };
         let output_norm = ld.file.tensor_f32("output_norm.weight")?;
         config.vocab_size = embed.shape().dims().first().copied().unwrap_or(0);
@@ -280,7 +270,6 @@ impl Transformer {
             lm_head,
             ropes,
             device,
-            requantized: ld.requantized,
         })
     }
 }

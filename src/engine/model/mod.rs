@@ -20,11 +20,14 @@ pub mod attention;
 mod family_tests;
 #[cfg(test)]
 mod family_tests_hf;
+pub mod linear;
 mod load;
 mod moe;
 
-use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device, Tensor};
+
+use linear::Matmul;
 
 use self::attention::{attend, AttnShape, Rope, SeqCache};
 
@@ -78,7 +81,7 @@ pub struct Config {
 }
 
 struct Linear {
-    w: QMatMul,
+    w: Matmul,
     b: Option<Tensor>,
 }
 
@@ -100,13 +103,13 @@ enum Qkv {
 
 /// Gate and up projections: separate, or fused as `[gate | up]` (Phi-3).
 enum GateUp {
-    Separate(QMatMul, QMatMul),
-    Fused(QMatMul),
+    Separate(Matmul, Matmul),
+    Fused(Matmul),
 }
 
 /// The feed-forward block: one SwiGLU/GeGLU MLP, or a sparse mixture of experts.
 enum Mlp {
-    Dense { gate_up: GateUp, down: QMatMul },
+    Dense { gate_up: GateUp, down: Matmul },
     Experts(moe::Moe),
 }
 
@@ -114,7 +117,7 @@ struct Layer {
     /// Pre-attention RMSNorm (absent in OLMo 2, which norms the sublayer outputs instead).
     attn_norm: Option<Tensor>,
     qkv: Qkv,
-    o: QMatMul,
+    o: Matmul,
     /// q/k RMSNorm weights: `head_dim` long (per head) or `heads * head_dim` (whole projection).
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
@@ -134,13 +137,11 @@ pub struct Transformer {
     embed: QTensor,
     layers: Vec<Layer>,
     output_norm: Tensor,
-    lm_head: QMatMul,
+    lm_head: Matmul,
     ropes: Vec<Rope>,
     device: Device,
     /// Zeros of `hidden`, the bias of bias-free LayerNorms.
     zero_bias: Tensor,
-    /// Tensors requantized from a slow type to Q8_0 at load.
-    pub requantized: usize,
 }
 
 /// One sequence's part of a step: its cache and the tokens to feed (a prefill chunk or one

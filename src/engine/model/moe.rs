@@ -6,20 +6,22 @@
 
 use std::borrow::Cow;
 
-use candle_core::quantized::{QMatMul, QStorage, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::quantized::{QStorage, QTensor};
+
+use super::linear::Matmul;
+use candle_core::{Device, Tensor};
 
 /// One expert's SwiGLU MLP.
 pub struct Expert {
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Matmul,
+    up: Matmul,
+    down: Matmul,
 }
 
 /// The router and the experts of one layer.
 pub struct Moe {
     /// `[experts, hidden]`.
-    router: QMatMul,
+    router: Matmul,
     experts: Vec<Expert>,
     top_k: usize,
 }
@@ -28,7 +30,7 @@ pub struct Moe {
 ///
 /// # Errors
 /// Shape or storage errors.
-pub fn split_experts(q: &QTensor, device: &Device) -> anyhow::Result<Vec<QMatMul>> {
+pub fn split_experts(q: &QTensor, device: &Device) -> anyhow::Result<Vec<Matmul>> {
     let (n, rows, cols) = q.shape().dims3()?;
     let data = q.data()?;
     anyhow::ensure!(
@@ -44,17 +46,17 @@ pub fn split_experts(q: &QTensor, device: &Device) -> anyhow::Result<Vec<QMatMul
                 device,
                 q.dtype(),
             )?;
-            Ok(QMatMul::from_qtensor(QTensor::new(storage, (rows, cols))?)?)
+            Ok(Matmul::new(QTensor::new(storage, (rows, cols))?, device)?)
         })
         .collect()
 }
 
 impl Moe {
     pub fn new(
-        router: QMatMul,
-        gates: Vec<QMatMul>,
-        ups: Vec<QMatMul>,
-        downs: Vec<QMatMul>,
+        router: Matmul,
+        gates: Vec<Matmul>,
+        ups: Vec<Matmul>,
+        downs: Vec<Matmul>,
         top_k: usize,
     ) -> Self {
         let experts = gates

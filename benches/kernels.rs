@@ -1,0 +1,97 @@
+//! Quantized matmul throughput in GMAC/s per weight type, shape and batch rows `m`: our AVX2
+//! kernels, our portable kernels, and candle 0.11's `QMatMul` on the same weights as the
+//! baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
+//! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
+//! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).
+
+use std::time::Instant;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use tollgate::engine::kernels::{Isa, QuantMatrix};
+
+fn time<F: FnMut()>(mut f: F) -> f64 {
+    f();
+    let mut reps = 1;
+    loop {
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        let s = t0.elapsed().as_secs_f64();
+        if s > 0.2 {
+            return s / f64::from(reps);
+        }
+        reps *= 2;
+    }
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("kernels bench: skipped (run with `cargo bench --bench kernels`)");
+        return;
+    }
+    let only: Option<String> = std::env::var("KERNEL_TYPES").ok();
+    println!(
+        "threads={} isa={:?}",
+        rayon::current_num_threads(),
+        Isa::detect()
+    );
+    println!("type  n x k        m   ours GMAC/s  portable  candle   ours/candle");
+    let types = [
+        ("Q4_0", GgmlDType::Q4_0),
+        ("Q4_1", GgmlDType::Q4_1),
+        ("Q5_0", GgmlDType::Q5_0),
+        ("Q8_0", GgmlDType::Q8_0),
+        ("Q4_K", GgmlDType::Q4K),
+        ("Q5_K", GgmlDType::Q5K),
+        ("Q6_K", GgmlDType::Q6K),
+    ];
+    for (name, g) in types {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|x| x == name))
+        {
+            continue;
+        }
+        for (n, k) in [(1536, 576), (576, 1536), (2048, 2048)] {
+            if k % 256 != 0 && matches!(g, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) {
+                continue;
+            }
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
+                .collect();
+            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+            let q = QTensor::quantize(&wt, g).unwrap();
+            let ours = QuantMatrix::from_qtensor(&q).unwrap().unwrap();
+            let candle = QMatMul::from_qtensor(q).unwrap();
+            for m in [1usize, 4, 16, 64] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 31 % 200) as f32 / 100.0) - 1.0)
+                    .collect();
+                let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
+                let macs = (m * n * k) as f64 / 1e9;
+                let t_ours = time(|| {
+                    std::hint::black_box(ours.matmul(&x, m));
+                });
+                let t_port = if m <= 16 {
+                    time(|| {
+                        std::hint::black_box(ours.matmul_with(&x, m, Isa::Portable));
+                    })
+                } else {
+                    f64::NAN
+                };
+                let t_candle = time(|| {
+                    std::hint::black_box(candle.forward(&xt).unwrap());
+                });
+                println!(
+                    "{name:5} {n:5}x{k:<5} {m:3} {:10.1} {:9.1} {:8.1}   {:6.2}x",
+                    macs / t_ours,
+                    macs / t_port,
+                    macs / t_candle,
+                    t_candle / t_ours
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Kernel tests against a dequantize-then-f32 reference: random weights are quantized by
+//! candle (`QTensor::quantize`) and dequantized by candle (an independent implementation of the
+//! ggml layouts); our unpacking must reproduce candle's dequantized weights exactly, and our
+//! matmul must equal `dequant(W) · dequant(Q8(x))` computed in f64 within float rounding.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::portable::unpack;
+use super::{Isa, Q8Acts, QuantMatrix, WeightType};
+
+const TYPES: [(GgmlDType, WeightType); 8] = [
+    (GgmlDType::Q4_0, WeightType::Q4_0),
+    (GgmlDType::Q4_1, WeightType::Q4_1),
+    (GgmlDType::Q5_0, WeightType::Q5_0),
+    (GgmlDType::Q5_1, WeightType::Q5_1),
+    (GgmlDType::Q8_0, WeightType::Q8_0),
+    (GgmlDType::Q4K, WeightType::Q4K),
+    (GgmlDType::Q5K, WeightType::Q5K),
+    (GgmlDType::Q6K, WeightType::Q6K),
+];
+
+fn random(rng: &mut StdRng, len: usize, offset: f32) -> Vec<f32> {
+    (0..len)
+        .map(|_| offset + rng.random::<f32>() * 2.0 - 1.0)
+        .collect()
+}
+
+/// (our matrix, candle's dequantized weights `[n][k]`).
+fn make(rng: &mut StdRng, g: GgmlDType, n: usize, k: usize) -> (QuantMatrix, Vec<f32>) {
+    // An offset makes the Q4_1/Q5_1/K-quant minimums matter.
+    let w = random(rng, n * k, 0.3);
+    let t = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, g).unwrap();
+    let deq = q
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    (QuantMatrix::from_qtensor(&q).unwrap().unwrap(), deq)
+}
+
+#[test]
+fn unpacking_reproduces_candles_dequantization_exactly() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for (g, t) in TYPES {
+        let k = 512;
+        let (m, deq) = make(&mut rng, g, 3, k);
+        for j in 0..3 {
+            let mut q = [0i8; 32];
+            for b in 0..k / 32 {
+                let s = unpack(t, m.row(j), b, &mut q);
+                for e in 0..32 {
+                    let scale = if e < 16 { s.s0 } else { s.s1 };
+                    let got = scale * f32::from(q[e]) + s.min;
+                    let want = deq[j * k + b * 32 + e];
+                    assert!(
+                        (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                        "{t:?} row {j} block {b} elem {e}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn reference(deq: &[f32], acts: &Q8Acts, n: usize, k: usize) -> Vec<f64> {
+    let mut y = vec![0.0f64; acts.m * n];
+    for i in 0..acts.m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for c in 0..k {
+                let a = f64::from(acts.d[i * acts.blocks + c / 32]) * f64::from(acts.q[i * k + c]);
+                s += f64::from(deq[j * k + c]) * a;
+            }
+            y[i * n + j] = s;
+        }
+    }
+    y
+}
+
+fn check(got: &[f32], want: &[f64], what: &str) {
+    let scale = want.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+    for (g, w) in got.iter().zip(want) {
+        let err = (f64::from(*g) - w).abs();
+        assert!(err <= 2e-5 * scale, "{what}: {g} vs {w} (scale {scale})");
+    }
+}
+
+#[test]
+fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2]
+        .into_iter()
+        .filter(|i| i.supported())
+        .collect();
+    for (g, t) in TYPES {
+        let ks: &[usize] = if t.block().0 == 256 {
+            &[256, 768]
+        } else {
+            &[32, 96, 576]
+        };
+        for &k in ks {
+            for n in [1, 7, 33] {
+                let (mat, deq) = make(&mut rng, g, n, k);
+                for m in [1, 2, 3, 7, 8, 9, 16, 33, 64] {
+                    let x = random(&mut rng, m * k, 0.0);
+                    let want = reference(&deq, &Q8Acts::quantize(&x, m, k), n, k);
+                    for &isa in &isas {
+                        let got = mat.matmul_with(&x, m, isa);
+                        check(&got, &want, &format!("{t:?} {isa:?} n={n} k={k} m={m}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_quantization_is_within_half_a_step() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let x = random(&mut rng, 4 * 64, 0.0);
+    let a = Q8Acts::quantize(&x, 4, 64);
+    for (c, v) in x.iter().enumerate() {
+        let d = a.d[c / 32];
+        let back = d * f32::from(a.q[c]);
+        assert!((back - v).abs() <= d * 0.5 + 1e-7, "{v} vs {back}");
+    }
+    assert_eq!(
+        a.sum[0],
+        a.q[..32].iter().map(|q| i32::from(*q)).sum::<i32>()
+    );
+    let zeros = Q8Acts::quantize(&[0.0; 32], 1, 32);
+    assert_eq!((zeros.d[0], zeros.sum[0]), (0.0, 0));
+}
+
+#[test]
+fn shapes_that_do_not_fit_the_blocks_are_refused() {
+    assert!(QuantMatrix::from_bytes(WeightType::Q8_0, 2, 48, vec![0; 68]).is_none());
+    assert!(QuantMatrix::from_bytes(WeightType::Q4K, 1, 256, vec![0; 143]).is_none());
+    assert!(QuantMatrix::from_bytes(WeightType::Q4K, 1, 256, vec![0; 144]).is_some());
+}

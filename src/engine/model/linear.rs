@@ -1,0 +1,56 @@
+//! `Matmul`: a weight matrix for `y = x · Wᵀ`. On CPU, GGUF types we have kernels for run in
+//! their stored format through `engine::kernels` (batched, quantized activations); float
+//! weights and other types (and every type on CUDA) go through candle's `QMatMul`.
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+
+use crate::engine::kernels::QuantMatrix;
+
+/// A weight matrix `[n][k]`.
+pub enum Matmul {
+    /// Our kernels (CPU).
+    Ours(QuantMatrix),
+    /// candle's quantized or float matmul.
+    Candle(QMatMul),
+}
+
+impl Matmul {
+    /// Wrap a 2-D tensor `[n, k]` loaded on `device`.
+    ///
+    /// # Errors
+    /// candle errors reading the tensor.
+    pub fn new(q: QTensor, device: &Device) -> candle_core::Result<Self> {
+        if device.is_cpu() {
+            if let Some(m) = QuantMatrix::from_qtensor(&q)? {
+                return Ok(Self::Ours(m));
+            }
+        }
+        Ok(Self::Candle(QMatMul::from_qtensor(q)?))
+    }
+
+    /// `x` is `[..., k]`; returns `[..., n]` in f32.
+    ///
+    /// # Errors
+    /// Shape mismatches and candle errors.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Candle(m) => m.forward(x),
+            Self::Ours(m) => {
+                let dims = x.dims().to_vec();
+                let k = dims.last().copied().unwrap_or(0);
+                if k != m.k {
+                    candle_core::bail!("matmul: input has {k} features, weights {}", m.k);
+                }
+                let rows = x.elem_count() / k.max(1);
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let y = m.matmul(&xs, rows);
+                let mut out_dims = dims;
+                if let Some(last) = out_dims.last_mut() {
+                    *last = m.n;
+                }
+                Tensor::from_vec(y, out_dims, x.device())
+            }
+        }
+    }
+}
