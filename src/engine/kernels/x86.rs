@@ -38,16 +38,16 @@ const BIT_TO_0X10: [u64; 256] = {
     t
 };
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn f16(b: &[u8], at: usize) -> f32 {
     let bits = u16::from_le_bytes([b[at], b[at + 1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
 /// Low and high nibbles of 16 bytes as 32 bytes: `[lo(0..16) | hi(0..16)]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn nibbles16(p: *const u8) -> __m256i {
     let v: __m128i = _mm_loadu_si128(p.cast());
     let m = _mm_set1_epi8(0x0F);
@@ -55,8 +55,8 @@ unsafe fn nibbles16(p: *const u8) -> __m256i {
 }
 
 /// `0x10` in every byte whose bit is set in the 32-bit mask `qh` (element order).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn high_bits32(qh: u32) -> __m256i {
     let b = qh.to_le_bytes();
     _mm256_set_epi64x(
@@ -68,8 +68,8 @@ unsafe fn high_bits32(qh: u32) -> __m256i {
 }
 
 /// Unpack 32-block `b`: signed bytes and `(s0, s1, min)`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn unpack(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f32, f32) {
     let p = row.as_ptr();
     match t {
@@ -167,8 +167,8 @@ unsafe fn unpack(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f32, f32
     }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_hadd_ps(s, s);
@@ -228,57 +228,69 @@ pub unsafe fn row_dot(
 
 /// One activation row (decode): accumulators in registers, two blocks per iteration so the
 /// FMA chains overlap.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
 unsafe fn row_dot_one(t: WeightType, row: &[u8], acts: &Q8Acts, i: usize, has_min: bool) -> f32 {
-    let ones = _mm256_set1_epi16(1);
     let base = i * acts.blocks;
     let aq = acts.q.as_ptr().add(base * 32);
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut min_acc = 0.0f32;
-    let block = |b: usize| -> (__m256, f32) {
-        let (w, s0, s1, min) = unpack(t, row, b);
-        let a = _mm256_loadu_si256(aq.add(b * 32).cast());
-        let prod = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
-            ones,
-        );
-        let da = *acts.d.get_unchecked(base + b);
-        let scale = if s0 == s1 {
-            _mm256_set1_ps(s0 * da)
-        } else {
-            _mm256_set_ps(
-                s1 * da,
-                s1 * da,
-                s1 * da,
-                s1 * da,
-                s0 * da,
-                s0 * da,
-                s0 * da,
-                s0 * da,
-            )
-        };
-        #[allow(clippy::cast_precision_loss)]
-        let m = if has_min {
-            min * da * *acts.sum.get_unchecked(base + b) as f32
-        } else {
-            0.0
-        };
-        (_mm256_mul_ps(_mm256_cvtepi32_ps(prod), scale), m)
-    };
     let mut b = 0;
     while b + 1 < acts.blocks {
-        let (p0, m0) = block(b);
-        let (p1, m1) = block(b + 1);
+        let (p0, m0) = block_one(t, row, acts, aq, base, b, has_min);
+        let (p1, m1) = block_one(t, row, acts, aq, base, b + 1, has_min);
         acc0 = _mm256_add_ps(acc0, p0);
         acc1 = _mm256_add_ps(acc1, p1);
         min_acc += m0 + m1;
         b += 2;
     }
     if b < acts.blocks {
-        let (p0, m0) = block(b);
+        let (p0, m0) = block_one(t, row, acts, aq, base, b, has_min);
         acc0 = _mm256_add_ps(acc0, p0);
         min_acc += m0;
     }
     hsum(_mm256_add_ps(acc0, acc1)) + min_acc
+}
+
+/// One block's scaled products for `row_dot_one` (a function, not a closure: closures do not
+/// inherit `target_feature`, and their intrinsics would not inline).
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn block_one(
+    t: WeightType,
+    row: &[u8],
+    acts: &Q8Acts,
+    aq: *const i8,
+    base: usize,
+    b: usize,
+    has_min: bool,
+) -> (__m256, f32) {
+    let (w, s0, s1, min) = unpack(t, row, b);
+    let a = _mm256_loadu_si256(aq.add(b * 32).cast());
+    let prod = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
+        _mm256_set1_epi16(1),
+    );
+    let da = *acts.d.get_unchecked(base + b);
+    let scale = if s0 == s1 {
+        _mm256_set1_ps(s0 * da)
+    } else {
+        _mm256_set_ps(
+            s1 * da,
+            s1 * da,
+            s1 * da,
+            s1 * da,
+            s0 * da,
+            s0 * da,
+            s0 * da,
+            s0 * da,
+        )
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let m = if has_min {
+        min * da * *acts.sum.get_unchecked(base + b) as f32
+    } else {
+        0.0
+    };
+    (_mm256_mul_ps(_mm256_cvtepi32_ps(prod), scale), m)
 }
