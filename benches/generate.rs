@@ -1,6 +1,7 @@
-//! Generation throughput on SmolLM2-135M-Instruct: single-stream prefill and decode, and
-//! aggregate decode at 4 and 16 concurrent sequences, reported as ratios to the single stream
-//! measured in the same run. `cargo bench --bench generate` (set CANDLE_NUM_THREADS to the
+//! Generation throughput on SmolLM2-135M-Instruct: single-stream prefill and decode, prefill of
+//! a ~370-token prompt, and aggregate decode at 4 and 16 concurrent sequences, reported as
+//! ratios to the single stream measured in the same run (`BENCH_PREFILL_ONLY=1` stops after
+//! the long prompt, for profiling). `cargo bench --bench generate` (set CANDLE_NUM_THREADS to the
 //! cores the engine may use). Skips when the weights are missing or when run by `cargo test`.
 
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ struct Run {
     decode: f64,
 }
 
-async fn one(engine: &CandleEngine, text: String) -> Run {
+async fn one(engine: &CandleEngine, text: String, max_new_tokens: usize) -> Run {
     let msgs = [ChatMessage {
         role: Role::User,
         content: text,
@@ -36,7 +37,7 @@ async fn one(engine: &CandleEngine, text: String) -> Run {
             temperature: 0.0,
             ..SamplingParams::default()
         },
-        max_new_tokens: NEW_TOKENS,
+        max_new_tokens,
         stop: vec![],
     };
     let t0 = Instant::now();
@@ -60,6 +61,13 @@ async fn one(engine: &CandleEngine, text: String) -> Run {
 
 fn prompt(i: usize) -> String {
     format!("Write a long story number {i} about a dragon who learns to count, with many details.")
+}
+
+fn long_prompt() -> String {
+    (0..12)
+        .map(|i| format!("Paragraph {i}: the dragon counted the stars above the valley, one by one, and wrote each number on a scroll of birch bark. "))
+        .collect::<Vec<_>>()
+        .join("")
 }
 
 fn main() {
@@ -92,15 +100,25 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let _warm = one(&engine, "Hello".to_owned()).await;
-        let solo = one(&engine, prompt(0)).await;
+        let _warm = one(&engine, "Hello".to_owned(), NEW_TOKENS).await;
+        let solo = one(&engine, prompt(0), NEW_TOKENS).await;
         let solo_decode = (solo.completion_tokens.saturating_sub(1)) as f64 / solo.decode;
         let solo_prefill = solo.prompt_tokens as f64 / solo.ttft;
         println!("threads={} single stream: prefill {solo_prefill:.1} tok/s ({} tokens, TTFT {:.3} s), decode {solo_decode:.1} tok/s ({} tokens)",
             std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()), solo.prompt_tokens, solo.ttft, solo.completion_tokens);
+        // A ~370-token prompt (several prefill chunks), one new token: prefill throughput.
+        let long = one(&engine, long_prompt(), 1).await;
+        println!("long prompt: prefill {:.1} tok/s ({} tokens, TTFT {:.3} s)",
+            long.prompt_tokens as f64 / long.ttft, long.prompt_tokens, long.ttft);
+        if std::env::var_os("BENCH_PREFILL_ONLY").is_some() {
+            for _ in 0..5 {
+                one(&engine, long_prompt(), 1).await;
+            }
+            return;
+        }
         for n in [1usize, 4, 16] {
             let t0 = Instant::now();
-            let runs = futures::future::join_all((0..n).map(|i| one(&engine, prompt(i)))).await;
+            let runs = futures::future::join_all((0..n).map(|i| one(&engine, prompt(i), NEW_TOKENS))).await;
             let wall = t0.elapsed().as_secs_f64();
             let tokens: usize = runs.iter().map(|r| r.completion_tokens).sum();
             let agg = tokens as f64 / wall;

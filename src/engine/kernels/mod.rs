@@ -119,6 +119,21 @@ impl QuantMatrix {
         })
     }
 
+    /// Stack matrices with the same type and `k` into one `[Σn][k]` (row `j` of part `p`
+    /// follows the rows of parts `0..p`); `None` if they differ. A fused projection reads its
+    /// activations once and runs as one parallel pass; every output equals the part's own.
+    pub fn concat(parts: &[&QuantMatrix]) -> Option<Self> {
+        let first = parts.first()?;
+        if parts
+            .iter()
+            .any(|p| p.wtype != first.wtype || p.k != first.k)
+        {
+            return None;
+        }
+        let data: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+        Self::from_bytes(first.wtype, parts.iter().map(|p| p.n).sum(), first.k, data)
+    }
+
     /// Bytes of weights.
     pub fn size_in_bytes(&self) -> usize {
         self.data.len()
@@ -147,33 +162,68 @@ impl QuantMatrix {
         // Enough chunks to balance the pool, each at least 8 rows.
         let threads = rayon::current_num_threads().max(1);
         let chunk = (self.n / (threads * 4)).clamp(8, 256);
-        let cols: Vec<Vec<f32>> = (0..self.n)
-            .step_by(chunk)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|j0| {
-                let j1 = (j0 + chunk).min(self.n);
-                let mut out = vec![0.0f32; (j1 - j0) * m];
-                for j in j0..j1 {
-                    self.row_dot(
-                        isa,
-                        self.row(j),
-                        &acts,
-                        &mut out[(j - j0) * m..(j - j0 + 1) * m],
-                    );
-                }
-                out
-            })
-            .collect();
-        let mut y = vec![0.0f32; m * self.n];
-        for (c, block) in cols.iter().enumerate() {
-            let j0 = c * chunk;
-            for (jj, col) in block.chunks_exact(m).enumerate() {
-                for (i, v) in col.iter().enumerate() {
-                    y[i * self.n + j0 + jj] = *v;
-                }
-            }
+        if m > 1 {
+            return self.matmul_rows(&acts, isa, chunk);
         }
+        // Decode (one activation row): each task fills its chunk of outputs.
+        let mut y = vec![0.0f32; self.n];
+        y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
+            let j0 = c * chunk;
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 {
+                // Decode: four weight rows at a time (see `x86::rows_dot_m1`).
+                let mut quads = out.chunks_exact_mut(4);
+                for (q, o) in quads.by_ref().enumerate() {
+                    let j = j0 + 4 * q;
+                    let rows = [
+                        self.row(j),
+                        self.row(j + 1),
+                        self.row(j + 2),
+                        self.row(j + 3),
+                    ];
+                    // SAFETY: `matmul_with` checked that the CPU has AVX2, FMA and F16C.
+                    unsafe { x86::rows_dot_m1(self.wtype, rows, &acts, o) };
+                }
+                let done = out.len() / 4 * 4;
+                for jj in done..out.len() {
+                    let col = &mut out[jj..=jj];
+                    self.row_dot(isa, self.row(j0 + jj), &acts, col);
+                }
+                return;
+            }
+            for (jj, col) in out.chunks_exact_mut(1).enumerate() {
+                self.row_dot(isa, self.row(j0 + jj), &acts, col);
+            }
+        });
+        y
+    }
+
+    /// `matmul` for `m > 1`: each task computes a block of weight rows for every activation
+    /// row into a local `[cols][m]` buffer, then writes it transposed into its own columns
+    /// of `y` (`[m][n]`): contiguous runs per activation row, no separate transpose pass.
+    fn matmul_rows(&self, acts: &Q8Acts, isa: Isa, chunk: usize) -> Vec<f32> {
+        let (m, n) = (acts.m, self.n);
+        let mut y = vec![0.0f32; m * n];
+        let out = OutPtr(y.as_mut_ptr());
+        let starts: Vec<usize> = (0..n).step_by(chunk).collect();
+        starts
+            .into_par_iter()
+            .for_each_with(Vec::new(), |local, j0| {
+                let cw = chunk.min(n - j0);
+                local.clear();
+                local.resize(cw * m, 0.0f32);
+                for (jj, col) in local.chunks_exact_mut(m).enumerate() {
+                    self.row_dot(isa, self.row(j0 + jj), acts, col);
+                }
+                for i in 0..m {
+                    // SAFETY: `y` has `m * n` elements and outlives the loop; this task alone
+                    // writes columns `j0..j0 + cw` (the starts are disjoint chunks).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(out.at(i * n + j0), cw) };
+                    for (jj, d) in dst.iter_mut().enumerate() {
+                        *d = local[jj * m + i];
+                    }
+                }
+            });
         y
     }
 
@@ -188,6 +238,23 @@ impl QuantMatrix {
                 _ => portable::row_dot(self.wtype, row, acts, i0, i1, out),
             }
         }
+    }
+}
+
+/// The output buffer of `matmul_rows`, shared by tasks that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: tasks write disjoint elements, and the buffer outlives the parallel loop.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Pointer to element `i` (a method, so closures capture the whole `Sync` wrapper).
+    fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: callers pass indices inside the buffer.
+        unsafe { self.0.add(i) }
     }
 }
 
@@ -241,28 +308,32 @@ pub struct Q8Acts {
     pub d: Vec<f32>,
     /// `[m][blocks]` sums of `q`.
     pub sum: Vec<i32>,
+    /// `[blocks][m]` (transposed, so a tile of rows is contiguous): `d * Σ q` per block, the
+    /// activation side of the offset term.
+    pub dsum: Vec<f32>,
 }
 
 impl Q8Acts {
-    /// Quantize `x` (`[m][k]`, `k` a multiple of 32): `d = max|x| / 127`, `q = round(x / d)`.
+    /// Quantize `x` (`[m][k]`, `k` a multiple of 32): `d = max|x| / 127`,
+    /// `q = round(x / d)` with ties to even (AVX2 when the CPU has it, same results).
     pub fn quantize(x: &[f32], m: usize, k: usize) -> Self {
         let blocks = k / 32;
         let mut q = vec![0i8; m * k];
         let mut d = vec![0.0f32; m * blocks];
         let mut sum = vec![0i32; m * blocks];
-        for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-            let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let scale = amax / 127.0;
-            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let mut s = 0i32;
-            for (o, v) in qs.iter_mut().zip(xs) {
-                #[allow(clippy::cast_possible_truncation)]
-                let r = (v * inv).round() as i8;
-                *o = r;
-                s += i32::from(r);
+        match Isa::detect() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: detected AVX2; the slices have the sizes `quantize` documents.
+            Isa::Avx2 => unsafe { x86::quantize(x, &mut q, &mut d, &mut sum) },
+            _ => quantize_portable(x, &mut q, &mut d, &mut sum),
+        }
+        let mut dsum = vec![0.0f32; m * blocks];
+        for i in 0..m {
+            for b in 0..blocks {
+                #[allow(clippy::cast_precision_loss)]
+                let s = sum[i * blocks + b] as f32;
+                dsum[b * m + i] = d[i * blocks + b] * s;
             }
-            d[b] = scale;
-            sum[b] = s;
         }
         Self {
             m,
@@ -270,7 +341,26 @@ impl Q8Acts {
             q,
             d,
             sum,
+            dsum,
         }
+    }
+}
+
+/// `Q8Acts::quantize` in plain Rust.
+fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) {
+    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut s = 0i32;
+        for (o, v) in qs.iter_mut().zip(xs) {
+            #[allow(clippy::cast_possible_truncation)]
+            let r = (v * inv).round_ties_even() as i8;
+            *o = r;
+            s += i32::from(r);
+        }
+        d[b] = scale;
+        sum[b] = s;
     }
 }
 

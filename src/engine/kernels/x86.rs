@@ -1,20 +1,13 @@
 //! AVX2 + FMA + F16C kernels. Each 32-weight block is unpacked into one `__m256i` of signed
 //! bytes plus `(s0, s1, min)`; the dot with an activation block uses `maddubs` on
 //! `|w|` and `sign(a, w)` (both within ±127, so the 16-bit pair sums cannot saturate), `madd`
-//! to 32-bit lanes (lanes 0-3 hold elements 0-15, lanes 4-7 elements 16-31), and one FMA into a
-//! per-row f32x8 accumulator scaled by `[s0 x4, s1 x4] * da`.
+//! to 32-bit lanes (lanes 0-3 hold elements 0-15, lanes 4-7 elements 16-31), a multiply by
+//! `[s0 x4, s1 x4] * da` and an add into one of two per-row f32x8 accumulators (even and odd
+//! blocks), the same order for every batch size.
 
 #![allow(clippy::cast_possible_wrap, clippy::cast_ptr_alignment)]
 
-use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_add_ps, _mm256_and_si256, _mm256_castps256_ps128,
-    _mm256_cvtepi32_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_si256,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi16,
-    _mm256_set1_epi8, _mm256_set1_ps, _mm256_set_epi64x, _mm256_set_m128i, _mm256_set_ps,
-    _mm256_setzero_ps, _mm256_sign_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_sub_epi8, _mm_add_ps, _mm_and_si128, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
-    _mm_hadd_ps, _mm_loadu_si128, _mm_set1_epi8, _mm_srli_epi16,
-};
+use std::arch::x86_64::*;
 
 use super::portable::scale_min_k4;
 use super::{Q8Acts, WeightType, TILE};
@@ -67,10 +60,23 @@ unsafe fn high_bits32(qh: u32) -> __m256i {
     )
 }
 
-/// Unpack 32-block `b`: signed bytes and `(s0, s1, min)`.
+/// Unpack 32-block `b`.
 // Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
 #[inline(always)]
-unsafe fn unpack(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f32, f32) {
+unsafe fn unpack(t: WeightType, row: &[u8], b: usize) -> Block {
+    let (q, s0, s1, min) = unpack_parts(t, row, b);
+    let scales = if t == WeightType::Q6K {
+        _mm256_set_ps(s1, s1, s1, s1, s0, s0, s0, s0)
+    } else {
+        _mm256_set1_ps(s0)
+    };
+    Block { q, scales, min }
+}
+
+/// Unpack 32-block `b`: bytes and `(s0, s1, min)`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f32, f32) {
     let p = row.as_ptr();
     match t {
         WeightType::Q4_0 => {
@@ -177,9 +183,15 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// `out[i] = Σ_k w[k] * x_i[k]` for activation rows `i0..i1` (at most `TILE`).
 ///
+/// Every row is summed in the same order whatever the tile size: per block, the f32x8 partial
+/// products `cvt(Σ q·qa)` are FMA'd into one accumulator with scale `[s0 x4, s1 x4] * da`, the
+/// offset term is FMA'd into a scalar as `min * (da Σ qa)`, and the two are added at the end.
+/// A row therefore gets bit-identical results alone (decode) and inside a batch (prefill,
+/// packed steps), which the scheduler's determinism tests rely on. Full tiles keep their
+/// `TILE` accumulators in registers; the offset terms of a full tile are one more vector.
+///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `row` must hold `acts.blocks` 32-blocks of `t`.
-#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn row_dot(
     t: WeightType,
     row: &[u8],
@@ -188,109 +200,220 @@ pub unsafe fn row_dot(
     i1: usize,
     out: &mut [f32],
 ) {
-    let has_min = matches!(
+    // One compiled copy per type, so the block unpacking is straight-line code.
+    match t {
+        WeightType::Q4_0 => row_dot_t::<0>(row, acts, i0, i1, out),
+        WeightType::Q4_1 => row_dot_t::<1>(row, acts, i0, i1, out),
+        WeightType::Q5_0 => row_dot_t::<2>(row, acts, i0, i1, out),
+        WeightType::Q5_1 => row_dot_t::<3>(row, acts, i0, i1, out),
+        WeightType::Q8_0 => row_dot_t::<4>(row, acts, i0, i1, out),
+        WeightType::Q4K => row_dot_t::<5>(row, acts, i0, i1, out),
+        WeightType::Q5K => row_dot_t::<6>(row, acts, i0, i1, out),
+        WeightType::Q6K => row_dot_t::<7>(row, acts, i0, i1, out),
+    }
+}
+
+/// The weight type for `row_dot_t`'s const parameter.
+#[inline(always)]
+const fn type_of(t: u8) -> WeightType {
+    match t {
+        0 => WeightType::Q4_0,
+        1 => WeightType::Q4_1,
+        2 => WeightType::Q5_0,
+        3 => WeightType::Q5_1,
+        4 => WeightType::Q8_0,
+        5 => WeightType::Q4K,
+        6 => WeightType::Q5K,
+        _ => WeightType::Q6K,
+    }
+}
+
+/// Types whose unpacked values are all non-negative (an offset `min` instead of a signed
+/// centre): `maddubs` takes them directly as its unsigned operand.
+const fn unsigned(t: WeightType) -> bool {
+    matches!(
         t,
         WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4K | WeightType::Q5K
-    );
-    if i1 - i0 == 1 {
-        out[i0] = row_dot_one(t, row, acts, i0, has_min);
-        return;
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_dot_t<const T: u8>(row: &[u8], acts: &Q8Acts, i0: usize, i1: usize, out: &mut [f32]) {
+    let t = type_of(T);
+    match i1 - i0 {
+        1 => tile::<1>(t, row, acts, i0, out),
+        2 => tile::<2>(t, row, acts, i0, out),
+        3 => tile::<3>(t, row, acts, i0, out),
+        4 => tile::<4>(t, row, acts, i0, out),
+        5 => tile::<5>(t, row, acts, i0, out),
+        6 => tile::<6>(t, row, acts, i0, out),
+        7 => tile::<7>(t, row, acts, i0, out),
+        _ => tile::<TILE>(t, row, acts, i0, out),
     }
-    let mut acc = [_mm256_setzero_ps(); TILE];
-    let mut min_acc = [0.0f32; TILE];
-    let ones = _mm256_set1_epi16(1);
-    let aq = acts.q.as_ptr();
+}
+
+/// One activation row (decode) against `R` weight rows: `out[r] = Σ_k rows[r][k] * x_0[k]`.
+/// Each weight row's arithmetic is exactly `tile::<1>`'s; interleaving `R` rows gives the
+/// FMA chains (latency-bound for a single row) independent work to overlap.
+///
+/// # Safety
+/// As `row_dot`; `acts.m == 1`.
+pub unsafe fn rows_dot_m1<const R: usize>(
+    t: WeightType,
+    rows: [&[u8]; R],
+    acts: &Q8Acts,
+    out: &mut [f32],
+) {
+    match t {
+        WeightType::Q4_0 => rows_t::<0, R>(rows, acts, out),
+        WeightType::Q4_1 => rows_t::<1, R>(rows, acts, out),
+        WeightType::Q5_0 => rows_t::<2, R>(rows, acts, out),
+        WeightType::Q5_1 => rows_t::<3, R>(rows, acts, out),
+        WeightType::Q8_0 => rows_t::<4, R>(rows, acts, out),
+        WeightType::Q4K => rows_t::<5, R>(rows, acts, out),
+        WeightType::Q5K => rows_t::<6, R>(rows, acts, out),
+        WeightType::Q6K => rows_t::<7, R>(rows, acts, out),
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_t<const T: u8, const R: usize>(rows: [&[u8]; R], acts: &Q8Acts, out: &mut [f32]) {
+    let t = type_of(T);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut mins = [0.0f32; R];
     for b in 0..acts.blocks {
-        let (w, s0, s1, min) = unpack(t, row, b);
-        let wabs = _mm256_sign_epi8(w, w);
-        let scales = _mm256_set_ps(s1, s1, s1, s1, s0, s0, s0, s0);
-        for (slot, i) in (i0..i1).enumerate() {
-            let ab = i * acts.blocks + b;
-            let a = _mm256_loadu_si256(aq.add(ab * 32).cast());
-            let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w)), ones);
-            let da = *acts.d.get_unchecked(ab);
-            acc[slot] = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(prod),
-                _mm256_mul_ps(scales, _mm256_set1_ps(da)),
-                acc[slot],
-            );
-            if has_min {
-                #[allow(clippy::cast_precision_loss)]
-                let s = *acts.sum.get_unchecked(ab) as f32;
-                min_acc[slot] += min * da * s;
+        for r in 0..R {
+            let w = unpack(t, rows[r], b);
+            acc[r] = block_fma(t, &w, acts, 0, b, acc[r]);
+            if unsigned(t) {
+                mins[r] = w.min.mul_add(*acts.dsum.get_unchecked(b), mins[r]);
             }
         }
     }
-    for (slot, i) in (i0..i1).enumerate() {
-        out[i] = hsum(acc[slot]) + min_acc[slot];
+    for r in 0..R {
+        out[r] = hsum(acc[r]) + mins[r];
     }
 }
 
-/// One activation row (decode): accumulators in registers, two blocks per iteration so the
-/// FMA chains overlap.
+/// `N` rows `i0..i0 + N` (`N <= TILE`): each unpacked weight block serves all of them, the
+/// accumulators stay in registers (the constant-bound loops unroll). A full tile FMAs its
+/// offset terms as one vector, lane by lane the same operation as the scalar FMA.
 // Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
 #[inline(always)]
-unsafe fn row_dot_one(t: WeightType, row: &[u8], acts: &Q8Acts, i: usize, has_min: bool) -> f32 {
-    let base = i * acts.blocks;
-    let aq = acts.q.as_ptr().add(base * 32);
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut min_acc = 0.0f32;
-    let mut b = 0;
-    while b + 1 < acts.blocks {
-        let (p0, m0) = block_one(t, row, acts, aq, base, b, has_min);
-        let (p1, m1) = block_one(t, row, acts, aq, base, b + 1, has_min);
-        acc0 = _mm256_add_ps(acc0, p0);
-        acc1 = _mm256_add_ps(acc1, p1);
-        min_acc += m0 + m1;
-        b += 2;
-    }
-    if b < acts.blocks {
-        let (p0, m0) = block_one(t, row, acts, aq, base, b, has_min);
-        acc0 = _mm256_add_ps(acc0, p0);
-        min_acc += m0;
-    }
-    hsum(_mm256_add_ps(acc0, acc1)) + min_acc
-}
-
-/// One block's scaled products for `row_dot_one` (a function, not a closure: closures do not
-/// inherit `target_feature`, and their intrinsics would not inline).
-// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn block_one(
+unsafe fn tile<const N: usize>(
     t: WeightType,
     row: &[u8],
     acts: &Q8Acts,
-    aq: *const i8,
-    base: usize,
+    i0: usize,
+    out: &mut [f32],
+) {
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut mins = [0.0f32; N];
+    let mut min_v = _mm256_setzero_ps();
+    for b in 0..acts.blocks {
+        let w = unpack(t, row, b);
+        for (s, a) in acc.iter_mut().enumerate() {
+            *a = block_fma(t, &w, acts, i0 + s, b, *a);
+        }
+        if unsigned(t) {
+            let ds = acts.dsum.as_ptr().add(b * acts.m + i0);
+            if N == TILE {
+                min_v = _mm256_fmadd_ps(_mm256_set1_ps(w.min), _mm256_loadu_ps(ds), min_v);
+            } else {
+                for (s, m) in mins.iter_mut().enumerate() {
+                    *m = w.min.mul_add(*ds.add(s), *m);
+                }
+            }
+        }
+    }
+    if N == TILE {
+        let mut lanes = [0.0f32; TILE];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), min_v);
+        mins.copy_from_slice(&lanes[..N]);
+    }
+    for s in 0..N {
+        out[i0 + s] = hsum(acc[s]) + mins[s];
+    }
+}
+
+/// An unpacked 32-block: values, their f32x8 scale vector `[s0 x4, s1 x4]` (see the module
+/// doc for the lane order) and the offset `min`.
+struct Block {
+    q: __m256i,
+    scales: __m256,
+    min: f32,
+}
+
+/// `acc + cvt(Σ w·qa) * scales * da` for activation row `i`, block `b`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn block_fma(
+    t: WeightType,
+    w: &Block,
+    acts: &Q8Acts,
+    i: usize,
     b: usize,
-    has_min: bool,
-) -> (__m256, f32) {
-    let (w, s0, s1, min) = unpack(t, row, b);
-    let a = _mm256_loadu_si256(aq.add(b * 32).cast());
-    let prod = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
-        _mm256_set1_epi16(1),
-    );
-    let da = *acts.d.get_unchecked(base + b);
-    let scale = if s0 == s1 {
-        _mm256_set1_ps(s0 * da)
+    acc: __m256,
+) -> __m256 {
+    let ab = i * acts.blocks + b;
+    let a = _mm256_loadu_si256(acts.q.as_ptr().add(ab * 32).cast());
+    let pairs = if unsigned(t) {
+        _mm256_maddubs_epi16(w.q, a)
     } else {
-        _mm256_set_ps(
-            s1 * da,
-            s1 * da,
-            s1 * da,
-            s1 * da,
-            s0 * da,
-            s0 * da,
-            s0 * da,
-            s0 * da,
-        )
+        _mm256_maddubs_epi16(_mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(a, w.q))
     };
-    #[allow(clippy::cast_precision_loss)]
-    let m = if has_min {
-        min * da * *acts.sum.get_unchecked(base + b) as f32
-    } else {
-        0.0
-    };
-    (_mm256_mul_ps(_mm256_cvtepi32_ps(prod), scale), m)
+    let prod = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    let scale = _mm256_mul_ps(w.scales, _mm256_set1_ps(*acts.d.get_unchecked(ab)));
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), scale, acc)
+}
+
+/// Quantize `x` (`[m][k]`) into `q`, `d`, `sum` as `Q8Acts::quantize` describes (round half
+/// to even, like the portable path).
+///
+/// # Safety
+/// The CPU must support AVX2; `x.len() == q.len()`, a multiple of 32, `d` and `sum` hold one
+/// entry per 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let p = xs.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let mut amax = _mm256_andnot_ps(sign, v[0]);
+        for x in &v[1..] {
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, *x));
+        }
+        let h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        let scale = _mm_cvtss_f32(h) / 127.0;
+        let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+        let r = |x: __m256| {
+            _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(x, inv),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            ))
+        };
+        let (i0, i1, i2, i3) = (r(v[0]), r(v[1]), r(v[2]), r(v[3]));
+        // Sum of the 32 integers.
+        let s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_hadd_epi32(s, s);
+        let s = _mm_hadd_epi32(s, s);
+        // Pack to bytes; packs interleave 128-bit lanes, the permute restores element order.
+        let w01 = _mm256_packs_epi32(i0, i1);
+        let w23 = _mm256_packs_epi32(i2, i3);
+        let bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(w01, w23),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+        );
+        _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes);
+        d[b] = scale;
+        sum[b] = _mm_cvtsi128_si32(s);
+    }
 }

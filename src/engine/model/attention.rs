@@ -168,9 +168,8 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
         n_heads,
         n_kv_heads,
         head_dim: d,
-        scale,
         window,
-        softcap,
+        ..
     } = shape;
     let group = n_heads / n_kv_heads;
     // For each packed token: (sequence index, absolute position).
@@ -181,41 +180,175 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
         }
     }
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(d)
-        .enumerate()
-        .for_each_with(Vec::<f32>::new(), |scores, (row, o)| {
-            let (t, h) = (row / n_heads, row % n_heads);
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = is_x86_feature_detected!("avx2");
+    // One task per (token, KV head): the `group` query heads sharing a KV head read each cached
+    // key and value row once. Each head's arithmetic is the same as if it ran alone.
+    out.par_chunks_mut(group * d).enumerate().for_each_with(
+        Vec::<f32>::new(),
+        |scores, (task, o)| {
+            let (t, g) = (task / n_kv_heads, task % n_kv_heads);
             let (s, pos) = token_map[t];
-            let cache = seqs[s].0;
-            let g = h / group;
-            let qv = &q[row * d..(row + 1) * d];
-            let start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for p in start..=pos {
-                let kv = &cache.k[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
-                let mut dot = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
+            let at = (t * n_heads + g * group) * d;
+            let job = GroupJob {
+                q: &q[at..at + group * d],
+                cache: seqs[s].0,
+                kv_head: g,
+                start: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
+                pos,
+                shape,
+            };
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: the CPU has AVX2 (checked above).
+                unsafe { job.run_avx2(scores, o) };
+                return;
+            }
+            job.run::<false>(scores, o);
+        },
+    );
+    out
+}
+
+/// The query heads of one token that share KV head `kv_head`, attending to `start..=pos`.
+struct GroupJob<'a> {
+    /// `[group][head_dim]`.
+    q: &'a [f32],
+    cache: &'a LayerCache,
+    kv_head: usize,
+    start: usize,
+    pos: usize,
+    shape: AttnShape,
+}
+
+impl GroupJob<'_> {
+    /// The same code compiled for AVX2: the loops vectorize 8 wide; the operations, and so
+    /// the results, are those of `run`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_avx2(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+        self.run::<true>(scores, o);
+    }
+
+    /// Scores (scaled, soft-capped), an f32 softmax per head, and the weighted sum of values
+    /// into `o` (`[group][head_dim]`, zeroed).
+    /// `AVX` selects the AVX2 dot product (only from `run_avx2`).
+    #[inline(always)]
+    fn run<const AVX: bool>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+        let AttnShape {
+            n_kv_heads,
+            head_dim: d,
+            scale,
+            softcap,
+            ..
+        } = self.shape;
+        let group = self.q.len() / d;
+        let len = self.pos + 1 - self.start;
+        scores.clear();
+        scores.resize(group * len, 0.0);
+        let mut max = [f32::NEG_INFINITY; 16];
+        let max = &mut max[..group.min(16)];
+        let row_at = |p: usize| (p * n_kv_heads + self.kv_head) * d;
+        for (i, p) in (self.start..=self.pos).enumerate() {
+            let kv = &self.cache.k[row_at(p)..row_at(p) + d];
+            for (j, qj) in self.q.chunks_exact(d).enumerate() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `AVX` is only true inside `run_avx2`.
+                let raw = if AVX {
+                    unsafe { dot8_avx2(qj, kv) }
+                } else {
+                    dot8(qj, kv)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let raw = dot8(qj, kv);
+                let mut dot = raw * scale;
                 if let Some(c) = softcap {
                     dot = c * (dot / c).tanh();
                 }
-                max = max.max(dot);
-                scores.push(dot);
+                if let Some(m) = max.get_mut(j) {
+                    *m = m.max(dot);
+                }
+                scores[j * len + i] = dot;
             }
+        }
+        for (j, row) in scores.chunks_exact_mut(len).enumerate() {
+            let m = max
+                .get(j)
+                .copied()
+                .unwrap_or_else(|| row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
             let mut sum = 0.0;
-            for x in scores.iter_mut() {
-                *x = (*x - max).exp();
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
                 sum += *x;
             }
             let inv = 1.0 / sum;
-            for (i, p) in (start..=pos).enumerate() {
-                let w = scores[i] * inv;
-                let vv = &cache.v[(p * n_kv_heads + g) * d..(p * n_kv_heads + g + 1) * d];
-                for (a, b) in o.iter_mut().zip(vv) {
+            for x in row.iter_mut() {
+                *x *= inv;
+            }
+        }
+        for (i, p) in (self.start..=self.pos).enumerate() {
+            let vv = &self.cache.v[row_at(p)..row_at(p) + d];
+            for (j, oj) in o.chunks_exact_mut(d).enumerate() {
+                let w = scores[j * len + i];
+                for (a, b) in oj.iter_mut().zip(vv) {
                     *a += w * b;
                 }
             }
-        });
-    out
+        }
+    }
+}
+
+/// `Σ a[i] * b[i]` in eight interleaved partial sums (lane `i % 8`, products then adds),
+/// combined as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`: independent chains instead of one
+/// serial sum. The order depends only on the length, never on the batch; `dot8_avx2` is the
+/// same arithmetic in AVX registers.
+#[inline(always)]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + tail
+}
+
+/// `dot8` with AVX: lane `l` of one f32x8 register is `acc[l]`.
+///
+/// # Safety
+/// The CPU must support AVX (the caller is compiled with it enabled).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_loadu_ps,
+        _mm256_mul_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps,
+        _mm_shuffle_ps,
+    };
+    let n = a.len().min(b.len());
+    let full = n / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < full {
+        let p = _mm256_mul_ps(
+            _mm256_loadu_ps(a.as_ptr().add(i)),
+            _mm256_loadu_ps(b.as_ptr().add(i)),
+        );
+        acc = _mm256_add_ps(acc, p);
+        i += 8;
+    }
+    let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
+    // [l0+l4, l1+l5, l2+l6, l3+l7] -> [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)] -> their sum.
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1))) + tail
 }
 
 #[cfg(test)]

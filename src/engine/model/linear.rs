@@ -29,6 +29,25 @@ impl Matmul {
         Ok(Self::Candle(QMatMul::from_qtensor(q)?))
     }
 
+    /// One matrix whose output is the parts' outputs side by side (`[..., Σn]`), when all
+    /// parts run on our kernels with the same type and `k`; otherwise the parts back.
+    pub fn fuse(parts: Vec<Matmul>) -> Result<Matmul, Vec<Matmul>> {
+        let ours: Vec<&QuantMatrix> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Self::Ours(m) => Some(m),
+                Self::Candle(_) => None,
+            })
+            .collect();
+        if ours.len() != parts.len() {
+            return Err(parts);
+        }
+        match QuantMatrix::concat(&ours) {
+            Some(m) => Ok(Self::Ours(m)),
+            None => Err(parts),
+        }
+    }
+
     /// `x` is `[..., k]`; returns `[..., n]` in f32.
     ///
     /// # Errors

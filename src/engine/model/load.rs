@@ -42,13 +42,49 @@ impl Loader<'_> {
 /// Separate `ffn_gate`/`ffn_up`, or Phi-3's fused `[gate | up]` in `ffn_up`.
 fn dense_gate_up(ld: &mut Loader<'_>, p: &str) -> anyhow::Result<GateUp> {
     if ld.file.has_tensor(&format!("{p}.ffn_gate.weight")) {
-        Ok(GateUp::Separate(
+        let parts = vec![
             ld.matmul(&format!("{p}.ffn_gate.weight"))?,
             ld.matmul(&format!("{p}.ffn_up.weight"))?,
-        ))
+        ];
+        Ok(match Matmul::fuse(parts) {
+            Ok(fused) => GateUp::Fused(fused),
+            Err(parts) => {
+                let [g, u]: [Matmul; 2] =
+                    parts.try_into().map_err(|_| anyhow::anyhow!("two parts"))?;
+                GateUp::Separate(g, u)
+            }
+        })
     } else {
         Ok(GateUp::Fused(ld.matmul(&format!("{p}.ffn_up.weight"))?))
     }
+}
+
+/// Separate q, k, v projections as one matrix when our kernels run all three with the same
+/// type (biases, if all three have them, concatenated too): one pass over the activations
+/// instead of three, with the same outputs.
+fn fuse_qkv(q: Linear, k: Linear, v: Linear) -> anyhow::Result<Qkv> {
+    let bias = match (&q.b, &k.b, &v.b) {
+        (Some(a), Some(b), Some(c)) => Some(Some(Tensor::cat(&[a, b, c], 0)?)),
+        (None, None, None) => Some(None),
+        _ => None,
+    };
+    let Some(bias) = bias else {
+        return Ok(Qkv::Separate(q, k, v));
+    };
+    let (qb, kb, vb) = (q.b, k.b, v.b);
+    Ok(match Matmul::fuse(vec![q.w, k.w, v.w]) {
+        Ok(w) => Qkv::Fused(Linear { w, b: bias }),
+        Err(parts) => {
+            let [qw, kw, vw]: [Matmul; 3] = parts
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("three parts"))?;
+            Qkv::Separate(
+                Linear { w: qw, b: qb },
+                Linear { w: kw, b: kb },
+                Linear { w: vw, b: vb },
+            )
+        }
+    })
 }
 
 impl Transformer {
@@ -183,11 +219,11 @@ impl Transformer {
             let qkv = if ld.file.has_tensor(&format!("{p}.attn_qkv.weight")) {
                 Qkv::Fused(ld.linear(&format!("{p}.attn_qkv"))?)
             } else {
-                Qkv::Separate(
+                fuse_qkv(
                     ld.linear(&format!("{p}.attn_q"))?,
                     ld.linear(&format!("{p}.attn_k"))?,
                     ld.linear(&format!("{p}.attn_v"))?,
-                )
+                )?
             };
             let mlp = if ld.file.has_tensor(&format!("{p}.ffn_gate_inp.weight")) {
                 let router = ld.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
