@@ -31,11 +31,27 @@ const BIT_TO_0X10: [u64; 256] = {
     t
 };
 
+/// The f16 at byte `at` of `b`, unchecked (callers index inside the row).
 // Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
 #[inline(always)]
 unsafe fn f16(b: &[u8], at: usize) -> f32 {
-    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    let bits = b.as_ptr().add(at).cast::<u16>().read_unaligned();
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// The two adjacent f16 values at byte `at` of `b` (a block's scale and min), one conversion.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn f16_pair(b: &[u8], at: usize) -> (f32, f32) {
+    let bits = b.as_ptr().add(at).cast::<i32>().read_unaligned();
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// Byte `at` of `b`, unchecked.
+#[inline(always)]
+unsafe fn byte(b: &[u8], at: usize) -> u8 {
+    *b.get_unchecked(at)
 }
 
 /// Low and high nibbles of 16 bytes as 32 bytes: `[lo(0..16) | hi(0..16)]`.
@@ -87,8 +103,8 @@ unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f3
         }
         WeightType::Q4_1 => {
             let blk = p.add(b * 20);
-            let d = f16(row, b * 20);
-            (nibbles16(blk.add(4)), d, d, f16(row, b * 20 + 2))
+            let (d, m) = f16_pair(row, b * 20);
+            (nibbles16(blk.add(4)), d, d, m)
         }
         WeightType::Q5_0 | WeightType::Q5_1 => {
             let (bb, h) = if t == WeightType::Q5_0 {
@@ -97,12 +113,7 @@ unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f3
                 (24, 4)
             };
             let at = b * bb;
-            let qh = u32::from_le_bytes([
-                row[at + h],
-                row[at + h + 1],
-                row[at + h + 2],
-                row[at + h + 3],
-            ]);
+            let qh = u32::from_le(p.add(at + h).cast::<u32>().read_unaligned());
             let mut q = _mm256_or_si256(nibbles16(p.add(at + bb - 16)), high_bits32(qh));
             let d = f16(row, at);
             if t == WeightType::Q5_0 {
@@ -120,8 +131,8 @@ unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f3
             let bb = if t == WeightType::Q4K { 144 } else { 176 };
             let at = (b / 8) * bb;
             let sub = b % 8;
-            let (d, dmin) = (f16(row, at), f16(row, at + 2));
-            let (sc, m) = scale_min_k4(sub, &row[at + 4..at + 16]);
+            let (d, dmin) = f16_pair(row, at);
+            let (sc, m) = scale_min_k4(sub, row.get_unchecked(at + 4..at + 16));
             let qs_at = if t == WeightType::Q4K { 16 } else { 48 };
             let raw = _mm256_loadu_si256(p.add(at + qs_at + 32 * (sub / 2)).cast());
             let low = _mm256_set1_epi8(0x0F);
@@ -165,8 +176,8 @@ unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f3
             let sc = at + 192 + 8 * half + 2 * quarter;
             (
                 q,
-                d * f32::from(row[sc] as i8),
-                d * f32::from(row[sc + 1] as i8),
+                d * f32::from(byte(row, sc) as i8),
+                d * f32::from(byte(row, sc + 1) as i8),
                 0.0,
             )
         }
