@@ -183,15 +183,24 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
     #[cfg(target_arch = "x86_64")]
     let avx2 = is_x86_feature_detected!("avx2");
     // One task per (token, KV head): the `group` query heads sharing a KV head read each cached
-    // key and value row once. Each head's arithmetic is the same as if it ran alone.
-    out.par_chunks_mut(group * d).enumerate().for_each_with(
+    // key and value row once. With few tasks (a decode step of one or two sequences) that
+    // leaves the pool unbalanced, so then each query head is its own task. Either way each
+    // head's arithmetic is the same as if it ran alone.
+    let per_task = if token_map.len() * n_kv_heads >= 4 * rayon::current_num_threads() {
+        group
+    } else {
+        1
+    };
+    let tasks_per_token = n_heads / per_task;
+    out.par_chunks_mut(per_task * d).enumerate().for_each_with(
         Vec::<f32>::new(),
         |scores, (task, o)| {
-            let (t, g) = (task / n_kv_heads, task % n_kv_heads);
+            let (t, h0) = (task / tasks_per_token, (task % tasks_per_token) * per_task);
+            let g = h0 / group;
             let (s, pos) = token_map[t];
-            let at = (t * n_heads + g * group) * d;
+            let at = (t * n_heads + h0) * d;
             let job = GroupJob {
-                q: &q[at..at + group * d],
+                q: &q[at..at + per_task * d],
                 cache: seqs[s].0,
                 kv_head: g,
                 start: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
