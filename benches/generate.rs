@@ -92,6 +92,7 @@ fn main() {
         limits_step_tokens: 256,
         on_demand: None,
         memory_budget: 0,
+        kv_cache_budget: 0,
     })
     .expect("engine");
     let rt = tokio::runtime::Builder::new_multi_thread()

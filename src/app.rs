@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub rate_limit_rpm: u32,
     /// Bytes of model weights resident at once (0: no limit).
     pub memory_budget: u64,
+    /// Bytes of KV cache the running sequences may reserve (0: no limit).
+    pub kv_cache_budget: u64,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -115,6 +117,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 limits_step_tokens: cfg.step_tokens,
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
                 memory_budget: cfg.memory_budget,
+                kv_cache_budget: cfg.kv_cache_budget,
             })?)
         }
     };

@@ -187,6 +187,11 @@ pub struct ServeArgs {
     /// Loading another model first evicts the least recently used idle ones.
     #[arg(long, env = "TOLLGATE_MEMORY_BUDGET", default_value = "0", value_parser = parse_bytes)]
     pub memory_budget: u64,
+    /// Most KV cache memory the running sequences may hold, e.g. `4GiB`; `0` = no limit. A
+    /// request is admitted only when its prompt plus `max_tokens` (capped at the context)
+    /// fits beside the reservations of those already running; otherwise it waits.
+    #[arg(long, env = "TOLLGATE_KV_CACHE_BUDGET", default_value = "4GiB", value_parser = parse_bytes)]
+    pub kv_cache_budget: u64,
 }
 
 impl ServeArgs {
@@ -204,6 +209,7 @@ impl ServeArgs {
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,
+            kv_cache_budget: self.kv_cache_budget,
         }
     }
 }

@@ -426,3 +426,54 @@ async fn metrics_count_tokens_requests_and_latencies_per_model() {
     });
     assert!(ok, "{text}");
 }
+
+/// Admission by KV memory: with a budget that holds one sequence's reservation, concurrent
+/// requests run one after another (each one's first token comes after the previous one's last
+/// token), and every one completes.
+#[tokio::test]
+async fn kv_cache_budget_admits_sequences_only_while_they_fit() {
+    // SmolLM2: 30 layers x 2 x 3 KV heads x 64 dims x 4 bytes = 46,080 bytes per token. A
+    // ~35-token prompt plus 12 new tokens reserves about 2.2 MB: 3 MB holds one, not two.
+    static S: OnceLock<TestServer> = OnceLock::new();
+    let s = S.get_or_init(|| real_server_with(&[SMOL], 16, 64, 3_000_000));
+    let t0 = Instant::now();
+    let mut runs = futures::future::join_all((0..3).map(|i| async move {
+        let body = chat_body(
+            SMOL,
+            Some(SYSTEM),
+            &format!("Count from 1 to {}.", i + 5),
+            r#""temperature":0,"max_tokens":12,"stream":true"#,
+        );
+        let mut resp = s.open_stream("/v1/chat/completions", &body).await;
+        assert_eq!(resp.status(), 200);
+        let (mut buf, mut first, mut last, mut text) = (String::new(), None, None, String::new());
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            let now = t0.elapsed();
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                for v in parse_sse(&event) {
+                    if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+                        if !c.is_empty() {
+                            first.get_or_insert(now);
+                            last = Some(now);
+                            text.push_str(c);
+                        }
+                    }
+                }
+            }
+        }
+        (first.expect("a token"), last.expect("a token"), text)
+    }))
+    .await;
+    runs.sort_by_key(|r| r.0);
+    for w in runs.windows(2) {
+        assert!(
+            w[1].0 > w[0].1,
+            "a sequence started ({:?}) before the one holding the KV budget ended ({:?})",
+            w[1].0,
+            w[0].1
+        );
+    }
+    assert!(runs.iter().all(|r| !r.2.is_empty()));
+}

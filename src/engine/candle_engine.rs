@@ -45,6 +45,9 @@ pub struct EngineConfig {
     /// Most bytes of weights resident at once (0: no limit). Loading past it first evicts the
     /// least recently used idle models.
     pub memory_budget: u64,
+    /// Bytes of KV cache the running sequences may reserve (0: no limit); see
+    /// `scheduler::Limits::kv_cache_bytes`.
+    pub kv_cache_budget: u64,
 }
 
 /// The request-side view of a loaded model.
@@ -84,6 +87,7 @@ impl CandleEngine {
         let limits = Limits {
             max_batch: config.limits_max_batch.max(1),
             step_tokens: config.limits_step_tokens.max(1),
+            kv_cache_bytes: usize::try_from(config.kv_cache_budget).unwrap_or(usize::MAX),
         };
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();

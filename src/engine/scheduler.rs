@@ -2,7 +2,7 @@
 //!
 //! Protocol: requests arrive on a bounded channel (full -> `Overloaded`). The loop blocks on the
 //! channel only when nothing runs. Each iteration it (1) admits waiting jobs up to `max_batch`
-//! running sequences, (2) drops sequences whose receiver is gone (client disconnected: the
+//! running sequences and within the KV cache budget (first come, first served), (2) drops sequences whose receiver is gone (client disconnected: the
 //! sequence leaves before the next step and its KV cache is freed), (3) builds one step for one
 //! model (round robin when several are loaded): one decode token per decoding sequence plus
 //! prefill chunks of prompts up to `step_tokens` tokens, (4) runs the forward, (5) samples,
@@ -60,6 +60,11 @@ pub struct Limits {
     pub max_batch: usize,
     /// Most tokens in one forward step (decode tokens + prefill chunks).
     pub step_tokens: usize,
+    /// Most KV cache bytes reserved by running sequences (0: no limit). Each sequence reserves
+    /// `(prompt + max_new_tokens) * kv_bytes_per_token` at admission; a job that does not fit
+    /// waits (first come, first served) until enough sequences finish. When nothing runs, the
+    /// next job is admitted whatever its size, so no request waits forever.
+    pub kv_cache_bytes: usize,
 }
 
 struct Seq {
@@ -76,10 +81,12 @@ struct Seq {
     /// The model's id (metric label).
     model_id: String,
     last_token: Option<Instant>,
+    /// KV cache bytes reserved at admission (see `Limits::kv_cache_bytes`).
+    kv_reserved: usize,
 }
 
 impl Seq {
-    fn new(job: Job, n_layers: usize, model_id: &str) -> Self {
+    fn new(job: Job, n_layers: usize, model_id: &str, kv_reserved: usize) -> Self {
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
         Self {
@@ -93,6 +100,7 @@ impl Seq {
             decoder: StreamDecoder::default(),
             model_id: model_id.to_owned(),
             last_token: None,
+            kv_reserved,
         }
     }
 
@@ -132,6 +140,8 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
     let mut runtimes: Vec<Option<Runtime>> = runtimes.into_iter().map(Some).collect();
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
     let mut next_model = 0usize;
+    // A job taken off the channel that did not fit the KV budget; admitted before any other.
+    let mut held: Option<Job> = None;
     // Returns whether `cmd` was a job (admitted) rather than a model load.
     let take =
         |cmd: Cmd, runtimes: &mut Vec<Option<Runtime>>, running: &mut Vec<Vec<Seq>>| match cmd {
@@ -158,6 +168,12 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
         // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
         // until a batch slot frees up. Block only when nothing runs.
         let mut total: usize = running.iter().map(Vec::len).sum();
+        if total == 0 {
+            if let Some(job) = held.take() {
+                admit(&runtimes, &mut running, job);
+                total = 1;
+            }
+        }
         while total == 0 {
             match rx.recv() {
                 Ok(cmd) => {
@@ -169,14 +185,26 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             }
         }
         while total < limits.max_batch {
-            match rx.try_recv() {
-                Ok(cmd) => {
-                    if take(cmd, &mut runtimes, &mut running) {
-                        total += 1;
+            let job = match held.take() {
+                Some(job) => job,
+                None => match rx.try_recv() {
+                    Ok(Cmd::Job(job)) => job,
+                    Ok(cmd) => {
+                        take(cmd, &mut runtimes, &mut running);
+                        continue;
                     }
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                },
+            };
+            let reserved: usize = running.iter().flatten().map(|s| s.kv_reserved).sum();
+            if limits.kv_cache_bytes > 0
+                && reserved + kv_reservation(&runtimes, &job) > limits.kv_cache_bytes
+            {
+                held = Some(job);
+                break;
             }
+            admit(&runtimes, &mut running, job);
+            total += 1;
         }
         for (m, seqs) in running.iter_mut().enumerate() {
             let before = seqs.len();
@@ -231,7 +259,19 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     rt.waiting.fetch_sub(1, Ordering::Relaxed);
     rt.running.fetch_add(1, Ordering::Relaxed);
     let n_layers = rt.model.config.n_layers;
-    running[job.model].push(Seq::new(job, n_layers, &rt.id));
+    let kv = kv_reservation(runtimes, &job);
+    running[job.model].push(Seq::new(job, n_layers, &rt.id, kv));
+}
+
+/// KV cache bytes a job may fill: `(prompt + max_new_tokens) * bytes per token` (keys and
+/// values, every layer, f32). 0 when its model is gone (the job is then dropped at admission).
+fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
+    let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
+        return 0;
+    };
+    let c = &rt.model.config;
+    let per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>();
+    (job.request.prompt.token_ids.len() + job.request.max_new_tokens) * per_token
 }
 
 /// One forward step for the sequences of one model; returns those still running.

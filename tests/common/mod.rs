@@ -140,6 +140,16 @@ fn spawn(state: AppState) -> SocketAddr {
 
 /// Start a real candle engine with the given catalogue models and limits.
 pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> TestServer {
+    real_server_with(models, max_batch, queue_depth, 0)
+}
+
+/// `real_server` with a KV cache budget in bytes (0: no limit).
+pub fn real_server_with(
+    models: &[&str],
+    max_batch: usize,
+    queue_depth: usize,
+    kv_cache_budget: u64,
+) -> TestServer {
     let catalog = catalog();
     let weights = weights_dir();
     let models = models
@@ -163,6 +173,7 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
         limits_step_tokens: 256,
         on_demand: None,
         memory_budget: 0,
+        kv_cache_budget,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
@@ -179,6 +190,7 @@ pub fn on_demand_server(catalog: Catalog, memory_budget: u64) -> TestServer {
         limits_step_tokens: 256,
         on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
         memory_budget,
+        kv_cache_budget: 0,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
