@@ -295,25 +295,82 @@ impl GroupJob<'_> {
                 *x *= inv;
             }
         }
-        for (i, p) in (self.start..=self.pos).enumerate() {
-            let vv = &self.cache.v[row_at(p)..row_at(p) + d];
-            for (j, oj) in o.chunks_exact_mut(d).enumerate() {
-                let w = scores[j * len + i];
-                for (a, b) in oj.iter_mut().zip(vv) {
-                    *a += w * b;
-                }
+        let v_at = |i: usize| row_at(self.start + i);
+        for (j, oj) in o.chunks_exact_mut(d).enumerate() {
+            let w = &scores[j * len..(j + 1) * len];
+            #[cfg(target_arch = "x86_64")]
+            if AVX {
+                // SAFETY: `AVX` is only true inside `run_avx2`; rows lie inside the cache.
+                unsafe { weighted_rows_avx2(w, &self.cache.v, v_at, oj) };
+                continue;
+            }
+            weighted_rows(w, &self.cache.v, v_at, oj);
+        }
+    }
+}
+
+/// `o[e] += Σ_i w[i] * v[row(i) + e]`, adding in order of `i` (a product, then an add).
+#[inline(always)]
+fn weighted_rows(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize, o: &mut [f32]) {
+    let d = o.len();
+    for (i, &wi) in w.iter().enumerate() {
+        for (a, b) in o.iter_mut().zip(&v[row(i)..row(i) + d]) {
+            *a += wi * b;
+        }
+    }
+}
+
+/// `weighted_rows` with the output held in AVX registers across all rows (64 dims at a time),
+/// instead of loaded and stored for every row; the same operations in the same order.
+///
+/// # Safety
+/// The CPU must support AVX; every `row(i) + o.len()` must be within `v`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn weighted_rows_avx2(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize, o: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps,
+    };
+    let d = o.len();
+    let vp = v.as_ptr();
+    let mut c = 0;
+    while c + 64 <= d {
+        let op = o.as_mut_ptr().add(c);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(op.add(8 * l));
+        }
+        for (i, &wi) in w.iter().enumerate() {
+            let wv = _mm256_set1_ps(wi);
+            let src = vp.add(row(i) + c);
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, _mm256_loadu_ps(src.add(8 * l))));
+            }
+        }
+        for (l, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(8 * l), *a);
+        }
+        c += 64;
+    }
+    if c < d {
+        for (i, &wi) in w.iter().enumerate() {
+            let src = &v[row(i) + c..row(i) + d];
+            for (a, b) in o[c..].iter_mut().zip(src) {
+                *a += wi * b;
             }
         }
     }
 }
 
-/// `Σ a[i] * b[i]` in eight interleaved partial sums (lane `i % 8`, products then adds),
-/// combined as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`: independent chains instead of one
-/// serial sum. The order depends only on the length, never on the batch; `dot8_avx2` is the
+/// `Σ a[i] * b[i]` in sixteen interleaved partial sums (lane `i % 8` of set `(i / 8) % 2`,
+/// products then adds), the two sets added lane by lane, then combined as
+/// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`: independent chains instead of one serial sum. The order depends only on the length, never on the batch; `dot8_avx2` is the
 /// same arithmetic in AVX registers.
 #[inline(always)]
 fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
+    // Two sets of lanes: 8-element chunk `c` goes to set `c % 2` (two independent add chains).
+    let mut acc = [[0.0f32; 8]; 2];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ac
         .remainder()
@@ -321,12 +378,13 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
         .zip(bc.remainder())
         .map(|(x, y)| x * y)
         .sum();
-    for (x, y) in ac.zip(bc) {
+    for (c, (x, y)) in ac.zip(bc).enumerate() {
         for l in 0..8 {
-            acc[l] += x[l] * y[l];
+            acc[c % 2][l] += x[l] * y[l];
         }
     }
-    (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + tail
+    let l: [f32; 8] = std::array::from_fn(|i| acc[0][i] + acc[1][i]);
+    (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + tail
 }
 
 /// `dot8` with AVX: lane `l` of one f32x8 register is `acc[l]`.
@@ -343,16 +401,21 @@ unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
     };
     let n = a.len().min(b.len());
     let full = n / 8 * 8;
-    let mut acc = _mm256_setzero_ps();
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
     while i < full {
         let p = _mm256_mul_ps(
             _mm256_loadu_ps(a.as_ptr().add(i)),
             _mm256_loadu_ps(b.as_ptr().add(i)),
         );
-        acc = _mm256_add_ps(acc, p);
+        if (i / 8) % 2 == 0 {
+            acc0 = _mm256_add_ps(acc0, p);
+        } else {
+            acc1 = _mm256_add_ps(acc1, p);
+        }
         i += 8;
     }
+    let acc = _mm256_add_ps(acc0, acc1);
     let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
     // [l0+l4, l1+l5, l2+l6, l3+l7] -> [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)] -> their sum.
     let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -363,6 +426,31 @@ unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX dot product and weighted row sum are the portable ones, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx_paths_equal_the_portable_ones_exactly() {
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for n in [1, 7, 8, 16, 24, 64, 65, 80, 128, 130, 256] {
+            let a: Vec<f32> = (0..n).map(|i| det(i) * 3.7).collect();
+            let b: Vec<f32> = (0..n).map(|i| det(i + 1000) - 0.1).collect();
+            // SAFETY: AVX2 detected above.
+            let fast = unsafe { dot8_avx2(&a, &b) };
+            assert_eq!(fast.to_bits(), dot8(&a, &b).to_bits(), "dot, n = {n}");
+            let rows = 5;
+            let v: Vec<f32> = (0..rows * n + 3).map(|i| det(i + 77)).collect();
+            let w: Vec<f32> = (0..rows).map(|i| det(i + 9).abs()).collect();
+            let at = |i: usize| i * n + 3 * (i % 2);
+            let (mut o1, mut o2) = (vec![0.5f32; n], vec![0.5f32; n]);
+            weighted_rows(&w, &v, at, &mut o1);
+            // SAFETY: AVX2 detected above; every row lies inside `v`.
+            unsafe { weighted_rows_avx2(&w, &v, at, &mut o2) };
+            assert_eq!(o1, o2, "weighted rows, n = {n}");
+        }
+    }
 
     /// Straightforward reference: one query row against explicit key/value lists.
     fn naive(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
