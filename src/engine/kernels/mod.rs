@@ -268,11 +268,14 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best instruction set this CPU runs (checked once).
+    /// The best instruction set this CPU runs (checked once). `TOLLGATE_ISA=portable` in the
+    /// environment forces the portable kernels (for debugging and for testing that path on a
+    /// machine with AVX2).
     pub fn detect() -> Self {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
-            if Isa::Avx2.supported() {
+            let forced = std::env::var("TOLLGATE_ISA").is_ok_and(|v| v == "portable");
+            if !forced && Isa::Avx2.supported() {
                 Isa::Avx2
             } else {
                 Isa::Portable

@@ -1,7 +1,8 @@
 //! Generation throughput on SmolLM2-135M-Instruct: single-stream prefill and decode, prefill of
-//! a ~370-token prompt, and aggregate decode at 4 and 16 concurrent sequences, reported as
-//! ratios to the single stream measured in the same run (`BENCH_PREFILL_ONLY=1` stops after
-//! the long prompt, for profiling). `cargo bench --bench generate` (set CANDLE_NUM_THREADS to the
+//! a ~370-token prompt, and aggregate decode at 1, 4, 16 and 32 concurrent sequences (the
+//! server's default batch of 16, so 32 queue), reported as ratios to the single stream
+//! measured in the same run (`BENCH_PREFILL_ONLY=1` stops after
+//! the long prompt, for profiling). `cargo bench --bench engine` (set CANDLE_NUM_THREADS to the
 //! cores the engine may use). Skips when the weights are missing or when run by `cargo test`.
 
 use std::path::PathBuf;
@@ -72,14 +73,14 @@ fn long_prompt() -> String {
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
-        println!("generate bench: skipped (run with `cargo bench --bench generate`)");
+        println!("engine bench: skipped (run with `cargo bench --bench engine`)");
         return;
     }
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
         println!(
-            "generate bench: skipped ({} missing; run scripts/fetch-weights)",
+            "engine bench: skipped ({} missing; run scripts/fetch-weights)",
             path.display()
         );
         return;
@@ -117,7 +118,7 @@ fn main() {
             }
             return;
         }
-        for n in [1usize, 4, 16] {
+        for n in [1usize, 4, 16, 32] {
             let t0 = Instant::now();
             let runs = futures::future::join_all((0..n).map(|i| one(&engine, prompt(i), NEW_TOKENS))).await;
             let wall = t0.elapsed().as_secs_f64();
