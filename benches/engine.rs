@@ -2,7 +2,7 @@
 //! a ~370-token prompt, and aggregate decode at 1, 4, 16 and 32 concurrent sequences (the
 //! server's default batch of 16, so 32 queue), reported as ratios to the single stream
 //! measured in the same run (`BENCH_PREFILL_ONLY=1` stops after
-//! the long prompt, for profiling). `cargo bench --bench engine` (set CANDLE_NUM_THREADS to the
+//! the long prompt and `BENCH_DECODE_ONLY=1` after five more single streams, for profiling). `cargo bench --bench engine` (set CANDLE_NUM_THREADS to the
 //! cores the engine may use). Skips when the weights are missing or when run by `cargo test`.
 
 use std::path::PathBuf;
@@ -108,6 +108,12 @@ fn main() {
         let solo_prefill = solo.prompt_tokens as f64 / solo.ttft;
         println!("threads={} single stream: prefill {solo_prefill:.1} tok/s ({} tokens, TTFT {:.3} s), decode {solo_decode:.1} tok/s ({} tokens)",
             std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()), solo.prompt_tokens, solo.ttft, solo.completion_tokens);
+        if std::env::var_os("BENCH_DECODE_ONLY").is_some() {
+            for i in 0..5 {
+                one(&engine, prompt(i), NEW_TOKENS).await;
+            }
+            return;
+        }
         // A ~370-token prompt (several prefill chunks), one new token: prefill throughput.
         let long = one(&engine, long_prompt(), 1).await;
         println!("long prompt: prefill {:.1} tok/s ({} tokens, TTFT {:.3} s)",

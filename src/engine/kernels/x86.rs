@@ -292,7 +292,14 @@ unsafe fn rows_t<const T: u8, const R: usize>(rows: [&[u8]; R], acts: &Q8Acts, o
     let t = type_of(T);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut mins = [0.0f32; R];
+    // Rows are adjacent in memory and a task walks them in order, so the next call's rows
+    // start `R` rows on: fetching them now overlaps their memory latency with this compute.
+    let ahead = R * rows[0].len();
+    let step = rows[0].len() / acts.blocks.max(1);
     for b in 0..acts.blocks {
+        for row in &rows {
+            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(ahead + b * step).cast());
+        }
         for r in 0..R {
             let w = unpack(t, rows[r], b);
             acc[r] = block_fma(t, &w, acts, 0, b, acc[r]);
