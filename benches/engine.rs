@@ -124,7 +124,12 @@ fn main() {
             }
             return;
         }
-        for n in [1usize, 4, 16, 32] {
+        // `BENCH_STREAMS=16` runs one level only (for profiling it).
+        let levels: Vec<usize> = match std::env::var("BENCH_STREAMS").ok().and_then(|v| v.parse().ok()) {
+            Some(n) => vec![n],
+            None => vec![1, 4, 16, 32],
+        };
+        for n in levels {
             let t0 = Instant::now();
             let runs = futures::future::join_all((0..n).map(|i| one(&engine, prompt(i), NEW_TOKENS))).await;
             let wall = t0.elapsed().as_secs_f64();

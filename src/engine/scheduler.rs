@@ -86,12 +86,12 @@ struct Seq {
 }
 
 impl Seq {
-    fn new(job: Job, n_layers: usize, model_id: &str, kv_reserved: usize) -> Self {
+    fn new(job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
         Self {
             job,
-            cache: SeqCache::new(n_layers),
+            cache,
             fed: 0,
             pending: None,
             generated: 0,
@@ -258,10 +258,22 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     };
     rt.waiting.fetch_sub(1, Ordering::Relaxed);
     rt.running.fetch_add(1, Ordering::Relaxed);
-    let n_layers = rt.model.config.n_layers;
+    // Room for the whole sequence up front (no copies as it grows), up to `KV_PREALLOC`
+    // positions; longer sequences grow from there.
+    let c = &rt.model.config;
+    let positions = job.request.prompt.token_ids.len() + job.request.max_new_tokens;
+    let cache = SeqCache::with_capacity(
+        c.n_layers,
+        positions.min(KV_PREALLOC),
+        c.n_kv_heads * c.head_dim,
+    );
     let kv = kv_reservation(runtimes, &job);
-    running[job.model].push(Seq::new(job, n_layers, &rt.id, kv));
+    running[job.model].push(Seq::new(job, cache, &rt.id, kv));
 }
+
+/// Most positions a sequence's KV cache reserves at admission (memory is reserved, and backed
+/// only as positions are written).
+const KV_PREALLOC: usize = 4096;
 
 /// KV cache bytes a job may fill: `(prompt + max_new_tokens) * bytes per token` (keys and
 /// values, every layer, f32). 0 when its model is gone (the job is then dropped at admission).

@@ -136,6 +136,21 @@ impl SeqCache {
         }
     }
 
+    /// A cache with room for `tokens` positions of `row` floats (`n_kv_heads * head_dim`) per
+    /// layer, for keys and values, so a sequence's steps never reallocate or copy it. The
+    /// memory is reserved, not touched: pages are backed as positions are written.
+    pub fn with_capacity(n_layers: usize, tokens: usize, row: usize) -> Self {
+        Self {
+            layers: (0..n_layers)
+                .map(|_| LayerCache {
+                    k: Vec::with_capacity(tokens * row),
+                    v: Vec::with_capacity(tokens * row),
+                })
+                .collect(),
+            len: 0,
+        }
+    }
+
     /// Bytes held (capacity), for accounting.
     pub fn bytes(&self) -> usize {
         self.layers
