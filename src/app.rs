@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub memory_budget: u64,
     /// Bytes of KV cache the running sequences may reserve (0: no limit).
     pub kv_cache_budget: u64,
+    /// Dashboard cookies, links and sign-up grant.
+    pub dashboard: crate::api::dashboard::DashboardConfig,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -124,6 +126,8 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     let ledger = Arc::new(open_ledger(&cfg.db)?);
     let mut state = state_with(engine, catalog, ledger, cfg.rate_limit_rpm);
     state.weights_dir = Arc::new(cfg.weights.clone());
+    state.throttles = Arc::new(api::dashboard::Throttles::new(&cfg.dashboard));
+    state.dashboard = Arc::new(cfg.dashboard.clone());
     Ok(state)
 }
 
@@ -163,6 +167,11 @@ pub fn state_with(
         limits: Arc::new(RateLimits::new(rate_limit_rpm)),
         weights_dir: Arc::new(PathBuf::from("weights")),
         languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+        mail: Arc::new(crate::mail::Outbox::default()),
+        throttles: Arc::new(api::dashboard::Throttles::new(
+            &api::dashboard::DashboardConfig::default(),
+        )),
+        dashboard: Arc::new(api::dashboard::DashboardConfig::default()),
     }
 }
 

@@ -192,11 +192,25 @@ pub struct ServeArgs {
     /// fits beside the reservations of those already running; otherwise it waits.
     #[arg(long, env = "TOLLGATE_KV_CACHE_BUDGET", default_value = "4GiB", value_parser = parse_bytes)]
     pub kv_cache_budget: u64,
+    /// Leave `Secure` off the dashboard's session cookie, for plain-HTTP local use only.
+    #[arg(long, env = "TOLLGATE_INSECURE_COOKIES")]
+    pub insecure_cookies: bool,
+    /// Base URL of the server as users reach it (for links in e-mails), e.g.
+    /// `https://llm.example.com`; default: `http://` + the request's Host.
+    #[arg(long, env = "TOLLGATE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Balance granted once to a dashboard sign-up when its address is verified, in USD.
+    #[arg(long, env = "TOLLGATE_SIGNUP_STARTER_USD", default_value = "0.10")]
+    pub signup_starter_usd: String,
 }
 
 impl ServeArgs {
-    pub fn config(&self, db: &std::path::Path) -> ServeConfig {
-        ServeConfig {
+    /// The server's configuration.
+    ///
+    /// # Errors
+    /// A malformed `--signup-starter-usd`.
+    pub fn config(&self, db: &std::path::Path) -> anyhow::Result<ServeConfig> {
+        Ok(ServeConfig {
             bind: self.bind,
             catalog: self.models.clone(),
             weights: self.weights.clone(),
@@ -210,7 +224,13 @@ impl ServeArgs {
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,
             kv_cache_budget: self.kv_cache_budget,
-        }
+            dashboard: crate::api::dashboard::DashboardConfig {
+                insecure_cookies: self.insecure_cookies,
+                public_url: self.public_url.clone(),
+                starter_micros: usd_to_micros(&self.signup_starter_usd)?,
+                ..Default::default()
+            },
+        })
     }
 }
 

@@ -14,3 +14,4 @@ pub mod catalog;
 pub mod cli;
 pub mod engine;
 pub mod ledger;
+pub mod mail;

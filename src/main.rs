@@ -19,7 +19,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => {
-            let cfg = args.config(&cli.db);
+            let cfg = args.config(&cli.db)?;
             let state = tollgate::app::build_state(&cfg)?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

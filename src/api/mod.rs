@@ -1,9 +1,11 @@
-//! HTTP surface (axum): `/v1` (chat completions, models), `/health`.
+//! HTTP surface (axum): `/v1` (chat completions, models), `/health`, and the dashboard's
+//! `/api/v1` (`dashboard`).
 //! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
 //! May use: `engine` (trait and types), `billing`, `catalog`. Only this module uses axum/tower.
 
 pub mod access;
 mod chat;
+pub mod dashboard;
 pub mod error;
 mod metrics;
 mod models;
@@ -47,6 +49,12 @@ pub struct AppState {
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
     pub languages:
         Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
+    /// Outgoing e-mail (verification and reset links).
+    pub mail: Arc<crate::mail::Outbox>,
+    /// Dashboard settings (cookies, links, sign-up grant, session lifetimes).
+    pub dashboard: Arc<dashboard::DashboardConfig>,
+    /// Dashboard throttles against guessing (sign-in, sign-up, reset, redeem).
+    pub throttles: Arc<dashboard::Throttles>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
@@ -76,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{id}/languages", get(models::get_languages))
         .route("/health", get(models::health))
         .route("/metrics", get(metrics::render))
+        .merge(dashboard::router())
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -1,11 +1,15 @@
-//! API keys: generation, format, hashing, and authentication with a 60-second lookup cache.
+//! API keys: generation, format, hashing, and authentication with a 60-second lookup cache;
+//! dashboard passwords (`password`) and sessions (`session`).
 //!
 //! Owns: the key format (`sk-svc-` + 48 lowercase hex from the OS CSPRNG), SHA-256 storage,
 //! the cache and its purge on revocation. May use: `ledger`. Never: HTTP, candle.
 //!
 //! The rule "an API key can spend but never manage keys" is kept in the types: authenticating a
 //! bearer key yields an [`ApiKeyPrincipal`], which carries no capability to manage keys; key
-//! management takes an operator (CLI) or, later, a dashboard session.
+//! management takes an operator (CLI) or a dashboard session ([`session::SessionPrincipal`]).
+
+pub mod password;
+pub mod session;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -14,6 +14,8 @@ pub struct Account {
     pub balance_micros: i64,
     /// Sum of open holds.
     pub reserved_micros: i64,
+    /// E-mail address confirmed (always for operator-made accounts).
+    pub verified: bool,
 }
 
 impl Account {
@@ -43,7 +45,8 @@ pub enum UsageStatus {
 }
 
 impl UsageStatus {
-    fn as_str(self) -> &'static str {
+    /// The stored name: `ok`, `cancelled` or `failed`.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Cancelled => "cancelled",
@@ -114,15 +117,18 @@ fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::
         created_at: r.get(2)?,
         balance_micros: r.get(3)?,
         reserved_micros: r.get(4)?,
+        verified: r.get(5)?,
     })
 }
 
 const ACCOUNT_SELECT: &str = "SELECT a.id, a.email, a.created_at, a.balance_micros,
-    COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
+    COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0),
+    a.verified_at IS NOT NULL
     FROM accounts a";
 
 impl Ledger {
-    /// Create an account with `starter_micros` granted as its first entry.
+    /// Create an account (operator action: counted as verified) with `starter_micros` granted
+    /// as its first entry.
     ///
     /// # Errors
     /// `EmailTaken`, `BadAmount` (negative starter), database errors.
@@ -140,7 +146,7 @@ impl Ledger {
                 return Err(LedgerError::EmailTaken(email.to_owned()));
             }
             tx.execute(
-                "INSERT INTO accounts (email, created_at, balance_micros) VALUES (?1, ?2, 0)",
+                "INSERT INTO accounts (email, created_at, balance_micros, verified_at) VALUES (?1, ?2, 0, ?2)",
                 params![email, now()],
             )?;
             let id = tx.last_insert_rowid();

@@ -1,5 +1,6 @@
 //! The ledger: accounts, the append-only journal of money movements, two-phase holds, usage
-//! records, API keys, redeem codes and idempotency records, in SQLite.
+//! records, API keys, redeem codes, idempotency records, and dashboard sign-in (password hashes,
+//! sessions, e-mail tokens), in SQLite.
 //!
 //! Owns: all SQL (only this module uses rusqlite/r2d2). May use: `std`, `sha2`. Never: HTTP,
 //! candle, `engine`, `api`.
@@ -14,6 +15,7 @@ mod check;
 mod holds;
 mod idempotency;
 mod keys;
+mod sessions;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,9 +29,13 @@ pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use keys::{ApiKeyRecord, KeyState};
+pub use sessions::{Login, SessionRecord, TokenPurpose};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 1] = [include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: [&str; 2] = [
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_sign_in.sql"),
+];
 
 /// Account id.
 pub type AccountId = i64;
@@ -47,6 +53,8 @@ pub enum LedgerError {
     NoSuchKey(String),
     #[error("an account with e-mail `{0}` already exists")]
     EmailTaken(String),
+    #[error("the link is unknown, used or expired")]
+    BadToken,
     #[error("the code is unknown or already redeemed")]
     BadCode,
     #[error("amount must be positive and fit in micros")]

@@ -1,0 +1,352 @@
+//! Accounts on the dashboard: sign-up with e-mail verification, sign-in and sign-out (one or
+//! every session), password reset by e-mailed link, and the account view.
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{blocking, ok, Body, DashError, Session};
+use crate::api::AppState;
+use crate::auth::password;
+use crate::auth::session::{self, new_secret};
+use crate::billing::micros_to_usd;
+use crate::ledger::{sha256, Account, TokenPurpose};
+use crate::mail::Mail;
+
+/// How long e-mailed links stay valid, in seconds.
+const LINK_TTL_SECS: i64 = 24 * 3600;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    email: String,
+    password: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBody {
+    token: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailBody {
+    email: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetBody {
+    token: String,
+    password: String,
+}
+
+/// Trimmed, lower-cased address with one `@`, a dot in the domain, no spaces, at most 254
+/// bytes (RFC 5321's path limit); a deliberately plain check, the link proves the rest.
+fn normalize_email(raw: &str) -> Result<String, DashError> {
+    let e = raw.trim().to_lowercase();
+    let valid = e.len() <= 254
+        && !e.chars().any(char::is_whitespace)
+        && e.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty()
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+        });
+    if valid {
+        Ok(e)
+    } else {
+        Err(DashError::bad_request(
+            "invalid_email",
+            "Enter an e-mail address like name@example.com.",
+        ))
+    }
+}
+
+fn weak_password(e: &password::PasswordError) -> DashError {
+    DashError::bad_request("weak_password", format!("{}.", capitalize(&e.to_string())))
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
+}
+
+/// The account as the dashboard shows it (micros, with USD renderings).
+pub fn account_json(a: &Account) -> serde_json::Value {
+    json!({
+        "id": a.id,
+        "email": a.email,
+        "verified": a.verified,
+        "created_at": a.created_at,
+        "balance_micros": a.balance_micros,
+        "reserved_micros": a.reserved_micros,
+        "available_micros": a.available_micros(),
+        "balance_usd": micros_to_usd(a.balance_micros),
+        "available_usd": micros_to_usd(a.available_micros()),
+    })
+}
+
+/// Base URL for e-mailed links.
+fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+    state.dashboard.public_url.clone().unwrap_or_else(|| {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("localhost");
+        format!("http://{host}")
+    })
+}
+
+fn session_cookie(state: &AppState, value: String) -> Cookie<'static> {
+    Cookie::build((session::COOKIE, value))
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(!state.dashboard.insecure_cookies)
+        .path("/")
+        .max_age(cookie::time::Duration::seconds(
+            state.dashboard.sessions.absolute_secs,
+        ))
+        .build()
+}
+
+fn removal_cookie() -> Cookie<'static> {
+    Cookie::build((session::COOKIE, "")).path("/").build()
+}
+
+/// `POST /api/v1/auth/signup {email, password}` -> 201 with the (unverified) account; the
+/// verification link goes by e-mail.
+pub async fn sign_up(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    Body(c): Body<Credentials>,
+) -> Result<Response, DashError> {
+    state.throttles.check(
+        &state.throttles.sign_up_ip,
+        &peer.ip().to_string(),
+        "sign-up",
+    )?;
+    let email = normalize_email(&c.email)?;
+    password::check_policy(&c.password).map_err(|e| weak_password(&e))?;
+    let base = base_url(&state, &headers);
+    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
+    let account = blocking(move || {
+        let hash = password::hash(&c.password).map_err(|e| weak_password(&e))?;
+        let account = ledger.sign_up(&email, &hash)?;
+        let token = new_secret();
+        ledger.insert_email_token(
+            account.id,
+            TokenPurpose::Verify,
+            &sha256(&token),
+            LINK_TTL_SECS,
+        )?;
+        outbox.send(Mail {
+            to: email,
+            subject: "Confirm your tollgate account".into(),
+            body: format!(
+                "Open this link to confirm your address (valid 24 hours):\n{base}/verify?token={token}\n"
+            ),
+        });
+        Ok(account)
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::CREATED,
+        json!({"account": account_json(&account), "verification": "sent"}),
+    ))
+}
+
+async fn verify_token(state: &AppState, token: String) -> Result<(), DashError> {
+    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
+    blocking(move || Ok(ledger.verify_email(&sha256(&token), starter)?))
+        .await
+        .map(|_| ())
+}
+
+/// `POST /api/v1/auth/verify {token}`: confirm the address (grants the starter balance once).
+pub async fn verify(
+    State(state): State<AppState>,
+    Body(b): Body<TokenBody>,
+) -> Result<Response, DashError> {
+    verify_token(&state, b.token).await?;
+    Ok(ok(StatusCode::OK, json!({"verified": true})))
+}
+
+#[derive(Deserialize)]
+pub struct VerifyQuery {
+    token: String,
+}
+
+/// `GET /verify?token=...`: the e-mailed link; confirms and says so in a small page.
+pub async fn verify_link(State(state): State<AppState>, Query(q): Query<VerifyQuery>) -> Response {
+    match verify_token(&state, q.token).await {
+        Ok(()) => Html(
+            "<!doctype html><meta charset=utf-8><title>Address confirmed</title><p>Your address is confirmed. You can now sign in and create API keys.</p>",
+        )
+        .into_response(),
+        Err(e) => (
+            e.status,
+            Html(format!(
+                "<!doctype html><meta charset=utf-8><title>Link not valid</title><p>{}</p>",
+                e.message
+            )),
+        )
+            .into_response(),
+    }
+}
+
+/// `POST /api/v1/auth/signin {email, password}`: sets a new session cookie.
+pub async fn sign_in(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    jar: CookieJar,
+    Body(c): Body<Credentials>,
+) -> Result<Response, DashError> {
+    let email = c.email.trim().to_lowercase();
+    let t = &state.throttles;
+    t.check(&t.sign_in_ip, &peer.ip().to_string(), "sign-in")?;
+    t.check(&t.sign_in_email, &email, "sign-in")?;
+    let ledger = state.ledger.clone();
+    let account = blocking(move || {
+        let login = ledger.login(&email)?;
+        let matched = match login.as_ref().and_then(|l| l.password_hash.as_deref()) {
+            Some(phc) => password::verify(&c.password, phc),
+            None => {
+                password::verify_dummy(&c.password);
+                false
+            }
+        };
+        let login = login.filter(|_| matched).ok_or_else(|| {
+            DashError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_credentials",
+                "Wrong e-mail address or password.",
+            )
+        })?;
+        if !login.verified {
+            return Err(DashError::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified",
+                "Confirm your e-mail address first: open the link we sent.",
+            ));
+        }
+        Ok(ledger.account(login.account_id)?)
+    })
+    .await?;
+    // A new id at every sign-in (no session fixation); an old cookie's session ends.
+    let (ledger, old) = (
+        state.ledger.clone(),
+        jar.get(session::COOKIE).map(|c| c.value().to_owned()),
+    );
+    let id = account.id;
+    let value = blocking(move || {
+        if let Some(old) = old {
+            session::end(&ledger, &old)?;
+        }
+        Ok(session::start(&ledger, id)?)
+    })
+    .await?;
+    let jar = jar.add(session_cookie(&state, value));
+    Ok((
+        jar,
+        ok(StatusCode::OK, json!({"account": account_json(&account)})),
+    )
+        .into_response())
+}
+
+/// `POST /api/v1/auth/signout`: ends this session.
+pub async fn sign_out(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    s: Session,
+) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    blocking(move || Ok(session::end(&ledger, &s.cookie)?)).await?;
+    let jar = jar.remove(removal_cookie());
+    Ok((jar, ok(StatusCode::OK, json!({"signed_out": 1}))).into_response())
+}
+
+/// `POST /api/v1/auth/signout-everywhere`: ends every session of the account.
+pub async fn sign_out_everywhere(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    s: Session,
+) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let n = blocking(move || Ok(ledger.delete_sessions(s.principal.account_id)?)).await?;
+    let jar = jar.remove(removal_cookie());
+    Ok((jar, ok(StatusCode::OK, json!({"signed_out": n}))).into_response())
+}
+
+/// `POST /api/v1/auth/password-reset {email}`: e-mails a reset link if the address has an
+/// account; the answer is the same either way (no account discovery).
+pub async fn request_reset(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    Body(b): Body<EmailBody>,
+) -> Result<Response, DashError> {
+    state.throttles.check(
+        &state.throttles.reset_ip,
+        &peer.ip().to_string(),
+        "password-reset",
+    )?;
+    let email = normalize_email(&b.email)?;
+    let base = base_url(&state, &headers);
+    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
+    blocking(move || {
+        if let Some(login) = ledger.login(&email)? {
+            let token = new_secret();
+            ledger.insert_email_token(
+                login.account_id,
+                TokenPurpose::Reset,
+                &sha256(&token),
+                LINK_TTL_SECS,
+            )?;
+            outbox.send(Mail {
+                to: email,
+                subject: "Reset your tollgate password".into(),
+                body: format!(
+                    "Open this link to choose a new password (valid 24 hours):\n{base}/reset?token={token}\nIf you did not ask for this, ignore this message.\n"
+                ),
+            });
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"sent": "if the address has an account"}),
+    ))
+}
+
+/// `POST /api/v1/auth/password-reset/confirm {token, password}`: sets the password and ends
+/// every session of the account.
+pub async fn confirm_reset(
+    State(state): State<AppState>,
+    Body(b): Body<ResetBody>,
+) -> Result<Response, DashError> {
+    password::check_policy(&b.password).map_err(|e| weak_password(&e))?;
+    let ledger = state.ledger.clone();
+    blocking(move || {
+        let hash = password::hash(&b.password).map_err(|e| weak_password(&e))?;
+        Ok(ledger.reset_password(&sha256(&b.token), &hash)?)
+    })
+    .await?;
+    Ok(ok(StatusCode::OK, json!({"password_reset": true})))
+}
+
+/// `GET /api/v1/account`: e-mail, verification, balance, reserved and available micros.
+pub async fn show(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let a = blocking(move || Ok(ledger.account(s.principal.account_id)?)).await?;
+    Ok(ok(StatusCode::OK, account_json(&a)))
+}

@@ -1,0 +1,195 @@
+//! Key management (session only: an API key never reaches these handlers, `Session` refuses
+//! it), usage and ledger entries, and redeem codes.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::account::account_json;
+use super::{blocking, ok, Body, DashError, Session};
+use crate::api::AppState;
+use crate::auth::create_key;
+use crate::billing::micros_to_usd;
+use crate::ledger::{ApiKeyRecord, KeyState};
+
+/// Longest key name, in characters.
+const MAX_NAME_CHARS: usize = 100;
+/// Most rows one page of usage or entries returns.
+const MAX_PAGE: usize = 500;
+
+fn key_json(k: &ApiKeyRecord) -> serde_json::Value {
+    json!({
+        "id": k.id,
+        "name": k.name,
+        "prefix": k.prefix,
+        "created_at": k.created_at,
+        "last_used_at": k.last_used_at,
+        "state": match k.state { KeyState::Active => "active", KeyState::Revoked => "revoked" },
+    })
+}
+
+/// `GET /api/v1/keys`: the account's keys, newest first (prefix and name, never the key).
+pub async fn list(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let keys = blocking(move || Ok(ledger.keys(s.principal.account_id)?)).await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"keys": keys.iter().map(key_json).collect::<Vec<_>>()}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    name: String,
+}
+
+/// `POST /api/v1/keys {name}` -> 201 with the full key, shown this once.
+pub async fn create(
+    State(state): State<AppState>,
+    s: Session,
+    Body(b): Body<NewKey>,
+) -> Result<Response, DashError> {
+    let name = b.name.trim().to_owned();
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
+    {
+        return Err(DashError::bad_request(
+            "invalid_name",
+            format!("Give the key a name of 1 to {MAX_NAME_CHARS} printable characters."),
+        ));
+    }
+    let ledger = state.ledger.clone();
+    let (key, record) = blocking(move || {
+        if !ledger.account(s.principal.account_id)?.verified {
+            return Err(DashError::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified",
+                "Confirm your e-mail address before creating keys.",
+            ));
+        }
+        Ok(create_key(&ledger, s.principal.account_id, &name)?)
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::CREATED,
+        json!({"key": key, "record": key_json(&record),
+               "warning": "Copy this key now: it is stored only as a hash and cannot be shown again."}),
+    ))
+}
+
+/// `DELETE /api/v1/keys/{id}`: revoke one of the account's keys; the next request with it
+/// gets 401 (the key cache is purged at once).
+pub async fn revoke(
+    State(state): State<AppState>,
+    s: Session,
+    Path(id): Path<String>,
+) -> Result<Response, DashError> {
+    let not_found = || DashError::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.");
+    let id: i64 = id.parse().map_err(|_| not_found())?;
+    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
+    let record = blocking(move || {
+        // Someone else's key is "not found", never "forbidden" (no probing of ids).
+        match ledger.key(id) {
+            Ok(k) if k.account_id == s.principal.account_id => Ok(auth.revoke(id)?),
+            Ok(_) | Err(crate::ledger::LedgerError::NoSuchKey(_)) => Err(not_found()),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await?;
+    Ok(ok(StatusCode::OK, json!({"record": key_json(&record)})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Page {
+    limit: Option<usize>,
+}
+
+impl Page {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(50).clamp(1, MAX_PAGE)
+    }
+}
+
+/// `GET /api/v1/usage?limit=50`: the newest metered requests (model, tokens, cost, status).
+pub async fn usage(
+    State(state): State<AppState>,
+    s: Session,
+    Query(p): Query<Page>,
+) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let rows =
+        blocking(move || Ok(ledger.recent_usage(s.principal.account_id, p.limit())?)).await?;
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|u| {
+            json!({
+                "request_id": u.request_id,
+                "model": u.model,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "cost_micros": u.cost_micros,
+                "cost_usd": micros_to_usd(u.cost_micros),
+                "status": u.status.as_str(),
+                "latency_ms": u.latency_ms,
+            })
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, json!({"usage": rows})))
+}
+
+/// `GET /api/v1/entries?limit=50`: the newest ledger entries (grants, top-ups, redemptions,
+/// holds, charges, releases).
+pub async fn entries(
+    State(state): State<AppState>,
+    s: Session,
+    Query(p): Query<Page>,
+) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let rows = blocking(move || Ok(ledger.entries(s.principal.account_id, p.limit())?)).await?;
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|e| {
+            json!({
+                "id": e.id, "kind": e.kind, "amount_micros": e.amount_micros,
+                "request_id": e.request_id, "note": e.note, "created_at": e.created_at,
+            })
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, json!({"entries": rows})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Code {
+    code: String,
+}
+
+/// `POST /api/v1/redeem {code}`: credit a single-use code, atomically; throttled per account.
+pub async fn redeem(
+    State(state): State<AppState>,
+    s: Session,
+    Body(b): Body<Code>,
+) -> Result<Response, DashError> {
+    let account = s.principal.account_id;
+    state.throttles.check(
+        &state.throttles.redeem_account,
+        &account.to_string(),
+        "redeem",
+    )?;
+    let code = b.code.trim().to_owned();
+    let ledger = state.ledger.clone();
+    let (credited, a) = blocking(move || {
+        let credited = ledger.redeem(account, &code)?;
+        Ok((credited, ledger.account(account)?))
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"credited_micros": credited, "credited_usd": micros_to_usd(credited), "account": account_json(&a)}),
+    ))
+}

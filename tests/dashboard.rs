@@ -1,0 +1,456 @@
+//! The dashboard's `/api/v1` surface over HTTP: sign-up, e-mail verification, sessions, key
+//! management, CSRF and throttles. Uses the deterministic FAKE engine (generation is not the
+//! point here; the fake says so in its output).
+
+mod common;
+
+use common::{fake_server, TestServer};
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+/// A client that keeps the session cookie by hand (it is `Secure`, which reqwest's cookie store
+/// would not send over plain HTTP) and checks every body is the dashboard envelope.
+struct Browser {
+    base: String,
+    client: reqwest::Client,
+    session: Option<String>,
+}
+
+impl Browser {
+    fn new(s: &TestServer) -> Self {
+        Self {
+            base: s.url(""),
+            client: reqwest::Client::new(),
+            session: None,
+        }
+    }
+
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, HeaderMap, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        if let Some(s) = &self.session {
+            req = req.header("cookie", format!("tollgate_session={s}"));
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let h = resp.headers().clone();
+        for c in h.get_all("set-cookie") {
+            let c = c.to_str().unwrap();
+            if let Some(rest) = c.strip_prefix("tollgate_session=") {
+                let value = rest.split(';').next().unwrap();
+                self.session = (!value.is_empty()).then(|| value.to_owned());
+            }
+        }
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(
+            v["ok"],
+            json!((200..300).contains(&status)),
+            "envelope: {v}"
+        );
+        if status >= 400 {
+            assert!(
+                v["error"]["code"].is_string() && v["error"]["message"].is_string(),
+                "{v}"
+            );
+        }
+        (status, h, v)
+    }
+
+    async fn post(&mut self, path: &str, body: Value) -> (u16, HeaderMap, Value) {
+        self.call("POST", path, Some(body), &[]).await
+    }
+
+    async fn get(&mut self, path: &str) -> (u16, HeaderMap, Value) {
+        self.call("GET", path, None, &[]).await
+    }
+}
+
+/// The token in the last e-mail sent to `to` whose link contains `path`.
+fn link_token(s: &TestServer, to: &str, path: &str) -> String {
+    let mails = s.state.mail.sent_to(to);
+    let body = &mails.last().expect("an e-mail was sent").body;
+    let at = body
+        .find(&format!("{path}?token="))
+        .expect("link in the e-mail")
+        + path.len()
+        + 7;
+    body[at..at + 64].to_owned()
+}
+
+/// Sign up, verify through the e-mailed link, sign in.
+async fn signed_in(s: &TestServer, email: &str) -> Browser {
+    let mut b = Browser::new(s);
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": email, "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let token = link_token(s, email, "/verify");
+    let r = reqwest::get(s.url(&format!("/verify?token={token}")))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": email, "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    b
+}
+
+async fn chat(s: &TestServer, key: &str) -> (u16, Value) {
+    let (st, _, v) = s
+        .post(
+            "/v1/chat/completions",
+            r#"{"model":"fake-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#,
+            &[("authorization", &format!("Bearer {key}"))],
+        )
+        .await;
+    (st, v)
+}
+
+#[tokio::test]
+async fn sign_up_verify_sign_in_then_create_use_and_revoke_a_key() {
+    let (s, _fake) = fake_server();
+    let mut b = Browser::new(&s);
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": " New@Example.com ", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["data"]["account"]["email"], "new@example.com");
+    assert_eq!(v["data"]["account"]["verified"], false);
+    assert_eq!(v["data"]["account"]["balance_micros"], 0);
+    // The same address again, and weak input.
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "new@example.com", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (409, json!("email_taken"))
+    );
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "x@example.com", "password": "short"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("weak_password"))
+    );
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "not-an-address", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("invalid_email"))
+    );
+
+    // Unverified: the right password still does not sign in.
+    let creds = json!({"email": "new@example.com", "password": "hunter2hunter2"});
+    let (st, _, v) = b.post("/api/v1/auth/signin", creds.clone()).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (403, json!("email_not_verified"))
+    );
+    assert!(b.session.is_none());
+
+    // The e-mailed link verifies once and grants the starter balance once.
+    let token = link_token(&s, "new@example.com", "/verify");
+    let (st, _, v) = b.post("/api/v1/auth/verify", json!({"token": token})).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, _, v) = b.post("/api/v1/auth/verify", json!({"token": token})).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("invalid_token"))
+    );
+
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "new@example.com", "password": "wrong password"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (401, json!("invalid_credentials"))
+    );
+    let (st, h, v) = b.post("/api/v1/auth/signin", creds.clone()).await;
+    assert_eq!(st, 200, "{v}");
+    let cookie = h["set-cookie"].to_str().unwrap().to_owned();
+    for attr in ["HttpOnly", "SameSite=Lax", "Secure", "Path=/", "Max-Age="] {
+        assert!(cookie.contains(attr), "{attr} missing in {cookie}");
+    }
+    let first_session = b.session.clone().unwrap();
+    let (st, _, v) = b.get("/api/v1/account").await;
+    assert_eq!(st, 200);
+    assert_eq!(v["data"]["verified"], true);
+    assert_eq!(v["data"]["balance_micros"], 100_000);
+
+    // Signing in again issues a new session id and ends the old one.
+    b.post("/api/v1/auth/signin", creds.clone()).await;
+    assert_ne!(b.session.as_deref(), Some(first_session.as_str()));
+
+    // Create a key: shown once, then only its prefix.
+    let (st, _, v) = b.post("/api/v1/keys", json!({"name": "laptop"})).await;
+    assert_eq!(st, 201, "{v}");
+    let key = v["data"]["key"].as_str().unwrap().to_owned();
+    assert!(tollgate::auth::well_formed(&key), "{key}");
+    let id = v["data"]["record"]["id"].as_i64().unwrap();
+    let (st, _, v) = b.get("/api/v1/keys").await;
+    assert_eq!(st, 200);
+    assert_eq!(v["data"]["keys"][0]["prefix"], key[..11]);
+    assert_eq!(v["data"]["keys"][0]["state"], "active");
+    assert!(
+        !v.to_string().contains(&key),
+        "the full key is never listed"
+    );
+
+    // The key spends the new account's balance.
+    let (st, v) = chat(&s, &key).await;
+    assert_eq!(st, 200, "{v}");
+    let (_, _, v) = b.get("/api/v1/usage").await;
+    assert_eq!(v["data"]["usage"][0]["model"], "fake-model");
+    assert!(v["data"]["usage"][0]["cost_micros"].as_i64().unwrap() > 0);
+    let (_, _, v) = b.get("/api/v1/entries").await;
+    let kinds: Vec<&str> = v["data"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"grant") && kinds.contains(&"settle"),
+        "{kinds:?}"
+    );
+
+    // Revoked from the dashboard: the very next request with it gets 401.
+    let (st, _, v) = b
+        .call("DELETE", &format!("/api/v1/keys/{id}"), None, &[])
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["record"]["state"], "revoked");
+    let (st, v) = chat(&s, &key).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (401, json!("revoked_api_key"))
+    );
+
+    // Another account's key is "not found".
+    let (st, _, _) = b.call("DELETE", "/api/v1/keys/1", None, &[]).await;
+    assert_eq!(st, 404);
+
+    // Sign out: the cookie is cleared and the old value no longer works.
+    let old = b.session.clone().unwrap();
+    let (st, _, _) = b.post("/api/v1/auth/signout", json!({})).await;
+    assert_eq!(st, 200);
+    assert!(b.session.is_none());
+    b.session = Some(old);
+    let (st, _, v) = b.get("/api/v1/account").await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (401, json!("session_required"))
+    );
+    assert!(s.ledger.check().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_api_key_can_never_create_list_or_revoke_keys() {
+    let (s, _fake) = fake_server();
+    let before = s.ledger.keys(s.account).unwrap();
+    let bearer = s.bearer();
+    let mut b = Browser::new(&s);
+    let auth = [("authorization", bearer.as_str())];
+    for (method, path, body) in [
+        ("GET", "/api/v1/keys", None),
+        ("POST", "/api/v1/keys", Some(json!({"name": "sneaky"}))),
+        ("DELETE", &*format!("/api/v1/keys/{}", before[0].id), None),
+        ("GET", "/api/v1/account", None),
+    ] {
+        let (st, _, v) = b.call(method, path, body, &auth).await;
+        assert_eq!(st, 401, "{method} {path}: {v}");
+        assert_eq!(v["error"]["code"], "session_required");
+        assert!(v["error"]["message"].as_str().unwrap().contains("API key"));
+    }
+    assert_eq!(s.ledger.keys(s.account).unwrap(), before, "nothing changed");
+    let (st, _) = chat(&s, &s.key).await;
+    assert_eq!(st, 200, "the key still spends");
+}
+
+#[tokio::test]
+async fn cross_site_writes_are_refused() {
+    let (s, _fake) = fake_server();
+    let mut b = signed_in(&s, "csrf@example.com").await;
+    let body = Some(json!({"name": "k"}));
+    let (st, _, v) = b
+        .call(
+            "POST",
+            "/api/v1/keys",
+            body.clone(),
+            &[("origin", "http://evil.example")],
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (403, json!("cross_site_request"))
+    );
+    let (st, _, _) = b
+        .call(
+            "POST",
+            "/api/v1/keys",
+            body.clone(),
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await;
+    assert_eq!(st, 403);
+    let account = s.ledger.find_account("csrf@example.com").unwrap();
+    assert!(s.ledger.keys(account.id).unwrap().is_empty());
+    let origin = format!("http://{}", s.addr);
+    let (st, _, v) = b
+        .call(
+            "POST",
+            "/api/v1/keys",
+            body,
+            &[("origin", &origin), ("sec-fetch-site", "same-origin")],
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+}
+
+#[tokio::test]
+async fn sign_in_is_throttled_per_address() {
+    let (s, _fake) = fake_server();
+    let mut b = signed_in(&s, "brute@example.com").await;
+    let wrong = json!({"email": "brute@example.com", "password": "not the password"});
+    // One attempt was spent by the sign-in above; the default allows 5 a minute.
+    for _ in 0..4 {
+        let (st, _, _) = b.post("/api/v1/auth/signin", wrong.clone()).await;
+        assert_eq!(st, 401);
+    }
+    let (st, h, v) = b.post("/api/v1/auth/signin", wrong).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (429, json!("too_many_attempts"))
+    );
+    assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    // Even the right password waits: the throttle comes before the check.
+    let (st, _, _) = b
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "brute@example.com", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 429);
+}
+
+#[tokio::test]
+async fn password_reset_sets_a_new_password_and_ends_every_session() {
+    let (s, _fake) = fake_server();
+    let mut b = signed_in(&s, "reset@example.com").await;
+    let mut other = Browser::new(&s);
+    let (st, _, v) = other
+        .post(
+            "/api/v1/auth/password-reset",
+            json!({"email": "nobody@example.com"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(s.state.mail.sent_to("nobody@example.com").is_empty());
+    let (st, _, v2) = other
+        .post(
+            "/api/v1/auth/password-reset",
+            json!({"email": "reset@example.com"}),
+        )
+        .await;
+    assert_eq!(
+        (st, &v2),
+        (200, &v),
+        "same answer whether or not the account exists"
+    );
+    let token = link_token(&s, "reset@example.com", "/reset");
+    let (st, _, v) = other
+        .post(
+            "/api/v1/auth/password-reset/confirm",
+            json!({"token": token, "password": "a new passphrase"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, _, _) = b.get("/api/v1/account").await;
+    assert_eq!(st, 401, "the reset ended the old session");
+    let (st, _, _) = other
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "reset@example.com", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 401);
+    let (st, _, _) = other
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "reset@example.com", "password": "a new passphrase"}),
+        )
+        .await;
+    assert_eq!(st, 200);
+}
+
+#[tokio::test]
+async fn codes_redeem_once_and_errors_use_the_dashboard_envelope() {
+    let (s, _fake) = fake_server();
+    let mut b = signed_in(&s, "codes@example.com").await;
+    s.ledger.insert_code("TG-GIFT-1", 2_000_000).unwrap();
+    let (st, _, v) = b.post("/api/v1/redeem", json!({"code": "TG-GIFT-1"})).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["credited_micros"], 2_000_000);
+    assert_eq!(v["data"]["account"]["balance_micros"], 2_100_000);
+    let (st, _, v) = b.post("/api/v1/redeem", json!({"code": "TG-GIFT-1"})).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("invalid_code"))
+    );
+
+    let (st, _, v) = b.get("/api/v1/no-such-thing").await;
+    assert_eq!((st, v["error"]["code"].clone()), (404, json!("not_found")));
+    let (st, _, v) = b
+        .post("/api/v1/keys", json!({"name": "k", "extra": 1}))
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (422, json!("invalid_body"))
+    );
+    let (st, _, v) = b.post("/api/v1/keys", json!({"name": ""})).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("invalid_name"))
+    );
+    let (st, _, v) = b.call("PUT", "/api/v1/keys", None, &[]).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (405, json!("method_not_allowed"))
+    );
+    assert!(s.ledger.check().unwrap().is_empty());
+}
