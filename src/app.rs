@@ -127,6 +127,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     let mut state = state_with(engine, catalog, ledger, cfg.rate_limit_rpm);
     state.weights_dir = Arc::new(cfg.weights.clone());
     state.throttles = Arc::new(api::dashboard::Throttles::new(&cfg.dashboard));
+    state.session_limits = Arc::new(RateLimits::new(cfg.dashboard.playground_rpm));
     state.dashboard = Arc::new(cfg.dashboard.clone());
     Ok(state)
 }
@@ -165,6 +166,9 @@ pub fn state_with(
         auth: Arc::new(Authenticator::new(ledger.clone())),
         ledger,
         limits: Arc::new(RateLimits::new(rate_limit_rpm)),
+        session_limits: Arc::new(RateLimits::new(
+            api::dashboard::DashboardConfig::default().playground_rpm,
+        )),
         weights_dir: Arc::new(PathBuf::from("weights")),
         languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
         mail: Arc::new(crate::mail::Outbox::default()),

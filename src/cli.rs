@@ -202,6 +202,10 @@ pub struct ServeArgs {
     /// Balance granted once to a dashboard sign-up when its address is verified, in USD.
     #[arg(long, env = "TOLLGATE_SIGNUP_STARTER_USD", default_value = "0.10")]
     pub signup_starter_usd: String,
+    /// Chat requests per minute per account through the playground (session cookie), separate
+    /// from `--rate-limit-rpm` for keys.
+    #[arg(long, env = "TOLLGATE_PLAYGROUND_RPM", default_value_t = 20)]
+    pub playground_rpm: u32,
 }
 
 impl ServeArgs {
@@ -228,6 +232,7 @@ impl ServeArgs {
                 insecure_cookies: self.insecure_cookies,
                 public_url: self.public_url.clone(),
                 starter_micros: usd_to_micros(&self.signup_starter_usd)?,
+                playground_rpm: self.playground_rpm,
                 ..Default::default()
             },
         })

@@ -454,3 +454,61 @@ async fn codes_redeem_once_and_errors_use_the_dashboard_envelope() {
     );
     assert!(s.ledger.check().unwrap().is_empty());
 }
+
+/// The playground's session path of `POST /v1/chat/completions`: a signed-in session pays from
+/// its account, only from this site, and has its own rate limit: exhausting it leaves the same
+/// account's key allowed, and exhausting the key's leaves the session allowed.
+#[tokio::test]
+async fn the_playground_session_pays_and_has_a_limit_separate_from_keys() {
+    let (s, _fake) = common::fake_server_with(2, Some(2));
+    let mut b = signed_in(&s, "play@example.com").await;
+    let account = s.ledger.find_account("play@example.com").unwrap();
+    let (st, _, v) = b.post("/api/v1/keys", json!({"name": "k"})).await;
+    assert_eq!(st, 201, "{v}");
+    let key = v["data"]["key"].as_str().unwrap().to_owned();
+    let body = json!({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+    let client = reqwest::Client::new();
+    let cookie = format!("tollgate_session={}", b.session.clone().unwrap());
+    let by_session = |extra: Option<(&'static str, &'static str)>| {
+        let mut r = client
+            .post(s.url("/v1/chat/completions"))
+            .header("cookie", &cookie)
+            .json(&body);
+        if let Some((k, v)) = extra {
+            r = r.header(k, v);
+        }
+        r
+    };
+    // A cross-site request cannot spend through the cookie.
+    let r = by_session(Some(("sec-fetch-site", "cross-site")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // Key limit spent (2 a minute): 429 for the key, while the same account's session is allowed.
+    for _ in 0..2 {
+        assert_eq!(chat(&s, &key).await.0, 200);
+    }
+    assert_eq!(chat(&s, &key).await.0, 429);
+    let before = s.ledger.account(account.id).unwrap().balance_micros;
+    for _ in 0..2 {
+        let r = by_session(None).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert!(v["service"]["cost_micros"].as_i64().unwrap() > 0, "{v}");
+    }
+    let after = s.ledger.account(account.id).unwrap().balance_micros;
+    assert!(after < before, "the session's account paid");
+    let usage = s.ledger.recent_usage(account.id, 1).unwrap();
+    assert_eq!(usage[0].key_id, None, "playground usage has no key");
+    // Session limit spent: 429, while another key of the same account is still allowed.
+    let r = by_session(None).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    let (_, _, v) = b.post("/api/v1/keys", json!({"name": "second"})).await;
+    let second = v["data"]["key"].as_str().unwrap().to_owned();
+    assert_eq!(chat(&s, &second).await.0, 200);
+    assert!(s.ledger.check().unwrap().is_empty());
+}

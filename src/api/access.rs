@@ -1,5 +1,7 @@
-//! Who may call and how often: bearer-key authentication (via `auth`) and per-key request rate
-//! limits (the `governor` crate, GCRA), with OpenAI-style `x-ratelimit-*` headers.
+//! Who may call and how often: bearer-key authentication (via `auth`), the playground's session
+//! path (a dashboard session cookie on `POST /v1/chat/completions`, interface.md "Endpoints"
+//! note 1), and request rate limits (the `governor` crate, GCRA) per key and, separately, per
+//! session account, with OpenAI-style `x-ratelimit-*` headers.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -12,8 +14,35 @@ use governor::{Quota, RateLimiter};
 
 use super::error::ApiError;
 use super::AppState;
+use crate::auth::session::{self, SessionPrincipal};
 use crate::auth::{ApiKeyPrincipal, AuthError};
-use crate::ledger::KeyId;
+use crate::ledger::{AccountId, KeyId};
+
+/// Who pays for a chat completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payer {
+    /// A bearer API key.
+    Key(ApiKeyPrincipal),
+    /// A signed-in dashboard session (the playground).
+    Session(SessionPrincipal),
+}
+
+impl Payer {
+    pub fn account_id(&self) -> AccountId {
+        match self {
+            Self::Key(k) => k.account_id,
+            Self::Session(s) => s.account_id,
+        }
+    }
+
+    /// The key that made the request (`None` for the playground).
+    pub fn key_id(&self) -> Option<KeyId> {
+        match self {
+            Self::Key(k) => Some(k.key_id),
+            Self::Session(_) => None,
+        }
+    }
+}
 
 /// Per-key requests-per-minute limiter.
 pub struct RateLimits {
@@ -95,6 +124,32 @@ impl RateLimits {
             }
         }
     }
+}
+
+/// Authenticate a chat request: its bearer key when it sends `Authorization`; otherwise a
+/// dashboard session cookie, honoured only when the request comes from this site (a cross-site
+/// request is treated as carrying no cookie, see `dashboard::same_site`).
+///
+/// # Errors
+/// As `authenticate`: 401 when there is neither a valid key nor a usable session.
+pub async fn authenticate_payer(state: &AppState, headers: &HeaderMap) -> Result<Payer, ApiError> {
+    if !headers.contains_key(axum::http::header::AUTHORIZATION) {
+        let cookie = axum_extra::extract::cookie::CookieJar::from_headers(headers)
+            .get(session::COOKIE)
+            .map(|c| c.value().to_owned());
+        if let Some(value) = cookie.filter(|_| super::dashboard::same_site(headers)) {
+            let (ledger, policy) = (state.ledger.clone(), state.dashboard.sessions);
+            let found =
+                tokio::task::spawn_blocking(move || session::resolve(&ledger, policy, &value))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("session task: {e}")))?
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+            if let Some(s) = found {
+                return Ok(Payer::Session(s));
+            }
+        }
+    }
+    authenticate(state, headers).await.map(Payer::Key)
 }
 
 /// Authenticate the request's bearer key (blocking lookups run on the blocking pool).

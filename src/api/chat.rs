@@ -20,7 +20,7 @@ use super::access;
 use super::error::ApiError;
 use super::request::{self, ChatRequest};
 use super::{AppState, RequestId};
-use crate::auth::ApiKeyPrincipal;
+use crate::api::access::Payer;
 use crate::billing::{self, Ending, Metered};
 use crate::engine::{EngineError, FinishReason, GenerateRequest, GenerationEvent, Outcome, Prompt};
 use crate::ledger::{Claim, LedgerError};
@@ -77,11 +77,16 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let principal = match access::authenticate(&state, &headers).await {
+    let principal = match access::authenticate_payer(&state, &headers).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let rate = match state.limits.check(principal.key_id) {
+    // Keys and playground sessions have separate limits (interface.md, Limits 1).
+    let checked = match principal {
+        Payer::Key(k) => state.limits.check(k.key_id),
+        Payer::Session(s) => state.session_limits.check(s.account_id),
+    };
+    let rate = match checked {
         Ok(info) => info,
         Err((info, e)) => {
             let mut r = e.into_response();
@@ -165,7 +170,7 @@ impl Drop for ClaimGuard {
 async fn handle(
     state: AppState,
     rid: RequestId,
-    principal: ApiKeyPrincipal,
+    principal: Payer,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -221,7 +226,7 @@ async fn handle(
     }
     let prompt = prepare(&state, &req).await?;
     let max_new = context_check(&prompt, req.max_tokens)?;
-    let account = principal.account_id;
+    let account = principal.account_id();
     let mut guard = ClaimGuard {
         state: state.clone(),
         account,
@@ -251,7 +256,7 @@ async fn handle(
     let metered = Metered {
         request_id: rid.0.clone(),
         account_id: account,
-        key_id: Some(principal.key_id),
+        key_id: principal.key_id(),
         model: req.model.clone(),
         pricing: entry.pricing,
         started,

@@ -47,7 +47,7 @@ pub enum ApiError {
     #[error("This Idempotency-Key was already used with a different request body.")]
     IdempotencyMismatch,
     /// 429 `rate_limit_exceeded` with `Retry-After` and `retry-after-ms`.
-    #[error("Rate limit reached: {limit} requests per minute for this key. Retry after {retry_after_ms} ms.")]
+    #[error("Rate limit reached: {limit} requests per minute for this key (or, in the playground, this account). Retry after {retry_after_ms} ms.")]
     RateLimited { limit: u32, retry_after_ms: u64 },
     /// 404 `model_not_found`.
     #[error("The model `{0}` does not exist.")]

@@ -44,6 +44,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// Per-key request rate limits.
     pub limits: Arc<access::RateLimits>,
+    /// Per-account limits of the playground's session path, separate from the keys'.
+    pub session_limits: Arc<access::RateLimits>,
     /// Where catalogue weight paths point (for `available` in the model list).
     pub weights_dir: Arc<std::path::PathBuf>,
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).

@@ -102,13 +102,25 @@ pub fn serve(engine: SharedEngine, catalog: Catalog) -> TestServer {
 }
 
 pub fn serve_with(engine: SharedEngine, catalog: Catalog, rpm: u32) -> TestServer {
+    serve_limited(engine, catalog, rpm, None)
+}
+
+fn serve_limited(
+    engine: SharedEngine,
+    catalog: Catalog,
+    rpm: u32,
+    session_rpm: Option<u32>,
+) -> TestServer {
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let ledger = Arc::new(tollgate::app::open_ledger(&dir.path().join("ledger.db")).unwrap());
     let a = ledger
         .create_account("test@example.com", TEST_BALANCE_MICROS)
         .unwrap();
     let (key, _) = tollgate::auth::create_key(&ledger, a.id, "test").unwrap();
-    let state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);
+    let mut state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);
+    if let Some(n) = session_rpm {
+        state.session_limits = Arc::new(tollgate::api::access::RateLimits::new(n));
+    }
     let addr = spawn(state.clone());
     TestServer {
         addr,
@@ -292,6 +304,12 @@ pub fn entry(id: &str, ctx: usize, modalities: &str, commercial: bool) -> String
 }
 
 pub fn fake_server() -> (TestServer, Arc<FakeEngine>) {
+    fake_server_with(10_000, None)
+}
+
+/// `fake_server` with `key_rpm` per API key and, if given, `session_rpm` per account on the
+/// playground's session path.
+pub fn fake_server_with(key_rpm: u32, session_rpm: Option<u32>) -> (TestServer, Arc<FakeEngine>) {
     let text = [
         entry("fake-model", 64, "\"text\"", true),
         entry("fake-vision", 64, "\"text\", \"image\"", true),
@@ -308,6 +326,6 @@ pub fn fake_server() -> (TestServer, Arc<FakeEngine>) {
         ],
         std::time::Duration::from_millis(5),
     ));
-    let server = serve(fake.clone(), catalog);
+    let server = serve_limited(fake.clone(), catalog, key_rpm, session_rpm);
     (server, fake)
 }

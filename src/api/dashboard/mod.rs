@@ -45,6 +45,8 @@ pub struct DashboardConfig {
     pub sessions: SessionPolicy,
     /// Sign-in attempts per minute per e-mail address (and 4x that per client IP).
     pub sign_in_per_minute: u32,
+    /// Chat requests per minute per account through the playground's session path.
+    pub playground_rpm: u32,
 }
 
 impl Default for DashboardConfig {
@@ -55,6 +57,7 @@ impl Default for DashboardConfig {
             public_url: None,
             sessions: SessionPolicy::default(),
             sign_in_per_minute: 5,
+            playground_rpm: 20,
         }
     }
 }
@@ -239,14 +242,10 @@ impl FromRequestParts<AppState> for Session {
     }
 }
 
-/// Refuse cross-site writes: a state-changing request whose `Sec-Fetch-Site` says another site
-/// sent it, or whose `Origin` is not this host, gets 403. Requests without either header come
-/// from non-browser clients, which cannot carry a victim's cookie.
-async fn csrf(req: Request, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
-        return next.run(req).await;
-    }
-    let h = req.headers();
+/// Whether a request may use the session cookie for a write: neither `Sec-Fetch-Site` says
+/// another site sent it nor is `Origin` another host. Requests without either header come from
+/// non-browser clients, which cannot carry a victim's cookie.
+pub fn same_site(h: &axum::http::HeaderMap) -> bool {
     let fetch_site_ok = h
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
@@ -261,7 +260,14 @@ async fn csrf(req: Request, next: Next) -> Response {
             host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host))
         }
     };
-    if fetch_site_ok && origin_ok {
+    fetch_site_ok && origin_ok
+}
+
+/// Refuse cross-site writes with 403 (`same_site`).
+async fn csrf(req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        || same_site(req.headers())
+    {
         next.run(req).await
     } else {
         DashError::new(
