@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub kv_cache_budget: u64,
     /// Dashboard cookies, links and sign-up grant.
     pub dashboard: crate::api::dashboard::DashboardConfig,
+    /// Stripe Checkout for top-ups (`None`: codes and the CLI only).
+    pub payments: Option<crate::payments::StripeConfig>,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -129,6 +131,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     state.throttles = Arc::new(api::dashboard::Throttles::new(&cfg.dashboard));
     state.session_limits = Arc::new(RateLimits::new(cfg.dashboard.playground_rpm));
     state.dashboard = Arc::new(cfg.dashboard.clone());
+    state.payments = cfg.payments.clone().map(Arc::new);
     Ok(state)
 }
 
@@ -176,6 +179,7 @@ pub fn state_with(
             &api::dashboard::DashboardConfig::default(),
         )),
         dashboard: Arc::new(api::dashboard::DashboardConfig::default()),
+        payments: None,
     }
 }
 

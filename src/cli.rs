@@ -28,6 +28,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once at start-up; boxing the serve arguments would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the HTTP server.
     Serve(ServeArgs),
@@ -206,6 +208,24 @@ pub struct ServeArgs {
     /// from `--rate-limit-rpm` for keys.
     #[arg(long, env = "TOLLGATE_PLAYGROUND_RPM", default_value_t = 20)]
     pub playground_rpm: u32,
+    /// Stripe secret key; with `--stripe-webhook-secret` it turns on top-ups by card (Stripe
+    /// Checkout; point Stripe's webhook for `checkout.session.completed` at `/webhooks/stripe`).
+    #[arg(long, env = "TOLLGATE_STRIPE_SECRET_KEY", hide_env_values = true)]
+    pub stripe_secret_key: Option<String>,
+    /// The webhook endpoint's signing secret (`whsec_...`).
+    #[arg(long, env = "TOLLGATE_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub stripe_webhook_secret: Option<String>,
+    /// Stripe's API base URL.
+    #[arg(
+        long,
+        env = "TOLLGATE_STRIPE_API_BASE",
+        default_value = "https://api.stripe.com"
+    )]
+    pub stripe_api_base: String,
+    /// Accepted currencies besides USD with their value in USD per unit, e.g. `eur=1.08,gbp=1.27`;
+    /// the rate used is recorded on each top-up's ledger entry.
+    #[arg(long, env = "TOLLGATE_FX_RATES", default_value = "")]
+    pub fx_rates: String,
 }
 
 impl ServeArgs {
@@ -234,6 +254,17 @@ impl ServeArgs {
                 starter_micros: usd_to_micros(&self.signup_starter_usd)?,
                 playground_rpm: self.playground_rpm,
                 ..Default::default()
+            },
+            payments: match (&self.stripe_secret_key, &self.stripe_webhook_secret) {
+                (Some(key), Some(secret)) => Some(crate::payments::StripeConfig {
+                    secret_key: key.clone(),
+                    webhook_secret: secret.clone(),
+                    api_base: self.stripe_api_base.clone(),
+                    rates: crate::payments::FxRates::parse(&self.fx_rates)
+                        .map_err(|e| anyhow::anyhow!("--fx-rates: {e}"))?,
+                }),
+                (None, None) => None,
+                _ => anyhow::bail!("--stripe-secret-key and --stripe-webhook-secret go together"),
             },
         })
     }

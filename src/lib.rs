@@ -15,3 +15,4 @@ pub mod cli;
 pub mod engine;
 pub mod ledger;
 pub mod mail;
+pub mod payments;

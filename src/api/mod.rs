@@ -57,6 +57,8 @@ pub struct AppState {
     pub dashboard: Arc<dashboard::DashboardConfig>,
     /// Dashboard throttles against guessing (sign-in, sign-up, reset, redeem).
     pub throttles: Arc<dashboard::Throttles>,
+    /// Stripe Checkout settings, when top-ups by card are configured.
+    pub payments: Option<Arc<crate::payments::StripeConfig>>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.

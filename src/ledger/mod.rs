@@ -16,6 +16,7 @@ mod holds;
 mod idempotency;
 mod keys;
 mod sessions;
+mod topups;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,11 +31,13 @@ pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use keys::{ApiKeyRecord, KeyState};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
+pub use topups::{NewTopup, TopupOutcome};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
+    include_str!("migrations/0003_topups.sql"),
 ];
 
 /// Account id.
@@ -53,6 +56,8 @@ pub enum LedgerError {
     NoSuchKey(String),
     #[error("an account with e-mail `{0}` already exists")]
     EmailTaken(String),
+    #[error("no pending top-up `{0}` with that amount and currency")]
+    NoSuchTopup(String),
     #[error("the link is unknown, used or expired")]
     BadToken,
     #[error("the code is unknown or already redeemed")]

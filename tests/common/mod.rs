@@ -102,14 +102,14 @@ pub fn serve(engine: SharedEngine, catalog: Catalog) -> TestServer {
 }
 
 pub fn serve_with(engine: SharedEngine, catalog: Catalog, rpm: u32) -> TestServer {
-    serve_limited(engine, catalog, rpm, None)
+    serve_limited(engine, catalog, rpm, |_| {})
 }
 
 fn serve_limited(
     engine: SharedEngine,
     catalog: Catalog,
     rpm: u32,
-    session_rpm: Option<u32>,
+    tweak: impl FnOnce(&mut AppState),
 ) -> TestServer {
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let ledger = Arc::new(tollgate::app::open_ledger(&dir.path().join("ledger.db")).unwrap());
@@ -118,9 +118,7 @@ fn serve_limited(
         .unwrap();
     let (key, _) = tollgate::auth::create_key(&ledger, a.id, "test").unwrap();
     let mut state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);
-    if let Some(n) = session_rpm {
-        state.session_limits = Arc::new(tollgate::api::access::RateLimits::new(n));
-    }
+    tweak(&mut state);
     let addr = spawn(state.clone());
     TestServer {
         addr,
@@ -310,6 +308,18 @@ pub fn fake_server() -> (TestServer, Arc<FakeEngine>) {
 /// `fake_server` with `key_rpm` per API key and, if given, `session_rpm` per account on the
 /// playground's session path.
 pub fn fake_server_with(key_rpm: u32, session_rpm: Option<u32>) -> (TestServer, Arc<FakeEngine>) {
+    fake_server_configured(key_rpm, move |state| {
+        if let Some(n) = session_rpm {
+            state.session_limits = Arc::new(tollgate::api::access::RateLimits::new(n));
+        }
+    })
+}
+
+/// `fake_server` with `key_rpm` per API key and `tweak` applied to the state before it serves.
+pub fn fake_server_configured(
+    key_rpm: u32,
+    tweak: impl FnOnce(&mut AppState),
+) -> (TestServer, Arc<FakeEngine>) {
     let text = [
         entry("fake-model", 64, "\"text\"", true),
         entry("fake-vision", 64, "\"text\", \"image\"", true),
@@ -326,6 +336,6 @@ pub fn fake_server_with(key_rpm: u32, session_rpm: Option<u32>) -> (TestServer, 
         ],
         std::time::Duration::from_millis(5),
     ));
-    let server = serve_limited(fake.clone(), catalog, key_rpm, session_rpm);
+    let server = serve_limited(fake.clone(), catalog, key_rpm, tweak);
     (server, fake)
 }

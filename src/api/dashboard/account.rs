@@ -95,7 +95,7 @@ pub fn account_json(a: &Account) -> serde_json::Value {
 }
 
 /// Base URL for e-mailed links.
-fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+pub(super) fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     state.dashboard.public_url.clone().unwrap_or_else(|| {
         let host = headers
             .get(header::HOST)

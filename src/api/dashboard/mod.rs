@@ -3,14 +3,16 @@
 //! `{"ok": false, "error": {"code", "message", ...}}` on failure, with the HTTP status set.
 //!
 //! Owns: sign-up, e-mail verification, sign-in/out, password reset, the account view, key
-//! management, usage and ledger entries, code redemption; the session cookie
+//! management, usage and ledger entries, code redemption, top-ups (Stripe Checkout and its
+//! webhook); the session cookie
 //! (`HttpOnly`, `SameSite=Lax`, `Secure` unless `--insecure-cookies`), CSRF checks on writes
 //! (the `Origin` and `Sec-Fetch-Site` headers, OWASP CSRF cheat sheet "verifying origin with
 //! standard headers"), and the sign-in/sign-up/redeem throttles (governor).
-//! May use: `auth`, `ledger`, `mail`, `billing`.
+//! May use: `auth`, `ledger`, `mail`, `billing`, `payments`.
 
 mod account;
 mod keys;
+mod topups;
 
 use std::num::NonZeroU32;
 
@@ -306,6 +308,7 @@ pub fn router() -> Router<AppState> {
         .route("/usage", get(keys::usage))
         .route("/entries", get(keys::entries))
         .route("/redeem", post(keys::redeem))
+        .route("/topups", post(topups::create))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             DashError::new(
@@ -318,4 +321,5 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .nest("/api/v1", api)
         .route("/verify", get(account::verify_link))
+        .route("/webhooks/stripe", post(topups::webhook))
 }

@@ -1,0 +1,161 @@
+//! Top-ups in the user's currency through Stripe Checkout: `POST /api/v1/topups` (session)
+//! creates a Checkout Session and a pending top-up; `POST /webhooks/stripe` credits it when the
+//! signed `checkout.session.completed` event arrives, once per event and once per checkout.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{blocking, ok, Body, DashError, Session};
+use crate::api::AppState;
+use crate::billing::micros_to_usd;
+use crate::ledger::{LedgerError, NewTopup, TopupOutcome};
+use crate::payments::{self, PaymentError, MIN_FIRST_TOPUP_MICROS};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopupBody {
+    /// Decimal string in `currency`, e.g. `"10.00"`.
+    amount: String,
+    /// ISO 4217 code, e.g. `"eur"`.
+    currency: String,
+}
+
+fn not_configured() -> DashError {
+    DashError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "payments_not_configured",
+        "Top-ups by card are not configured on this server; redeem a code instead.",
+    )
+}
+
+/// `POST /api/v1/topups {amount, currency}` -> 201 `{checkout_url, ...}`: pay there; the
+/// balance is credited when Stripe confirms.
+pub async fn create(
+    State(state): State<AppState>,
+    s: Session,
+    headers: HeaderMap,
+    Body(b): Body<TopupBody>,
+) -> Result<Response, DashError> {
+    let cfg = state.payments.clone().ok_or_else(not_configured)?;
+    let (minor, usd, rate) = cfg.rates.convert(&b.amount, &b.currency).map_err(|e| {
+        let code = match e {
+            PaymentError::Currency(..) => "unsupported_currency",
+            _ => "invalid_amount",
+        };
+        DashError::bad_request(code, format!("{e}."))
+    })?;
+    let currency = b.currency.trim().to_lowercase();
+    let base = super::account::base_url(&state, &headers);
+    let ledger = state.ledger.clone();
+    let account = s.principal.account_id;
+    let checkout = blocking(move || {
+        if usd < MIN_FIRST_TOPUP_MICROS && !ledger.has_topped_up(account)? {
+            return Err(DashError::bad_request(
+                "amount_too_small",
+                format!(
+                    "The first top-up must be at least 1.00 USD; {} {} is {:.2} USD.",
+                    b.amount.trim(),
+                    currency.to_uppercase(),
+                    micros_to_usd(usd)
+                ),
+            ));
+        }
+        let checkout = payments::create_checkout(
+            &cfg,
+            account,
+            &currency,
+            minor,
+            &format!("{base}/?topup=success"),
+            &format!("{base}/?topup=cancelled"),
+        )
+        .map_err(|e| {
+            tracing::warn!(error = %e, "stripe checkout failed");
+            DashError::new(
+                StatusCode::BAD_GATEWAY,
+                "payment_provider_error",
+                "The payment provider could not start a checkout; try again.",
+            )
+        })?;
+        ledger.insert_topup(&NewTopup {
+            account_id: account,
+            provider: "stripe".into(),
+            provider_ref: checkout.id.clone(),
+            currency,
+            amount_minor: minor,
+            usd_micros: usd,
+            rate,
+        })?;
+        Ok(checkout)
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::CREATED,
+        json!({"checkout_url": checkout.url, "checkout_id": checkout.id,
+               "usd_micros": usd, "usd": micros_to_usd(usd), "state": "pending"}),
+    ))
+}
+
+/// `POST /webhooks/stripe`: Stripe's signed events. A forged or stale signature is 400 and
+/// changes nothing; a replayed event or a second event for the same checkout is acknowledged
+/// without crediting again.
+pub async fn webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, DashError> {
+    let cfg = state.payments.clone().ok_or_else(|| {
+        DashError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No payment provider is configured.",
+        )
+    })?;
+    let signature = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    payments::verify_signature(&cfg.webhook_secret, signature, &body, crate::ledger::now())
+        .map_err(|e| DashError::bad_request("invalid_signature", format!("{e}.")))?;
+    let event = payments::completed_checkout(&body)
+        .map_err(|e| DashError::bad_request("invalid_event", format!("{e}.")))?;
+    let Some(c) = event else {
+        return Ok(ok(StatusCode::OK, json!({"handled": false})));
+    };
+    let ledger = state.ledger.clone();
+    let outcome = blocking(move || {
+        match ledger.complete_topup(
+            "stripe",
+            &c.event_id,
+            &c.session_id,
+            &c.currency,
+            c.amount_total,
+        ) {
+            Err(LedgerError::NoSuchTopup(id)) => {
+                tracing::warn!(checkout = %id, "stripe event for an unknown checkout or amount");
+                Err(DashError::bad_request(
+                    "unknown_checkout",
+                    "No pending top-up matches this checkout, currency and amount.",
+                ))
+            }
+            other => Ok(other?),
+        }
+    })
+    .await?;
+    let data = match outcome {
+        TopupOutcome::Credited {
+            account_id,
+            usd_micros,
+        } => {
+            tracing::info!(account_id, usd_micros, "top-up credited");
+            json!({"handled": true, "credited_micros": usd_micros})
+        }
+        TopupOutcome::DuplicateEvent | TopupOutcome::AlreadyCredited => {
+            json!({"handled": true, "credited_micros": 0, "duplicate": true})
+        }
+    };
+    Ok(ok(StatusCode::OK, data))
+}
