@@ -512,3 +512,30 @@ async fn the_playground_session_pays_and_has_a_limit_separate_from_keys() {
     assert_eq!(chat(&s, &second).await.0, 200);
     assert!(s.ledger.check().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn the_web_pages_are_served_with_a_strict_policy() {
+    let (s, _fake) = fake_server();
+    for (path, kind, needle) in [
+        ("/", "text/html", "/assets/app.js"),
+        ("/reset?token=abc", "text/html", "/assets/app.css"),
+        ("/assets/app.js", "text/javascript", "/api/v1/keys"),
+        ("/assets/app.css", "text/css", "--accent"),
+    ] {
+        let r = reqwest::get(s.url(path)).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers().clone();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"));
+        assert_eq!(
+            h["referrer-policy"], "no-referrer",
+            "link tokens never leak"
+        );
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert!(r.text().await.unwrap().contains(needle), "{path}");
+    }
+}

@@ -1,5 +1,5 @@
 //! HTTP surface (axum): `/v1` (chat completions, models), `/health`, and the dashboard's
-//! `/api/v1` (`dashboard`).
+//! `/api/v1` (`dashboard`) and its web pages (`web`).
 //! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
 //! May use: `engine` (trait and types), `billing`, `catalog`. Only this module uses axum/tower.
 
@@ -10,6 +10,7 @@ pub mod error;
 mod metrics;
 mod models;
 mod sse;
+mod web;
 pub use models::{usd_per_million, usd_per_token};
 pub mod request;
 
@@ -89,6 +90,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(models::health))
         .route("/metrics", get(metrics::render))
         .merge(dashboard::router())
+        .merge(web::router())
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
