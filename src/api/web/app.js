@@ -44,7 +44,7 @@ async function api(method, path, body) {
   return v.data;
 }
 
-const usd = (micros) => "$" + (micros / 1e6).toFixed(micros % 10000 === 0 ? 2 : 6);
+const usd = (micros) => (micros < 0 ? "-$" : "$") + (Math.abs(micros) / 1e6).toFixed(micros % 10000 === 0 ? 2 : 6);
 const when = (secs) => (secs ? new Date(secs * 1000).toLocaleString() : "—");
 
 function field(label, attrs) {
@@ -211,6 +211,7 @@ function spendChart(entries) {
     if (day) day.micros += -e.amount_micros;
   }
   const max = Math.max(1, ...days.map((d) => d.micros));
+  const total = days.reduce((a, d) => a + d.micros, 0);
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", "0 0 420 140");
@@ -225,7 +226,7 @@ function spendChart(entries) {
     label.textContent = d.label;
     svg.append(bar, label);
   });
-  return svg;
+  return h("figure", {}, svg, h("figcaption", { class: "muted" }, `Spent in the last 14 days: ${usd(total)} (tallest bar: ${usd(max)})`));
 }
 
 async function viewBalance() {
@@ -308,7 +309,8 @@ async function viewPlayground() {
       try {
         const r = await fetch("/v1/chat/completions", {
           method: "POST", credentials: "same-origin", headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model: f.get("model"), messages, stream: true, max_tokens: Number(f.get("max_tokens")) || 128, stream_options: { include_usage: true } }),
+          body: JSON.stringify({ model: f.get("model"), messages, stream: true, max_tokens: Number(f.get("max_tokens")) || 128,
+            temperature: Number(f.get("temperature")), stream_options: { include_usage: true } }),
         });
         if (!r.ok) {
           const v = await r.json().catch(() => ({}));
@@ -349,6 +351,7 @@ async function viewPlayground() {
     h("label", {}, "System message (optional)", h("textarea", { name: "system", rows: "2" })),
     h("label", {}, "Your message", h("textarea", { name: "user", rows: "4", required: true })),
     field("Max tokens", { name: "max_tokens", type: "number", min: "1", max: "4096", value: "128" }),
+    field("Temperature (0 = always the most likely token)", { name: "temperature", type: "number", min: "0", max: "2", step: "0.1", value: "0.7" }),
     h("button", { type: "submit" }, "Send"));
   render(h("h1", {}, "Playground"),
     h("p", { class: "muted" }, "Replies are paid from your balance, with their own rate limit."),
