@@ -107,6 +107,14 @@ pub enum AccountsCommand {
         #[arg(long)]
         account: String,
     },
+    /// Grant or take the dashboard's admin role (list accounts, adjust balances).
+    SetRole {
+        /// Account id or e-mail.
+        #[arg(long)]
+        account: String,
+        #[arg(long, value_parser = ["admin", "user"])]
+        role: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -354,6 +362,14 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 a.email,
                 usd(a.balance_micros)
             )?;
+        }
+        Command::Accounts {
+            command: AccountsCommand::SetRole { account, role },
+        } => {
+            let l = open(db)?;
+            let a = l.find_account(&account)?;
+            let a = l.set_admin(a.id, role == "admin")?;
+            writeln!(out, "account {} <{}> is now {role}", a.id, a.email)?;
         }
         Command::Accounts {
             command: AccountsCommand::Show { account },

@@ -237,6 +237,41 @@ async fn sign_up_verify_sign_in_then_create_use_and_revoke_a_key() {
     let (_, _, v) = b.get("/api/v1/usage").await;
     assert_eq!(v["data"]["usage"][0]["model"], "fake-model");
     assert!(v["data"]["usage"][0]["cost_micros"].as_i64().unwrap() > 0);
+    // A second request, then paging by cursor and the CSV export.
+    assert_eq!(chat(&s, &key).await.0, 200);
+    let (_, _, v) = b.get("/api/v1/usage?limit=1").await;
+    let cursor = v["data"]["next_before"].as_i64().expect("a next page");
+    let first_id = v["data"]["usage"][0]["request_id"].clone();
+    let (_, _, v) = b
+        .get(&format!("/api/v1/usage?limit=1&before={cursor}"))
+        .await;
+    assert_eq!(v["data"]["usage"].as_array().unwrap().len(), 1);
+    assert_ne!(v["data"]["usage"][0]["request_id"], first_id);
+    assert!(v["data"]["usage"][0]["created_at"].as_i64().unwrap() > 0);
+    let csv = reqwest::Client::new()
+        .get(s.url("/api/v1/usage.csv"))
+        .header(
+            "cookie",
+            format!("tollgate_session={}", b.session.clone().unwrap()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(csv.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let csv = csv.text().await.unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(
+        lines[0].starts_with("created_at,request_id,model,"),
+        "{csv}"
+    );
+    assert_eq!(lines.len(), 3, "header + two requests: {csv}");
+    assert!(
+        lines[1].contains(",fake-model,") && lines[1].contains(",ok,"),
+        "{csv}"
+    );
     let (_, _, v) = b.get("/api/v1/entries").await;
     let kinds: Vec<&str> = v["data"]["entries"]
         .as_array()
@@ -538,4 +573,65 @@ async fn the_web_pages_are_served_with_a_strict_policy() {
         assert_eq!(h["x-content-type-options"], "nosniff");
         assert!(r.text().await.unwrap().contains(needle), "{path}");
     }
+}
+
+#[tokio::test]
+async fn admins_list_accounts_and_adjust_balances_with_a_reason() {
+    let (s, _fake) = fake_server();
+    let mut user = signed_in(&s, "plain@example.com").await;
+    let (st, _, v) = user.get("/api/v1/admin/accounts").await;
+    assert_eq!((st, v["error"]["code"].clone()), (403, json!("admin_only")));
+    let mut admin = signed_in(&s, "boss@example.com").await;
+    let boss = s.ledger.find_account("boss@example.com").unwrap();
+    s.ledger.set_admin(boss.id, true).unwrap();
+    let (st, _, v) = admin.get("/api/v1/admin/accounts?limit=2").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["accounts"].as_array().unwrap().len(), 2);
+    let after = v["data"]["next_after"].as_i64().unwrap();
+    let (_, _, v) = admin
+        .get(&format!("/api/v1/admin/accounts?after={after}"))
+        .await;
+    let emails: Vec<&str> = v["data"]["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["email"].as_str().unwrap())
+        .collect();
+    assert!(emails.contains(&"boss@example.com"), "{emails:?}");
+    let plain = s.ledger.find_account("plain@example.com").unwrap();
+    let path = format!("/api/v1/admin/accounts/{}/adjust", plain.id);
+    let (st, _, v) = admin
+        .post(
+            &path,
+            json!({"amount_usd": "2.50", "reason": "support ticket 7"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["account"]["balance_micros"], 2_600_000);
+    let (st, _, v) = admin
+        .post(&path, json!({"amount_usd": "-5", "reason": "too much"}))
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (400, json!("would_go_negative"))
+    );
+    let (st, _, _) = admin
+        .post(&path, json!({"amount_usd": "1", "reason": " "}))
+        .await;
+    assert_eq!(st, 400);
+    let entry = &s.ledger.entries(plain.id, 1).unwrap()[0];
+    assert_eq!(
+        (entry.kind.as_str(), entry.amount_micros),
+        ("adjustment", 2_500_000)
+    );
+    assert_eq!(
+        entry.note.as_deref(),
+        Some("by boss@example.com: support ticket 7")
+    );
+    // The user is not an admin, whatever they send.
+    let (st, _, _) = user
+        .post(&path, json!({"amount_usd": "100", "reason": "me"}))
+        .await;
+    assert_eq!(st, 403);
+    assert!(s.ledger.check().unwrap().is_empty());
 }

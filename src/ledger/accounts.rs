@@ -16,6 +16,8 @@ pub struct Account {
     pub reserved_micros: i64,
     /// E-mail address confirmed (always for operator-made accounts).
     pub verified: bool,
+    /// May list accounts and adjust balances on the dashboard.
+    pub admin: bool,
 }
 
 impl Account {
@@ -118,12 +120,13 @@ fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::
         balance_micros: r.get(3)?,
         reserved_micros: r.get(4)?,
         verified: r.get(5)?,
+        admin: r.get(6)?,
     })
 }
 
 const ACCOUNT_SELECT: &str = "SELECT a.id, a.email, a.created_at, a.balance_micros,
     COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0),
-    a.verified_at IS NOT NULL
+    a.verified_at IS NOT NULL, a.role = 'admin'
     FROM accounts a";
 
 impl Ledger {
@@ -199,6 +202,82 @@ impl Ledger {
         })
     }
 
+    /// Make an account an admin or a plain user.
+    ///
+    /// # Errors
+    /// `NoSuchAccount`, database errors.
+    pub fn set_admin(&self, account: AccountId, admin: bool) -> Result<Account, LedgerError> {
+        let n = self.write(|tx| {
+            Ok(tx.execute(
+                "UPDATE accounts SET role = ?1 WHERE id = ?2",
+                params![if admin { "admin" } else { "user" }, account],
+            )?)
+        })?;
+        if n == 0 {
+            return Err(LedgerError::NoSuchAccount(account.to_string()));
+        }
+        self.account(account)
+    }
+
+    /// Accounts in id order after `after` (paging), at most `limit`.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn accounts_page(
+        &self,
+        after: AccountId,
+        limit: usize,
+    ) -> Result<Vec<Account>, LedgerError> {
+        self.read(|c| {
+            let mut st = c.prepare(&format!(
+                "{ACCOUNT_SELECT} WHERE a.id > ?1 ORDER BY a.id LIMIT ?2"
+            ))?;
+            let rows = st.query_map(
+                params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+                row_to_account,
+            )?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// Adjust a balance by `amount_micros` (signed) with a reason, as an `adjustment` entry. A
+    /// debit may not take the balance below what running requests hold (checked in the same
+    /// transaction).
+    ///
+    /// # Errors
+    /// `BadAmount` (zero), `InsufficientBalance` (the debit exceeds the available balance),
+    /// `NoSuchAccount`, database errors.
+    pub fn adjust(
+        &self,
+        account: AccountId,
+        amount_micros: i64,
+        note: &str,
+    ) -> Result<Account, LedgerError> {
+        if amount_micros == 0 {
+            return Err(LedgerError::BadAmount);
+        }
+        self.write(|tx| {
+            let (balance, held): (i64, i64) = tx
+                .query_row(
+                    "SELECT balance_micros, COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE account_id = ?1 AND state = 'open'), 0)
+                     FROM accounts WHERE id = ?1",
+                    [account],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?
+                .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
+            if balance - held + amount_micros < 0 {
+                return Err(LedgerError::InsufficientBalance {
+                    required: -amount_micros,
+                    available: balance - held,
+                });
+            }
+            add_balance(tx, account, amount_micros)?;
+            insert_entry(tx, account, "adjustment", amount_micros, None, Some(note))
+        })?;
+        self.account(account)
+    }
+
     /// Add money: `kind` is `grant`, `topup` or `adjustment` (the latter may be negative but
     /// never takes the balance below zero).
     ///
@@ -259,6 +338,39 @@ impl Ledger {
                 },
             )
             .optional()?)
+        })
+    }
+
+    /// One page of an account's usage, newest first: rows older than the cursor `before` (a
+    /// row's `seq`; `None` = from the newest), at most `limit`. Each row is `(seq, created_at
+    /// Unix seconds, record)`; pass the last `seq` as the next `before`.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn usage_page(
+        &self,
+        account: AccountId,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64, UsageRecord)>, LedgerError> {
+        self.read(|c| {
+            let mut st = c.prepare(
+                "SELECT rowid, created_at, request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms
+                 FROM usage WHERE account_id = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3",
+            )?;
+            let rows = st.query_map(
+                params![account, before.unwrap_or(i64::MAX), i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    let status: String = r.get(9)?;
+                    Ok((r.get(0)?, r.get(1)?, UsageRecord {
+                        request_id: r.get(2)?, account_id: r.get(3)?, key_id: r.get(4)?, model: r.get(5)?,
+                        prompt_tokens: r.get(6)?, completion_tokens: r.get(7)?, cost_micros: r.get(8)?,
+                        status: match status.as_str() { "ok" => UsageStatus::Ok, "cancelled" => UsageStatus::Cancelled, _ => UsageStatus::Failed },
+                        latency_ms: r.get(10)?,
+                    }))
+                },
+            )?;
+            Ok(rows.collect::<Result<_, _>>()?)
         })
     }
 

@@ -34,10 +34,11 @@ pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
+    include_str!("migrations/0004_roles.sql"),
 ];
 
 /// Account id.

@@ -85,6 +85,7 @@ pub fn account_json(a: &Account) -> serde_json::Value {
         "id": a.id,
         "email": a.email,
         "verified": a.verified,
+        "admin": a.admin,
         "created_at": a.created_at,
         "balance_micros": a.balance_micros,
         "reserved_micros": a.reserved_micros,

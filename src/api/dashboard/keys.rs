@@ -2,8 +2,8 @@
 //! it), usage and ledger entries, and redeem codes.
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -107,6 +107,8 @@ pub async fn revoke(
 #[serde(deny_unknown_fields)]
 pub struct Page {
     limit: Option<usize>,
+    /// Usage only: rows older than this cursor (the previous page's `next_before`).
+    before: Option<i64>,
 }
 
 impl Page {
@@ -115,18 +117,23 @@ impl Page {
     }
 }
 
-/// `GET /api/v1/usage?limit=50`: the newest metered requests (model, tokens, cost, status).
+/// `GET /api/v1/usage?limit=50&before=CURSOR`: metered requests, newest first (model, tokens,
+/// cost, status, latency, time); `next_before` is the cursor of the next page (null at the end).
 pub async fn usage(
     State(state): State<AppState>,
     s: Session,
     Query(p): Query<Page>,
 ) -> Result<Response, DashError> {
     let ledger = state.ledger.clone();
+    let limit = p.limit();
     let rows =
-        blocking(move || Ok(ledger.recent_usage(s.principal.account_id, p.limit())?)).await?;
+        blocking(move || Ok(ledger.usage_page(s.principal.account_id, p.before, limit)?)).await?;
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|r| r.0))
+        .flatten();
     let rows: Vec<_> = rows
         .iter()
-        .map(|u| {
+        .map(|(_, at, u)| {
             json!({
                 "request_id": u.request_id,
                 "model": u.model,
@@ -136,10 +143,56 @@ pub async fn usage(
                 "cost_usd": micros_to_usd(u.cost_micros),
                 "status": u.status.as_str(),
                 "latency_ms": u.latency_ms,
+                "created_at": at,
             })
         })
         .collect();
-    Ok(ok(StatusCode::OK, json!({"usage": rows})))
+    Ok(ok(
+        StatusCode::OK,
+        json!({"usage": rows, "next_before": next}),
+    ))
+}
+
+/// Most rows in one CSV export.
+const MAX_CSV_ROWS: usize = 100_000;
+
+/// `GET /api/v1/usage.csv`: every metered request of the account (newest first, up to
+/// 100,000) as CSV: `created_at,request_id,model,prompt_tokens,completion_tokens,cost_micros,
+/// cost_usd,status,latency_ms`. Cost in USD is rendered from the integer micros.
+pub async fn usage_csv(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let rows =
+        blocking(move || Ok(ledger.usage_page(s.principal.account_id, None, MAX_CSV_ROWS)?))
+            .await?;
+    let mut out = String::from(
+        "created_at,request_id,model,prompt_tokens,completion_tokens,cost_micros,cost_usd,status,latency_ms\n",
+    );
+    for (_, at, u) in &rows {
+        // Model ids and request ids are [A-Za-z0-9._-]; no field needs quoting.
+        out.push_str(&format!(
+            "{at},{},{},{},{},{},{}.{:06},{},{}\n",
+            u.request_id,
+            u.model,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cost_micros,
+            u.cost_micros / 1_000_000,
+            u.cost_micros % 1_000_000,
+            u.status.as_str(),
+            u.latency_ms
+        ));
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"usage.csv\"",
+            ),
+        ],
+        out,
+    )
+        .into_response())
 }
 
 /// `GET /api/v1/entries?limit=50`: the newest ledger entries (grants, top-ups, redemptions,

@@ -11,6 +11,7 @@
 //! May use: `auth`, `ledger`, `mail`, `billing`, `payments`.
 
 mod account;
+mod admin;
 mod keys;
 mod topups;
 
@@ -306,9 +307,12 @@ pub fn router() -> Router<AppState> {
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}", delete(keys::revoke))
         .route("/usage", get(keys::usage))
+        .route("/usage.csv", get(keys::usage_csv))
         .route("/entries", get(keys::entries))
         .route("/redeem", post(keys::redeem))
         .route("/topups", post(topups::create))
+        .route("/admin/accounts", get(admin::accounts))
+        .route("/admin/accounts/{id}/adjust", post(admin::adjust))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             DashError::new(

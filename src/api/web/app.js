@@ -261,18 +261,12 @@ async function viewBalance() {
     h("td", {}, usd(u.cost_micros)), h("td", {}, u.status), h("td", {}, u.latency_ms + " ms")));
   const entryRows = entries.filter((e) => e.kind !== "hold" && e.kind !== "release").slice(0, 50).map((e) => h("tr", {},
     h("td", {}, when(e.created_at)), h("td", {}, e.kind), h("td", {}, usd(e.amount_micros)), h("td", {}, e.note || "")));
-  const csv = () => {
-    const lines = [["request_id", "model", "prompt_tokens", "completion_tokens", "cost_micros", "status", "latency_ms"].join(",")]
-      .concat(usage.map((u) => [u.request_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros, u.status, u.latency_ms].join(",")));
-    const a = h("a", { href: URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" })), download: "usage.csv" });
-    a.click();
-  };
   render(h("h1", {}, "Balance and usage"),
     h("p", {}, "Balance ", h("strong", {}, usd(me.balance_micros)), " · reserved by running requests ", usd(me.reserved_micros),
       " · available ", h("strong", {}, usd(me.available_micros))),
     h("h2", {}, "Spend per day"), spendChart(entries),
     topup, redeem,
-    h("h2", {}, "Recent requests"), h("button", { type: "button", class: "secondary", onclick: csv }, "Export CSV"),
+    h("h2", {}, "Recent requests"), h("a", { href: "/api/v1/usage.csv", download: "usage.csv" }, "Export all as CSV"),
     h("div", { class: "table-wrap" }, h("table", {},
       h("thead", {}, h("tr", {}, ["Model", "Prompt tokens", "Completion tokens", "Cost", "Status", "Latency"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, usageRows))),
