@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub kv_cache_budget: u64,
     /// Dashboard cookies, links and sign-up grant.
     pub dashboard: crate::api::dashboard::DashboardConfig,
+    /// SMTP relay URL and sender for e-mails (`None`: e-mails go to the log).
+    pub smtp: Option<(String, String)>,
     /// Stripe Checkout for top-ups (`None`: codes and the CLI only).
     pub payments: Option<crate::payments::StripeConfig>,
 }
@@ -132,6 +134,9 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     state.session_limits = Arc::new(RateLimits::new(cfg.dashboard.playground_rpm));
     state.dashboard = Arc::new(cfg.dashboard.clone());
     state.payments = cfg.payments.clone().map(Arc::new);
+    if let Some((url, from)) = &cfg.smtp {
+        state.mail = Arc::new(crate::mail::Outbox::smtp(url, from).map_err(anyhow::Error::msg)?);
+    }
     Ok(state)
 }
 

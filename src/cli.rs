@@ -234,6 +234,17 @@ pub struct ServeArgs {
     /// the rate used is recorded on each top-up's ledger entry.
     #[arg(long, env = "TOLLGATE_FX_RATES", default_value = "")]
     pub fx_rates: String,
+    /// SMTP relay for verification and reset e-mails, e.g. `smtps://user:pass@smtp.example.com`
+    /// or `smtp://relay:587?tls=required`; without it, e-mails go to the log.
+    #[arg(long, env = "TOLLGATE_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// Sender of those e-mails.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAIL_FROM",
+        default_value = "tollgate <noreply@localhost>"
+    )]
+    pub mail_from: String,
 }
 
 impl ServeArgs {
@@ -263,6 +274,10 @@ impl ServeArgs {
                 playground_rpm: self.playground_rpm,
                 ..Default::default()
             },
+            smtp: self
+                .smtp_url
+                .clone()
+                .map(|url| (url, self.mail_from.clone())),
             payments: match (&self.stripe_secret_key, &self.stripe_webhook_secret) {
                 (Some(key), Some(secret)) => Some(crate::payments::StripeConfig {
                     secret_key: key.clone(),

@@ -1,12 +1,18 @@
 //! Outgoing e-mail (verification and password-reset links). Owns: the outbox. May use: `std`,
-//! `tracing`. Without an SMTP relay configured (the self-hosted default) a message is written
-//! to the log at info level, which is where an operator finds the link; the last
-//! [`RECENT`] messages are also kept in memory (tests read links from there).
+//! `tracing`, `lettre` (SMTP).
 //!
-//! Not done yet (issue 6): delivery through SMTP (`--smtp-url`, the `lettre` crate).
+//! With `--smtp-url` a message goes through that relay (lettre's blocking `SmtpTransport`:
+//! `smtp://host:25` plain, `smtp://host:587?tls=required` STARTTLS, `smtps://host:465`
+//! implicit TLS, credentials as `user:password@`); the log then says only that it was sent.
+//! Without one (the self-hosted default) the message, link included, is written to the log at
+//! info level, which is where an operator finds it. Either way the last [`RECENT`] messages are
+//! kept in memory (tests read links from there).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
+
+use lettre::message::Mailbox;
+use lettre::{Message, SmtpTransport, Transport};
 
 /// How many sent messages the outbox remembers.
 pub const RECENT: usize = 64;
@@ -19,16 +25,61 @@ pub struct Mail {
     pub body: String,
 }
 
+/// An SMTP relay and the sender address.
+struct Relay {
+    transport: SmtpTransport,
+    from: Mailbox,
+}
+
 /// Where messages go.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Outbox {
+    relay: Option<Relay>,
     recent: Mutex<VecDeque<Mail>>,
 }
 
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("smtp", &self.relay.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Outbox {
-    /// Send (log) a message.
+    /// An outbox that delivers through the SMTP relay at `url`, from `from`
+    /// (e.g. `tollgate <noreply@example.com>`).
+    ///
+    /// # Errors
+    /// A malformed URL or sender address, named.
+    pub fn smtp(url: &str, from: &str) -> Result<Self, String> {
+        let transport = SmtpTransport::from_url(url)
+            .map_err(|e| format!("--smtp-url: {e}"))?
+            .timeout(Some(std::time::Duration::from_secs(20)))
+            .build();
+        let from = from
+            .parse()
+            .map_err(|e| format!("--mail-from `{from}`: {e}"))?;
+        Ok(Self {
+            relay: Some(Relay { transport, from }),
+            recent: Mutex::default(),
+        })
+    }
+
+    /// Send a message (blocking when a relay is configured: call from a blocking task). A
+    /// delivery failure is logged as a warning; the message stays in the outbox.
     pub fn send(&self, mail: Mail) {
-        tracing::info!(to = %mail.to, subject = %mail.subject, "e-mail (no SMTP relay configured):\n{}", mail.body);
+        match &self.relay {
+            None => {
+                tracing::info!(to = %mail.to, subject = %mail.subject, "e-mail (no SMTP relay configured):\n{}", mail.body);
+            }
+            Some(relay) => match deliver(relay, &mail) {
+                Ok(()) => tracing::info!(to = %mail.to, subject = %mail.subject, "e-mail sent"),
+                Err(e) => {
+                    tracing::warn!(to = %mail.to, subject = %mail.subject, error = %e, "e-mail not sent");
+                }
+            },
+        }
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if recent.len() == RECENT {
             recent.pop_front();
@@ -46,4 +97,19 @@ impl Outbox {
             .cloned()
             .collect()
     }
+}
+
+fn deliver(relay: &Relay, mail: &Mail) -> Result<(), String> {
+    let to: Mailbox = mail.to.parse().map_err(|e| format!("recipient: {e}"))?;
+    let message = Message::builder()
+        .from(relay.from.clone())
+        .to(to)
+        .subject(mail.subject.clone())
+        .body(mail.body.clone())
+        .map_err(|e| e.to_string())?;
+    relay
+        .transport
+        .send(&message)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -635,3 +635,110 @@ async fn admins_list_accounts_and_adjust_balances_with_a_reason() {
     assert_eq!(st, 403);
     assert!(s.ledger.check().unwrap().is_empty());
 }
+
+/// Decode quoted-printable (RFC 2045 6.7): soft line breaks and `=XX` escapes.
+fn quoted_printable(s: &str) -> String {
+    let joined = s.replace("=\r\n", "");
+    let b = joined.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'=' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&joined[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A stand-in SMTP relay on loopback (enough of RFC 5321 for one client at a time): answers
+/// every command and keeps each message's DATA.
+fn smtp_stand_in() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = got.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let mut w = conn.unwrap();
+            let mut r = BufReader::new(w.try_clone().unwrap());
+            w.write_all(b"220 stand-in ESMTP\r\n").unwrap();
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                let cmd = line.to_ascii_uppercase();
+                if cmd.starts_with("DATA") {
+                    w.write_all(b"354 end with .\r\n").unwrap();
+                    let mut data = String::new();
+                    loop {
+                        let mut l = String::new();
+                        if r.read_line(&mut l).unwrap_or(0) == 0 || l == ".\r\n" {
+                            break;
+                        }
+                        data.push_str(&l);
+                    }
+                    store.lock().unwrap().push(data);
+                    w.write_all(b"250 queued\r\n").unwrap();
+                } else if cmd.starts_with("QUIT") {
+                    w.write_all(b"221 bye\r\n").unwrap();
+                    break;
+                } else {
+                    w.write_all(b"250 ok\r\n").unwrap();
+                }
+                line.clear();
+            }
+        }
+    });
+    (port, got)
+}
+
+#[tokio::test]
+async fn with_an_smtp_relay_the_verification_link_is_mailed() {
+    let (port, got) = smtp_stand_in();
+    let (s, _fake) = common::fake_server_configured(10_000, move |state| {
+        state.mail = std::sync::Arc::new(
+            tollgate::mail::Outbox::smtp(
+                &format!("smtp://127.0.0.1:{port}"),
+                "tollgate <noreply@example.com>",
+            )
+            .unwrap(),
+        );
+    });
+    let mut b = Browser::new(&s);
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "mailed@example.com", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let data = got
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .expect("the relay got a message");
+    assert!(data.contains("To: mailed@example.com"), "{data}");
+    assert!(
+        data.contains("From: tollgate <noreply@example.com>"),
+        "{data}"
+    );
+    assert!(
+        data.contains("Subject: Confirm your tollgate account"),
+        "{data}"
+    );
+    assert!(
+        data.contains("Content-Transfer-Encoding: quoted-printable"),
+        "{data}"
+    );
+    let data = quoted_printable(&data);
+    let at = data.find("/verify?token=").expect("link in the mail") + "/verify?token=".len();
+    let token = &data[at..at + 64];
+    let (st, _, v) = b.post("/api/v1/auth/verify", json!({"token": token})).await;
+    assert_eq!(st, 200, "{v}\n{data}");
+}
