@@ -132,6 +132,13 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     state.weights_dir = Arc::new(cfg.weights.clone());
     state.throttles = Arc::new(api::dashboard::Throttles::new(&cfg.dashboard));
     state.session_limits = Arc::new(RateLimits::new(cfg.dashboard.playground_rpm));
+    let p = cfg.dashboard.sessions;
+    let purged = state
+        .ledger
+        .purge_expired_sign_in(p.idle_secs, p.absolute_secs)?;
+    if purged > 0 {
+        tracing::info!(rows = purged, "purged expired sessions and e-mail tokens");
+    }
     state.dashboard = Arc::new(cfg.dashboard.clone());
     state.payments = cfg.payments.clone().map(Arc::new);
     if let Some((url, from)) = &cfg.smtp {

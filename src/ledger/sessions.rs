@@ -244,6 +244,30 @@ impl Ledger {
         self.write(|tx| Ok(tx.execute("DELETE FROM sessions WHERE id_hash = ?1", [id_hash])? > 0))
     }
 
+    /// Delete sessions past their idle or absolute lifetime (seconds) and e-mail tokens that
+    /// expired or were used more than a day ago. Returns how many rows went. Run at start-up.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn purge_expired_sign_in(
+        &self,
+        idle_secs: i64,
+        absolute_secs: i64,
+    ) -> Result<usize, LedgerError> {
+        self.write(|tx| {
+            let t = now();
+            let s = tx.execute(
+                "DELETE FROM sessions WHERE last_seen_at < ?1 OR created_at < ?2",
+                params![t - idle_secs, t - absolute_secs],
+            )?;
+            let e = tx.execute(
+                "DELETE FROM email_tokens WHERE expires_at < ?1 OR used_at < ?2",
+                params![t, t - 24 * 3600],
+            )?;
+            Ok(s + e)
+        })
+    }
+
     /// End every session of an account ("sign out everywhere"). Returns how many ended.
     ///
     /// # Errors
@@ -324,5 +348,12 @@ mod tests {
                 .as_deref(),
             Some("$argon2id$new")
         );
+        // Start-up purge: a stale session goes, a fresh one stays. (The used reset token is
+        // younger than a day, so it stays too.)
+        l.insert_session(&sha256("fresh"), a.id).unwrap();
+        assert_eq!(l.purge_expired_sign_in(3600, 86_400).unwrap(), 0);
+        assert!(l.session(&sha256("fresh")).unwrap().is_some());
+        assert_eq!(l.purge_expired_sign_in(-1, 86_400).unwrap(), 1);
+        assert!(l.session(&sha256("fresh")).unwrap().is_none());
     }
 }

@@ -89,6 +89,17 @@ try {
   await page.getByRole("heading", { name: "Spend per day" }).waitFor();
   await shot("05-balance-redeemed");
 
+  // Made an admin by the operator, the user adjusts their own balance from the accounts page.
+  execFileSync(BIN, ["accounts", "set-role", "--account", email, "--role", "admin", "--db", DB]);
+  await page.goto(`${BASE}/#/admin`);
+  await page.reload();
+  const row = page.getByRole("row").filter({ hasText: email });
+  await row.getByLabel(/^Amount in USD/).fill("1.50");
+  await row.getByLabel(/^Reason/).fill("browser test credit");
+  await row.getByRole("button", { name: "Adjust" }).click();
+  await statusIs(`Adjusted ${email}.`);
+  await shot("06-admin-adjusted");
+
   // Stream a playground reply (paid by the session).
   await page.goto(`${BASE}/#/playground`);
   await page.getByLabel("Model").selectOption(model);
@@ -102,16 +113,16 @@ try {
   await page.locator("#pg-meta").filter({ hasText: "completion tokens" }).waitFor({ timeout: 60000 });
   const answer = (await page.locator("#pg-answer").textContent()).trim();
   assert.match(answer, /Paris/, "the real model's greedy answer");
-  await shot("06-playground");
+  await shot("07-playground");
 
   // Public price list, and the keys page on a phone-sized screen.
   await page.goto(`${BASE}/#/models`);
   await page.getByRole("cell", { name: model }).waitFor();
-  await shot("07-models");
+  await shot("08-models");
   await page.setViewportSize({ width: 390, height: 800 });
   await page.goto(`${BASE}/#/keys`);
   await page.getByRole("heading", { name: "API keys" }).waitFor();
-  await shot("08-keys-phone");
+  await shot("09-keys-phone");
   console.log(`browser suite: ok (playground answer: ${JSON.stringify(answer.slice(0, 60))})`);
   console.log(`screenshots:\n${shots.join("\n")}`);
 } finally {

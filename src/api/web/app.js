@@ -65,6 +65,7 @@ async function refreshMe() {
   }
   document.querySelectorAll("[data-auth]").forEach((el) => (el.hidden = !me));
   document.querySelectorAll("[data-anon]").forEach((el) => (el.hidden = !!me));
+  document.querySelectorAll("[data-admin]").forEach((el) => (el.hidden = !(me && me.admin)));
 }
 
 async function loadModels() {
@@ -352,6 +353,36 @@ async function viewPlayground() {
     form, h("h2", {}, "Answer"), answer, meta);
 }
 
+// Admins: accounts with balances, and signed adjustments with a reason.
+async function viewAdmin(after) {
+  const { accounts, next_after } = await api("GET", `/api/v1/admin/accounts?limit=50&after=${after || 0}`);
+  const rows = accounts.map((a) => {
+    const form = h("form", {
+      class: "inline",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        const f = new FormData(form);
+        try {
+          await api("POST", `/api/v1/admin/accounts/${a.id}/adjust`, { amount_usd: f.get("amount"), reason: f.get("reason") });
+          status(`Adjusted ${a.email}.`);
+          viewAdmin(after);
+        } catch (e) { status(e.message, true); }
+      },
+    },
+      field(`Amount in USD for ${a.email} (negative to debit)`, { name: "amount", inputmode: "decimal", required: true, placeholder: "5.00" }),
+      field("Reason (on the ledger)", { name: "reason", required: true, maxlength: "500" }),
+      h("button", { type: "submit", class: "secondary" }, "Adjust"));
+    return h("tr", {},
+      h("td", {}, a.id), h("td", {}, a.email), h("td", {}, a.verified ? "yes" : "no"),
+      h("td", {}, usd(a.balance_micros)), h("td", {}, usd(a.available_micros)), h("td", {}, form));
+  });
+  render(h("h1", {}, "Accounts"),
+    h("div", { class: "table-wrap" }, h("table", {},
+      h("thead", {}, h("tr", {}, ["Id", "E-mail", "Verified", "Balance", "Available", "Adjust"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, rows))),
+    next_after && accounts.length === 50 ? h("button", { type: "button", class: "secondary", onclick: () => viewAdmin(next_after) }, "Next page") : "");
+}
+
 function viewHome() {
   render(h("h1", {}, "tollgate"),
     h("p", {}, "Open-weight language models behind an OpenAI-compatible API, paid from a prepaid balance."),
@@ -364,7 +395,7 @@ async function route() {
   const params = new URLSearchParams(location.search);
   if (location.pathname === "/reset" && params.get("token")) return viewReset(params.get("token"));
   const page = location.hash.replace(/^#\//, "") || "";
-  const needsAuth = ["keys", "balance", "playground"].includes(page);
+  const needsAuth = ["keys", "balance", "playground", "admin"].includes(page);
   if (needsAuth && !me) {
     status("Sign in first.");
     return viewSignin();
@@ -377,6 +408,7 @@ async function route() {
       case "keys": return await viewKeys();
       case "balance": return await viewBalance();
       case "playground": return await viewPlayground();
+      case "admin": return await viewAdmin();
       default: return viewHome();
     }
   } catch (e) {
