@@ -212,8 +212,17 @@ pub fn load_languages(
 }
 
 /// Purge the key cache when another process (the CLI) revokes a key; polls once a second.
+/// Also trims the dashboard throttles' memory once a minute.
 fn spawn_revocation_sync(state: &AppState) {
     let auth = state.auth.clone();
+    let throttles = state.throttles.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            throttles.retain_recent();
+        }
+    });
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {

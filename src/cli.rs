@@ -274,10 +274,13 @@ impl ServeArgs {
                 playground_rpm: self.playground_rpm,
                 ..Default::default()
             },
-            smtp: self
-                .smtp_url
-                .clone()
-                .map(|url| (url, self.mail_from.clone())),
+            smtp: match (&self.smtp_url, &self.public_url) {
+                // Mailed links must not take their host from a request's Host header.
+                (Some(_), None) => anyhow::bail!(
+                    "--smtp-url needs --public-url (the base of the links in e-mails)"
+                ),
+                (url, _) => url.clone().map(|url| (url, self.mail_from.clone())),
+            },
             payments: match (&self.stripe_secret_key, &self.stripe_webhook_secret) {
                 (Some(key), Some(secret)) => Some(crate::payments::StripeConfig {
                     secret_key: key.clone(),

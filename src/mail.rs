@@ -26,6 +26,7 @@ pub struct Mail {
 }
 
 /// An SMTP relay and the sender address.
+#[derive(Clone)]
 struct Relay {
     transport: SmtpTransport,
     from: Mailbox,
@@ -66,19 +67,23 @@ impl Outbox {
         })
     }
 
-    /// Send a message (blocking when a relay is configured: call from a blocking task). A
-    /// delivery failure is logged as a warning; the message stays in the outbox.
+    /// Send a message. Through a relay, delivery runs on its own thread, so the request that
+    /// sent it answers at once (and its timing says nothing about the relay); a delivery
+    /// failure is logged as a warning. The message is in the outbox when this returns.
     pub fn send(&self, mail: Mail) {
         match &self.relay {
             None => {
                 tracing::info!(to = %mail.to, subject = %mail.subject, "e-mail (no SMTP relay configured):\n{}", mail.body);
             }
-            Some(relay) => match deliver(relay, &mail) {
-                Ok(()) => tracing::info!(to = %mail.to, subject = %mail.subject, "e-mail sent"),
-                Err(e) => {
-                    tracing::warn!(to = %mail.to, subject = %mail.subject, error = %e, "e-mail not sent");
-                }
-            },
+            Some(relay) => {
+                let (relay, m) = (relay.clone(), mail.clone());
+                std::thread::spawn(move || match deliver(&relay, &m) {
+                    Ok(()) => tracing::info!(to = %m.to, subject = %m.subject, "e-mail sent"),
+                    Err(e) => {
+                        tracing::warn!(to = %m.to, subject = %m.subject, error = %e, "e-mail not sent");
+                    }
+                });
+            }
         }
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if recent.len() == RECENT {

@@ -717,12 +717,16 @@ async fn with_an_smtp_relay_the_verification_link_is_mailed() {
         )
         .await;
     assert_eq!(st, 201, "{v}");
-    let data = got
-        .lock()
-        .unwrap()
-        .last()
-        .cloned()
-        .expect("the relay got a message");
+    // Delivery runs in the background: wait for it (up to 10 s).
+    let mut data = None;
+    for _ in 0..200 {
+        data = got.lock().unwrap().last().cloned();
+        if data.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let data = data.expect("the relay got a message");
     assert!(data.contains("To: mailed@example.com"), "{data}");
     assert!(
         data.contains("From: tollgate <noreply@example.com>"),

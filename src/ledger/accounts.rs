@@ -266,7 +266,8 @@ impl Ledger {
                 )
                 .optional()?
                 .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
-            if balance - held + amount_micros < 0 {
+            let after = balance.checked_add(amount_micros).ok_or(LedgerError::BadAmount)?;
+            if after - held < 0 {
                 return Err(LedgerError::InsufficientBalance {
                     required: -amount_micros,
                     available: balance - held,

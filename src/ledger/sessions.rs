@@ -110,6 +110,25 @@ impl Ledger {
         })
     }
 
+    /// Whether an unused, unexpired token of `purpose` has this hash (a read; `verify_email`
+    /// and `reset_password` consume tokens atomically).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn email_token_usable(
+        &self,
+        token_hash: &[u8],
+        purpose: TokenPurpose,
+    ) -> Result<bool, LedgerError> {
+        self.read(|c| {
+            Ok(c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM email_tokens WHERE token_hash = ?1 AND purpose = ?2 AND used_at IS NULL AND expires_at > ?3)",
+                params![token_hash, purpose.as_str(), now()],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     /// Consume an unused, unexpired token of `purpose` inside `tx`; returns its account.
     fn take_token(
         tx: &r2d2_sqlite::rusqlite::Transaction<'_>,

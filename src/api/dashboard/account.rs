@@ -13,7 +13,7 @@ use crate::api::AppState;
 use crate::auth::password;
 use crate::auth::session::{self, new_secret};
 use crate::billing::micros_to_usd;
-use crate::ledger::{sha256, Account, TokenPurpose};
+use crate::ledger::{sha256, Account, LedgerError, TokenPurpose};
 use crate::mail::Mail;
 
 /// How long e-mailed links stay valid, in seconds.
@@ -211,7 +211,14 @@ pub async fn sign_in(
     jar: CookieJar,
     Body(c): Body<Credentials>,
 ) -> Result<Response, DashError> {
-    let email = c.email.trim().to_lowercase();
+    // Bounded and normalized before it keys a throttle; a malformed address cannot sign in.
+    let email = normalize_email(&c.email).map_err(|_| {
+        DashError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_credentials",
+            "Wrong e-mail address or password.",
+        )
+    })?;
     let t = &state.throttles;
     t.check(&t.sign_in_ip, &peer.ip().to_string(), "sign-in")?;
     t.check(&t.sign_in_email, &email, "sign-in")?;
@@ -333,11 +340,21 @@ pub async fn request_reset(
 /// every session of the account.
 pub async fn confirm_reset(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Body(b): Body<ResetBody>,
 ) -> Result<Response, DashError> {
+    state.throttles.check(
+        &state.throttles.reset_ip,
+        &peer.ip().to_string(),
+        "password-reset",
+    )?;
     password::check_policy(&b.password).map_err(|e| weak_password(&e))?;
     let ledger = state.ledger.clone();
     blocking(move || {
+        // Cheap check first: no argon2 work for a token that cannot succeed.
+        if !ledger.email_token_usable(&sha256(&b.token), TokenPurpose::Reset)? {
+            return Err(LedgerError::BadToken.into());
+        }
         let hash = password::hash(&b.password).map_err(|e| weak_password(&e))?;
         Ok(ledger.reset_password(&sha256(&b.token), &hash)?)
     })

@@ -61,6 +61,10 @@ pub struct Adjustment {
     reason: String,
 }
 
+/// Largest adjustment, in micros (1,000,000 USD): keeps every balance sum far from `i64`
+/// overflow.
+const MAX_ADJUST_MICROS: u64 = 1_000_000_000_000;
+
 /// Parse a signed USD decimal string into micros.
 fn signed_micros(s: &str) -> Option<i64> {
     let s = s.trim();
@@ -92,11 +96,11 @@ pub async fn adjust(
         )
     })?;
     let micros = signed_micros(&b.amount_usd)
-        .filter(|&m| m != 0)
+        .filter(|&m| m != 0 && m.unsigned_abs() <= MAX_ADJUST_MICROS)
         .ok_or_else(|| {
             DashError::bad_request(
                 "invalid_amount",
-                "Give a non-zero USD amount such as 5.00 or -1.25 (at most 6 decimals).",
+                "Give a non-zero USD amount such as 5.00 or -1.25 (at most 6 decimals, at most 1,000,000 USD).",
             )
         })?;
     let reason = b.reason.trim().to_owned();

@@ -95,6 +95,19 @@ impl Throttles {
         }
     }
 
+    /// Forget keys whose quota is full again (bounds memory; the server calls it each minute).
+    pub fn retain_recent(&self) {
+        for l in [
+            &self.sign_in_email,
+            &self.sign_in_ip,
+            &self.sign_up_ip,
+            &self.reset_ip,
+            &self.redeem_account,
+        ] {
+            l.retain_recent();
+        }
+    }
+
     fn check(&self, limiter: &Keyed, key: &str, what: &str) -> Result<(), DashError> {
         limiter.check_key(&key.to_owned()).map_err(|not_until| {
             let wait = not_until.wait_time_from(self.clock.now()).as_secs() + 1;
@@ -268,8 +281,18 @@ pub fn same_site(h: &axum::http::HeaderMap) -> bool {
 
 /// Refuse cross-site writes with 403 (`same_site`).
 async fn csrf(req: Request, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
-        || same_site(req.headers())
+    // HTTP/2 carries the host in the URI's authority, not a `Host` header.
+    let mut headers = req.headers().clone();
+    if !headers.contains_key(header::HOST) {
+        if let Some(v) = req
+            .uri()
+            .authority()
+            .and_then(|a| header::HeaderValue::from_str(a.as_str()).ok())
+        {
+            headers.insert(header::HOST, v);
+        }
+    }
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || same_site(&headers)
     {
         next.run(req).await
     } else {
