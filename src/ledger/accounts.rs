@@ -112,6 +112,55 @@ pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), 
     Ok(())
 }
 
+/// The columns `row_to_usage` reads, in order.
+const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms";
+
+/// A usage record from `USAGE_COLUMNS` starting at column `at`.
+fn row_to_usage(
+    r: &r2d2_sqlite::rusqlite::Row<'_>,
+    at: usize,
+) -> r2d2_sqlite::rusqlite::Result<UsageRecord> {
+    let status: String = r.get(at + 7)?;
+    Ok(UsageRecord {
+        request_id: r.get(at)?,
+        account_id: r.get(at + 1)?,
+        key_id: r.get(at + 2)?,
+        model: r.get(at + 3)?,
+        prompt_tokens: r.get(at + 4)?,
+        completion_tokens: r.get(at + 5)?,
+        cost_micros: r.get(at + 6)?,
+        status: match status.as_str() {
+            "ok" => UsageStatus::Ok,
+            "cancelled" => UsageStatus::Cancelled,
+            _ => UsageStatus::Failed,
+        },
+        latency_ms: r.get(at + 8)?,
+    })
+}
+
+/// Insert an account row (no balance yet); `EmailTaken` if the address has one.
+pub(super) fn insert_account(
+    tx: &Transaction<'_>,
+    email: &str,
+    password_hash: Option<&str>,
+    verified: bool,
+) -> Result<AccountId, LedgerError> {
+    let exists: Option<i64> = tx
+        .query_row("SELECT id FROM accounts WHERE email = ?1", [email], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if exists.is_some() {
+        return Err(LedgerError::EmailTaken(email.to_owned()));
+    }
+    let t = now();
+    tx.execute(
+        "INSERT INTO accounts (email, created_at, balance_micros, password_hash, verified_at) VALUES (?1, ?2, 0, ?3, ?4)",
+        params![email, t, password_hash, verified.then_some(t)],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
 fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<Account> {
     Ok(Account {
         id: r.get(0)?,
@@ -140,19 +189,7 @@ impl Ledger {
             return Err(LedgerError::BadAmount);
         }
         let id = self.write(|tx| {
-            let exists: Option<i64> = tx
-                .query_row("SELECT id FROM accounts WHERE email = ?1", [email], |r| {
-                    r.get(0)
-                })
-                .optional()?;
-            if exists.is_some() {
-                return Err(LedgerError::EmailTaken(email.to_owned()));
-            }
-            tx.execute(
-                "INSERT INTO accounts (email, created_at, balance_micros, verified_at) VALUES (?1, ?2, 0, ?2)",
-                params![email, now()],
-            )?;
-            let id = tx.last_insert_rowid();
+            let id = insert_account(tx, email, None, true)?;
             if starter_micros > 0 {
                 insert_entry(
                     tx,
@@ -326,17 +363,9 @@ impl Ledger {
     pub fn usage(&self, request_id: &str) -> Result<Option<UsageRecord>, LedgerError> {
         self.read(|c| {
             Ok(c.query_row(
-                "SELECT request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms FROM usage WHERE request_id = ?1",
+                &format!("SELECT {USAGE_COLUMNS} FROM usage WHERE request_id = ?1"),
                 [request_id],
-                |r| {
-                    let status: String = r.get(7)?;
-                    Ok(UsageRecord {
-                        request_id: r.get(0)?, account_id: r.get(1)?, key_id: r.get(2)?, model: r.get(3)?,
-                        prompt_tokens: r.get(4)?, completion_tokens: r.get(5)?, cost_micros: r.get(6)?,
-                        status: match status.as_str() { "ok" => UsageStatus::Ok, "cancelled" => UsageStatus::Cancelled, _ => UsageStatus::Failed },
-                        latency_ms: r.get(8)?,
-                    })
-                },
+                |r| row_to_usage(r, 0),
             )
             .optional()?)
         })
@@ -355,21 +384,17 @@ impl Ledger {
         limit: usize,
     ) -> Result<Vec<(i64, i64, UsageRecord)>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(
-                "SELECT rowid, created_at, request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms
-                 FROM usage WHERE account_id = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3",
-            )?;
+            let mut st = c.prepare(&format!(
+                "SELECT rowid, created_at, {USAGE_COLUMNS}
+                 FROM usage WHERE account_id = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3"
+            ))?;
             let rows = st.query_map(
-                params![account, before.unwrap_or(i64::MAX), i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| {
-                    let status: String = r.get(9)?;
-                    Ok((r.get(0)?, r.get(1)?, UsageRecord {
-                        request_id: r.get(2)?, account_id: r.get(3)?, key_id: r.get(4)?, model: r.get(5)?,
-                        prompt_tokens: r.get(6)?, completion_tokens: r.get(7)?, cost_micros: r.get(8)?,
-                        status: match status.as_str() { "ok" => UsageStatus::Ok, "cancelled" => UsageStatus::Cancelled, _ => UsageStatus::Failed },
-                        latency_ms: r.get(10)?,
-                    }))
-                },
+                params![
+                    account,
+                    before.unwrap_or(i64::MAX),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?, row_to_usage(r, 2)?)),
             )?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
@@ -384,13 +409,15 @@ impl Ledger {
         account: AccountId,
         limit: usize,
     ) -> Result<Vec<UsageRecord>, LedgerError> {
-        let ids: Vec<String> = self.read(|c| {
-            let mut st = c.prepare("SELECT request_id FROM usage WHERE account_id = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2")?;
-            let rows = st.query_map(params![account, i64::try_from(limit).unwrap_or(i64::MAX)], |r| r.get(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })?;
-        ids.iter()
-            .filter_map(|id| self.usage(id).transpose())
-            .collect()
+        self.read(|c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {USAGE_COLUMNS} FROM usage WHERE account_id = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+            ))?;
+            let rows = st.query_map(
+                params![account, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| row_to_usage(r, 0),
+            )?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
     }
 }

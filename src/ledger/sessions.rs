@@ -4,7 +4,7 @@
 
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
-use super::accounts::{add_balance, insert_entry};
+use super::accounts::{add_balance, insert_account, insert_entry};
 use super::{now, Account, AccountId, Ledger, LedgerError};
 
 /// What an e-mailed one-time token is for.
@@ -50,21 +50,7 @@ impl Ledger {
     /// # Errors
     /// `EmailTaken`, database errors.
     pub fn sign_up(&self, email: &str, password_hash: &str) -> Result<Account, LedgerError> {
-        let id = self.write(|tx| {
-            let exists: Option<i64> = tx
-                .query_row("SELECT id FROM accounts WHERE email = ?1", [email], |r| {
-                    r.get(0)
-                })
-                .optional()?;
-            if exists.is_some() {
-                return Err(LedgerError::EmailTaken(email.to_owned()));
-            }
-            tx.execute(
-                "INSERT INTO accounts (email, created_at, balance_micros, password_hash) VALUES (?1, ?2, 0, ?3)",
-                params![email, now(), password_hash],
-            )?;
-            Ok(tx.last_insert_rowid())
-        })?;
+        let id = self.write(|tx| insert_account(tx, email, Some(password_hash), false))?;
         self.account(id)
     }
 

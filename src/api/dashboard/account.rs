@@ -13,8 +13,8 @@ use crate::api::AppState;
 use crate::auth::password;
 use crate::auth::session::{self, new_secret};
 use crate::billing::micros_to_usd;
-use crate::ledger::{sha256, Account, LedgerError, TokenPurpose};
-use crate::mail::Mail;
+use crate::ledger::{sha256, Account, AccountId, Ledger, LedgerError, TokenPurpose};
+use crate::mail::{Mail, Outbox};
 
 /// How long e-mailed links stay valid, in seconds.
 const LINK_TTL_SECS: i64 = 24 * 3600;
@@ -118,6 +118,36 @@ fn session_cookie(state: &AppState, value: String) -> Cookie<'static> {
         .build()
 }
 
+/// Store a new one-time token of `purpose` for `account` and e-mail its link (under `base`)
+/// to `email`. Blocking: call inside `blocking`.
+fn send_link(
+    ledger: &Ledger,
+    outbox: &Outbox,
+    account: AccountId,
+    email: String,
+    purpose: TokenPurpose,
+    base: &str,
+) -> Result<(), DashError> {
+    let token = new_secret();
+    ledger.insert_email_token(account, purpose, &sha256(&token), LINK_TTL_SECS)?;
+    let (subject, body) = match purpose {
+        TokenPurpose::Verify => (
+            "Confirm your tollgate account",
+            format!("Open this link to confirm your address (valid 24 hours):\n{base}/verify?token={token}\n"),
+        ),
+        TokenPurpose::Reset => (
+            "Reset your tollgate password",
+            format!("Open this link to choose a new password (valid 24 hours):\n{base}/reset?token={token}\nIf you did not ask for this, ignore this message.\n"),
+        ),
+    };
+    outbox.send(Mail {
+        to: email,
+        subject: subject.into(),
+        body,
+    });
+    Ok(())
+}
+
 fn removal_cookie() -> Cookie<'static> {
     Cookie::build((session::COOKIE, "")).path("/").build()
 }
@@ -142,20 +172,14 @@ pub async fn sign_up(
     let account = blocking(move || {
         let hash = password::hash(&c.password).map_err(|e| weak_password(&e))?;
         let account = ledger.sign_up(&email, &hash)?;
-        let token = new_secret();
-        ledger.insert_email_token(
+        send_link(
+            &ledger,
+            &outbox,
             account.id,
+            email,
             TokenPurpose::Verify,
-            &sha256(&token),
-            LINK_TTL_SECS,
+            &base,
         )?;
-        outbox.send(Mail {
-            to: email,
-            subject: "Confirm your tollgate account".into(),
-            body: format!(
-                "Open this link to confirm your address (valid 24 hours):\n{base}/verify?token={token}\n"
-            ),
-        });
         Ok(account)
     })
     .await?;
@@ -312,20 +336,14 @@ pub async fn request_reset(
     let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
     blocking(move || {
         if let Some(login) = ledger.login(&email)? {
-            let token = new_secret();
-            ledger.insert_email_token(
+            send_link(
+                &ledger,
+                &outbox,
                 login.account_id,
+                email,
                 TokenPurpose::Reset,
-                &sha256(&token),
-                LINK_TTL_SECS,
+                &base,
             )?;
-            outbox.send(Mail {
-                to: email,
-                subject: "Reset your tollgate password".into(),
-                body: format!(
-                    "Open this link to choose a new password (valid 24 hours):\n{base}/reset?token={token}\nIf you did not ask for this, ignore this message.\n"
-                ),
-            });
         }
         Ok(())
     })
