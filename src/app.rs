@@ -51,6 +51,8 @@ pub struct ServeConfig {
     pub smtp: Option<(String, String)>,
     /// Stripe Checkout for top-ups (`None`: codes and the CLI only).
     pub payments: Option<crate::payments::StripeConfig>,
+    /// Sign-in through an OpenID Connect provider (`None`: passwords only).
+    pub oidc: Option<crate::auth::oidc::OidcConfig>,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -141,6 +143,11 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     }
     state.dashboard = Arc::new(cfg.dashboard.clone());
     state.payments = cfg.payments.clone().map(Arc::new);
+    if let Some(oidc) = &cfg.oidc {
+        state.oidc = Some(Arc::new(
+            crate::auth::oidc::Oidc::new(oidc.clone()).map_err(anyhow::Error::msg)?,
+        ));
+    }
     if let Some((url, from)) = &cfg.smtp {
         state.mail = Arc::new(crate::mail::Outbox::smtp(url, from).map_err(anyhow::Error::msg)?);
     }
@@ -192,6 +199,7 @@ pub fn state_with(
         )),
         dashboard: Arc::new(api::dashboard::DashboardConfig::default()),
         payments: None,
+        oidc: None,
     }
 }
 

@@ -245,6 +245,24 @@ pub struct ServeArgs {
         default_value = "tollgate <noreply@localhost>"
     )]
     pub mail_from: String,
+    /// OpenID Connect issuer URL (e.g. `https://accounts.google.com`); with `--oidc-client-id`
+    /// it adds "Sign in with ..." to the dashboard. Register
+    /// `{--public-url}/auth/oidc/callback` as the client's redirect URI at the provider.
+    #[arg(long, env = "TOLLGATE_OIDC_ISSUER", requires = "oidc_client_id")]
+    pub oidc_issuer: Option<String>,
+    /// The client id the provider issued to this server.
+    #[arg(long, env = "TOLLGATE_OIDC_CLIENT_ID", requires = "oidc_issuer")]
+    pub oidc_client_id: Option<String>,
+    /// The client secret (`client_secret_basic`); leave out for a public client (PKCE only).
+    #[arg(long, env = "TOLLGATE_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<String>,
+    /// The provider's name on the sign-in button.
+    #[arg(
+        long,
+        env = "TOLLGATE_OIDC_LABEL",
+        default_value = "your identity provider"
+    )]
+    pub oidc_label: String,
 }
 
 impl ServeArgs {
@@ -291,6 +309,15 @@ impl ServeArgs {
                 }),
                 (None, None) => None,
                 _ => anyhow::bail!("--stripe-secret-key and --stripe-webhook-secret go together"),
+            },
+            oidc: match (&self.oidc_issuer, &self.oidc_client_id) {
+                (Some(issuer), Some(client_id)) => Some(crate::auth::oidc::OidcConfig {
+                    issuer: issuer.clone(),
+                    client_id: client_id.clone(),
+                    client_secret: self.oidc_client_secret.clone(),
+                    label: self.oidc_label.clone(),
+                }),
+                _ => None,
             },
         })
     }

@@ -116,12 +116,44 @@ async fn a_checkout_is_credited_once_and_forged_or_replayed_webhooks_never_credi
             "line_items%5B0%5D%5Bprice_data%5D%5Bcurrency%5D=eur",
             "line_items%5B0%5D%5Bprice_data%5D%5Bunit_amount%5D=1000",
             &format!("client_reference_id={account}"),
+            "topup%3Dsuccess%26checkout_id%3D%7BCHECKOUT_SESSION_ID%7D",
         ] {
             assert!(form.contains(field), "{field} missing in {form}");
         }
     }
     let balance = || s.ledger.account(account).unwrap().balance_micros;
     assert_eq!(balance(), 0, "nothing is credited before the webhook");
+    // The return page polls the checkout's state: pending until the webhook.
+    let topup_state = |id: &'static str| {
+        let cookie = cookie.clone();
+        let url = s.url(&format!("/api/v1/topups/{id}"));
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    let (st, v) = topup_state("cs_test_1").await;
+    assert_eq!(
+        (st, v["data"]["state"].clone()),
+        (200, json!("pending")),
+        "{v}"
+    );
+    assert_eq!(topup_state("cs_unknown").await.0, 404);
+    let (stranger, _) = s.account_with("stranger@example.com", 0);
+    let stranger = tollgate::auth::session::start(&s.ledger, stranger).unwrap();
+    let r = reqwest::Client::new()
+        .get(s.url("/api/v1/topups/cs_test_1"))
+        .header("cookie", format!("tollgate_session={stranger}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "another account's checkout is not found");
 
     let base = s.url("");
     let now = tollgate::ledger::now();
@@ -146,6 +178,9 @@ async fn a_checkout_is_credited_once_and_forged_or_replayed_webhooks_never_credi
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["credited_micros"], 10_800_000);
     assert_eq!(balance(), 10_800_000);
+    let (_, v) = topup_state("cs_test_1").await;
+    assert_eq!(v["data"]["state"], "completed", "{v}");
+    assert_eq!(v["data"]["usd_micros"], 10_800_000);
     // Replayed, and a second event for the same checkout: acknowledged, not credited.
     let (st, v) = deliver(&base, &body, &sign(WHSEC, now, body.as_bytes())).await;
     assert_eq!((st, v["data"]["duplicate"].clone()), (200, json!(true)));

@@ -60,6 +60,8 @@ pub struct AppState {
     pub throttles: Arc<dashboard::Throttles>,
     /// Stripe Checkout settings, when top-ups by card are configured.
     pub payments: Option<Arc<crate::payments::StripeConfig>>,
+    /// The OpenID Connect relying party, when sign-in through a provider is configured.
+    pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.

@@ -1,5 +1,6 @@
 //! API keys: generation, format, hashing, and authentication with a 60-second lookup cache;
-//! dashboard passwords (`password`) and sessions (`session`).
+//! dashboard passwords (`password`), sessions (`session`) and sign-in through an OpenID Connect
+//! provider (`oidc`, the only part that makes outbound HTTP requests: to that provider).
 //!
 //! Owns: the key format (`sk-svc-` + 48 lowercase hex from the OS CSPRNG), SHA-256 storage,
 //! the cache and its purge on revocation. May use: `ledger`. Never: HTTP, candle.
@@ -8,6 +9,7 @@
 //! bearer key yields an [`ApiKeyPrincipal`], which carries no capability to manage keys; key
 //! management takes an operator (CLI) or a dashboard session ([`session::SessionPrincipal`]).
 
+pub mod oidc;
 pub mod password;
 pub mod session;
 

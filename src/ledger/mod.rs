@@ -14,6 +14,7 @@ mod accounts;
 mod check;
 mod holds;
 mod idempotency;
+mod identities;
 mod keys;
 mod sessions;
 mod topups;
@@ -29,16 +30,18 @@ pub use accounts::{Account, EntryRow, UsageRecord, UsageStatus};
 pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
+pub use identities::{ExternalIdentity, IdentitySignIn};
 pub use keys::{ApiKeyRecord, KeyState};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
-pub use topups::{NewTopup, TopupOutcome};
+pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 4] = [
+const MIGRATIONS: [&str; 5] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
     include_str!("migrations/0004_roles.sql"),
+    include_str!("migrations/0005_identities.sql"),
 ];
 
 /// Account id.
@@ -59,6 +62,8 @@ pub enum LedgerError {
     EmailTaken(String),
     #[error("no pending top-up `{0}` with that amount and currency")]
     NoSuchTopup(String),
+    #[error("the address `{0}` has an account; the identity provider has not verified it, so it is not linked")]
+    UnverifiedLink(String),
     #[error("the link is unknown, used or expired")]
     BadToken,
     #[error("the code is unknown or already redeemed")]

@@ -44,6 +44,31 @@ pub struct SessionRecord {
     pub last_seen_at: i64,
 }
 
+/// Mark `account` verified inside `tx`; the first time only, grant it `starter_micros` (a
+/// `grant` entry). Returns whether it was newly verified.
+pub(super) fn mark_verified(
+    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    account: AccountId,
+    starter_micros: i64,
+) -> Result<bool, LedgerError> {
+    let newly = tx.execute(
+        "UPDATE accounts SET verified_at = ?1 WHERE id = ?2 AND verified_at IS NULL",
+        params![now(), account],
+    )? == 1;
+    if newly && starter_micros > 0 {
+        insert_entry(
+            tx,
+            account,
+            "grant",
+            starter_micros,
+            None,
+            Some("starter balance"),
+        )?;
+        add_balance(tx, account, starter_micros)?;
+    }
+    Ok(newly)
+}
+
 impl Ledger {
     /// Create a dashboard account: unverified, no balance until verification.
     ///
@@ -150,21 +175,7 @@ impl Ledger {
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let account = Self::take_token(tx, token_hash, TokenPurpose::Verify)?;
-            let newly = tx.execute(
-                "UPDATE accounts SET verified_at = ?1 WHERE id = ?2 AND verified_at IS NULL",
-                params![now(), account],
-            )?;
-            if newly == 1 && starter_micros > 0 {
-                insert_entry(
-                    tx,
-                    account,
-                    "grant",
-                    starter_micros,
-                    None,
-                    Some("starter balance"),
-                )?;
-                add_balance(tx, account, starter_micros)?;
-            }
+            mark_verified(tx, account, starter_micros)?;
             Ok(account)
         })
     }

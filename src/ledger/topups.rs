@@ -24,6 +24,21 @@ pub struct NewTopup {
     pub rate: String,
 }
 
+/// A top-up as its owner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopupStatus {
+    /// `pending` until the provider confirms payment, then `completed`.
+    pub state: String,
+    /// ISO 4217, lower case.
+    pub currency: String,
+    /// In the currency's minor unit.
+    pub amount_minor: i64,
+    /// Credited (or to be credited), micro-USD.
+    pub usd_micros: i64,
+    /// Unix seconds of the credit, when completed.
+    pub completed_at: Option<i64>,
+}
+
 /// What a confirmation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopupOutcome {
@@ -54,6 +69,34 @@ impl Ledger {
                 params![t.account_id, t.provider, t.provider_ref, t.currency, t.amount_minor, t.usd_micros, t.rate, now()],
             )?;
             Ok(())
+        })
+    }
+
+    /// The top-up of `account` with the provider's checkout id `provider_ref` (`None` if there
+    /// is none, or it is another account's).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn topup_status(
+        &self,
+        account: AccountId,
+        provider_ref: &str,
+    ) -> Result<Option<TopupStatus>, LedgerError> {
+        self.read(|c| {
+            Ok(c.query_row(
+                "SELECT state, currency, amount_minor, usd_micros, completed_at FROM topups WHERE account_id = ?1 AND provider_ref = ?2",
+                params![account, provider_ref],
+                |r| {
+                    Ok(TopupStatus {
+                        state: r.get(0)?,
+                        currency: r.get(1)?,
+                        amount_minor: r.get(2)?,
+                        usd_micros: r.get(3)?,
+                        completed_at: r.get(4)?,
+                    })
+                },
+            )
+            .optional()?)
         })
     }
 

@@ -1,7 +1,9 @@
 // Browser test of the dashboard: playwright-core drives Debian's Chromium against a running
 // tollgate (real SmolLM2 model) started by scripts/test. It signs up, verifies through the
 // link in the server log, creates a key and uses it with curl, revokes it and sees 401,
-// redeems a code, streams a playground reply, and saves a screenshot of each step.
+// redeems a code, streams a playground reply, follows a top-up's return page, signs in through
+// the OpenID Connect provider (tests/browser/oidc-provider.mjs, started by scripts/test), and
+// saves a screenshot of each step.
 //
 // Environment: BASE (http://127.0.0.1:PORT), LOG (server log file), BIN (tollgate binary),
 // DB (its ledger), OUT (screenshot directory), CHROMIUM (default /usr/bin/chromium).
@@ -123,6 +125,31 @@ try {
   await page.goto(`${BASE}/#/keys`);
   await page.getByRole("heading", { name: "API keys" }).waitFor();
   await shot("09-keys-phone");
+  // Back from a card payment, the page polls the top-up's state (here an unknown checkout id,
+  // as Stripe is not configured in this suite: the API's answer is shown).
+  await page.setViewportSize({ width: 1100, height: 800 });
+  await page.goto(`${BASE}/?topup=success&checkout_id=cs_unknown`);
+  await statusIs("No such top-up.");
+  assert.equal(new URL(page.url()).hash, "#/balance");
+
+  // Sign in through the OpenID Connect provider started by scripts/test, in a fresh browser
+  // context: its own login and consent pages, then back on the keys page with a session.
+  const sso = await browser.newContext({ viewport: { width: 1100, height: 800 } });
+  const p2 = await sso.newPage();
+  await p2.goto(`${BASE}/#/signin`);
+  await p2.getByRole("link", { name: "Sign in with Test IdP" }).click();
+  await p2.locator('input[name="login"]').fill("browser-sso");
+  await p2.locator('input[name="password"]').fill("any password");
+  await p2.getByRole("button", { name: "Sign-in" }).click();
+  await p2.getByRole("button", { name: "Continue" }).click();
+  await p2.getByRole("heading", { name: "API keys" }).waitFor();
+  const ssoAccount = await p2.evaluate(() => fetch("/api/v1/account").then((r) => r.json()));
+  assert.equal(ssoAccount.data.email, "browser-sso@idp.example");
+  assert.equal(ssoAccount.data.verified, true);
+  const path = `${OUT}/10-signed-in-with-oidc.png`;
+  await p2.screenshot({ path, fullPage: true });
+  shots.push(path);
+
   console.log(`browser suite: ok (playground answer: ${JSON.stringify(answer.slice(0, 60))})`);
   console.log(`screenshots:\n${shots.join("\n")}`);
 } finally {

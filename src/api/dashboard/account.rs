@@ -47,7 +47,7 @@ pub struct ResetBody {
 
 /// Trimmed, lower-cased address with one `@`, a dot in the domain, no spaces, at most 254
 /// bytes (RFC 5321's path limit); a deliberately plain check, the link proves the rest.
-fn normalize_email(raw: &str) -> Result<String, DashError> {
+pub(super) fn normalize_email(raw: &str) -> Result<String, DashError> {
     let e = raw.trim().to_lowercase();
     let valid = e.len() <= 254
         && !e.chars().any(char::is_whitespace)
@@ -120,7 +120,7 @@ fn session_cookie(state: &AppState, value: String) -> Cookie<'static> {
 
 /// Store a new one-time token of `purpose` for `account` and e-mail its link (under `base`)
 /// to `email`. Blocking: call inside `blocking`.
-fn send_link(
+pub(super) fn send_link(
     ledger: &Ledger,
     outbox: &Outbox,
     account: AccountId,
@@ -273,25 +273,33 @@ pub async fn sign_in(
         Ok(ledger.account(login.account_id)?)
     })
     .await?;
-    // A new id at every sign-in (no session fixation); an old cookie's session ends.
-    let (ledger, old) = (
-        state.ledger.clone(),
-        jar.get(session::COOKIE).map(|c| c.value().to_owned()),
-    );
-    let id = account.id;
-    let value = blocking(move || {
-        if let Some(old) = old {
-            session::end(&ledger, &old)?;
-        }
-        Ok(session::start(&ledger, id)?)
-    })
-    .await?;
-    let jar = jar.add(session_cookie(&state, value));
+    let jar = start_session(&state, jar, account.id).await?;
     Ok((
         jar,
         ok(StatusCode::OK, json!({"account": account_json(&account)})),
     )
         .into_response())
+}
+
+/// Start a session for `account` and add its cookie to `jar`. A new id at every sign-in (no
+/// session fixation); the session of a cookie already in `jar` ends.
+pub(super) async fn start_session(
+    state: &AppState,
+    jar: CookieJar,
+    account: AccountId,
+) -> Result<CookieJar, DashError> {
+    let (ledger, old) = (
+        state.ledger.clone(),
+        jar.get(session::COOKIE).map(|c| c.value().to_owned()),
+    );
+    let value = blocking(move || {
+        if let Some(old) = old {
+            session::end(&ledger, &old)?;
+        }
+        Ok(session::start(&ledger, account)?)
+    })
+    .await?;
+    Ok(jar.add(session_cookie(state, value)))
 }
 
 /// `POST /api/v1/auth/signout`: ends this session.

@@ -2,7 +2,8 @@
 //! contract). Every response is an envelope: `{"ok": true, "data": ...}` on success,
 //! `{"ok": false, "error": {"code", "message", ...}}` on failure, with the HTTP status set.
 //!
-//! Owns: sign-up, e-mail verification, sign-in/out, password reset, the account view, key
+//! Owns: sign-up, e-mail verification, sign-in/out (password, or an OpenID Connect provider),
+//! password reset, the account view, key
 //! management, usage and ledger entries, code redemption, top-ups (Stripe Checkout and its
 //! webhook); the session cookie
 //! (`HttpOnly`, `SameSite=Lax`, `Secure` unless `--insecure-cookies`), CSRF checks on writes
@@ -13,6 +14,7 @@
 mod account;
 mod admin;
 mod keys;
+mod oidc;
 mod topups;
 
 use std::num::NonZeroU32;
@@ -157,6 +159,11 @@ impl From<LedgerError> for DashError {
                 StatusCode::CONFLICT,
                 "email_taken",
                 "An account with this e-mail address already exists; sign in or reset the password.",
+            ),
+            LedgerError::UnverifiedLink(_) => Self::new(
+                StatusCode::CONFLICT,
+                "identity_not_linked",
+                "An account already uses this e-mail address, and the identity provider has not verified the address, so it was not linked. Sign in with your password.",
             ),
             LedgerError::BadToken => Self::bad_request(
                 "invalid_token",
@@ -324,6 +331,7 @@ pub fn router() -> Router<AppState> {
             "/auth/signout-everywhere",
             post(account::sign_out_everywhere),
         )
+        .route("/auth/providers", get(oidc::providers))
         .route("/auth/password-reset", post(account::request_reset))
         .route("/auth/password-reset/confirm", post(account::confirm_reset))
         .route("/account", get(account::show))
@@ -334,6 +342,7 @@ pub fn router() -> Router<AppState> {
         .route("/entries", get(keys::entries))
         .route("/redeem", post(keys::redeem))
         .route("/topups", post(topups::create))
+        .route("/topups/{checkout_id}", get(topups::status))
         .route("/admin/accounts", get(admin::accounts))
         .route("/admin/accounts/{id}/adjust", post(admin::adjust))
         .fallback(not_found)
@@ -348,5 +357,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .nest("/api/v1", api)
         .route("/verify", get(account::verify_link))
+        .route("/auth/oidc/start", get(oidc::start))
+        .route("/auth/oidc/callback", get(oidc::callback))
         .route("/webhooks/stripe", post(topups::webhook))
 }

@@ -3,7 +3,7 @@
 //! signed `checkout.session.completed` event arrives, once per event and once per checkout.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
@@ -69,7 +69,9 @@ pub async fn create(
             account,
             &currency,
             minor,
-            &format!("{base}/?topup=success"),
+            // Stripe puts the Checkout Session id in place of the template, so the page can
+            // poll `GET /api/v1/topups/{id}` until the webhook has credited it.
+            &format!("{base}/?topup=success&checkout_id={{CHECKOUT_SESSION_ID}}"),
             &format!("{base}/?topup=cancelled"),
         )
         .map_err(|e| {
@@ -96,6 +98,28 @@ pub async fn create(
         StatusCode::CREATED,
         json!({"checkout_url": checkout.url, "checkout_id": checkout.id,
                "usd_micros": usd, "usd": micros_to_usd(usd), "state": "pending"}),
+    ))
+}
+
+/// `GET /api/v1/topups/{checkout_id}`: the state of one of the account's top-ups (`pending`
+/// until the provider's webhook confirms it, then `completed`); 404 for unknown or another
+/// account's checkouts.
+pub async fn status(
+    State(state): State<AppState>,
+    s: Session,
+    Path(checkout_id): Path<String>,
+) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let found = blocking(move || Ok(ledger.topup_status(s.principal.account_id, &checkout_id)?))
+        .await?
+        .ok_or_else(|| {
+            DashError::new(StatusCode::NOT_FOUND, "topup_not_found", "No such top-up.")
+        })?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"state": found.state, "currency": found.currency, "amount_minor": found.amount_minor,
+               "usd_micros": found.usd_micros, "usd": micros_to_usd(found.usd_micros),
+               "completed_at": found.completed_at}),
     ))
 }
 

@@ -6,6 +6,7 @@
 const $ = (sel) => document.querySelector(sel);
 let me = null; // the signed-in account, or null
 let models = null; // cached /v1/models
+let providers = null; // sign-in providers from /api/v1/auth/providers
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -140,7 +141,30 @@ function viewSignin() {
     },
   }, field("E-mail", { name: "email", type: "email", autocomplete: "email", required: true }),
   h("button", { type: "submit", class: "secondary" }, "Send a reset link"));
-  render(h("h1", {}, "Sign in"), form, h("h2", {}, "Forgot your password?"), reset);
+  const sso = providers && providers.oidc
+    ? h("p", {}, h("a", { class: "button", href: providers.oidc.start }, `Sign in with ${providers.oidc.label}`))
+    : "";
+  render(h("h1", {}, "Sign in"), sso, form, h("h2", {}, "Forgot your password?"), reset);
+}
+
+// After Stripe Checkout returns: poll the top-up until its webhook has credited it (2 s apart,
+// for up to 2 minutes), then say so and show the balance.
+async function awaitTopup(checkoutId) {
+  status("Payment received; waiting for the provider to confirm it…");
+  for (let i = 0; i < 60; i++) {
+    try {
+      const t = await api("GET", `/api/v1/topups/${encodeURIComponent(checkoutId)}`);
+      if (t.state === "completed") {
+        if (location.hash === "#/balance") await route();
+        status(`Top-up credited: ${usd(t.usd_micros)}.`);
+        return;
+      }
+    } catch (e) {
+      if (e.status === 401 || e.status === 404) { status(e.message, true); return; }
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+  status("The provider has not confirmed the payment yet; the balance is credited as soon as it does.");
 }
 
 function viewReset(token) {
@@ -426,7 +450,12 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   window.addEventListener("hashchange", route);
   await refreshMe();
-  const topup = new URLSearchParams(location.search).get("topup");
-  if (topup === "success") status("Payment received: the balance is credited as soon as the provider confirms it.");
-  route();
+  providers = await api("GET", "/api/v1/auth/providers").catch(() => null);
+  const params = new URLSearchParams(location.search);
+  const checkout = params.get("topup") === "success" && params.get("checkout_id");
+  const cancelled = params.get("topup") === "cancelled";
+  if (params.has("topup")) history.replaceState(null, "", checkout ? "/#/balance" : "/" + location.hash);
+  await route();
+  if (checkout) awaitTopup(checkout);
+  else if (cancelled) status("Top-up cancelled; nothing was charged.");
 });

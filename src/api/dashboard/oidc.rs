@@ -1,0 +1,240 @@
+//! Sign-in through an OpenID Connect provider (`--oidc-issuer`), as browser navigations:
+//! `GET /auth/oidc/start` sends the browser to the provider with a fresh `state` (also set as
+//! the short-lived cookie `tollgate_oidc`, so a callback from another browser is refused);
+//! `GET /auth/oidc/callback` checks that cookie, lets `auth::oidc` exchange and verify, resolves
+//! the account (`ledger::sign_in_identity`) and starts a session exactly as a password sign-in
+//! does. Failures end on a small page that says what happened and links back to sign-in.
+//! `GET /api/v1/auth/providers` tells the web UI whether to offer the button.
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::account::{base_url, normalize_email, send_link, start_session};
+use super::{blocking, ok};
+use crate::api::AppState;
+use crate::auth::oidc::{OidcError, FLOW_TTL};
+use crate::ledger::{ExternalIdentity, IdentitySignIn, TokenPurpose};
+
+/// The cookie that binds a sign-in in progress to the browser that started it.
+const STATE_COOKIE: &str = "tollgate_oidc";
+/// Where the state cookie is sent: the callback only.
+const CALLBACK_PATH: &str = "/auth/oidc/callback";
+
+/// `GET /api/v1/auth/providers`: `{"oidc": {"label", "start"}}`, or `{"oidc": null}` when no
+/// identity provider is configured.
+pub async fn providers(State(state): State<AppState>) -> Response {
+    let oidc = state
+        .oidc
+        .as_ref()
+        .map(|rp| json!({"label": rp.label(), "start": "/auth/oidc/start"}));
+    ok(StatusCode::OK, json!({ "oidc": oidc }))
+}
+
+/// `GET /auth/oidc/start`: 303 to the provider's authorization endpoint. Throttled with
+/// password sign-ins (per client IP).
+pub async fn start(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    jar: CookieJar,
+) -> Response {
+    let Some(rp) = state.oidc.clone() else {
+        return not_configured();
+    };
+    let t = &state.throttles;
+    if let Err(e) = t.check(&t.sign_in_ip, &peer.ip().to_string(), "sign-in") {
+        return page(e.status, "Too many attempts", &e.message);
+    }
+    let redirect = format!("{}{CALLBACK_PATH}", base_url(&state, &headers));
+    match rp.begin(&redirect).await {
+        Ok((url, flow_state)) => {
+            let cookie = Cookie::build((STATE_COOKIE, flow_state))
+                .http_only(true)
+                // Lax: the provider's redirect back is a top-level GET from another site.
+                .same_site(SameSite::Lax)
+                .secure(!state.dashboard.insecure_cookies)
+                .path(CALLBACK_PATH)
+                .max_age(cookie::time::Duration::seconds(FLOW_TTL.as_secs() as i64))
+                .build();
+            (jar.add(cookie), Redirect::to(&url)).into_response()
+        }
+        Err(e @ OidcError::Busy) => {
+            page(StatusCode::SERVICE_UNAVAILABLE, "Try again", &e.to_string())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "OpenID Connect sign-in could not start");
+            page(
+                StatusCode::BAD_GATEWAY,
+                "Identity provider unavailable",
+                "The identity provider could not be reached. Try again later or sign in with your password.",
+            )
+        }
+    }
+}
+
+/// The provider's redirect back (RFC 6749 section 4.1.2): `code` and `state`, or `error`.
+#[derive(Deserialize)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+/// `GET /auth/oidc/callback`: on success a new session and 303 to `/#/keys`.
+pub async fn callback(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    jar: CookieJar,
+    Query(q): Query<CallbackQuery>,
+) -> Response {
+    let Some(rp) = state.oidc.clone() else {
+        return not_configured();
+    };
+    let bound = jar.get(STATE_COOKIE).map(|c| c.value().to_owned());
+    let jar = jar.remove(
+        Cookie::build((STATE_COOKIE, ""))
+            .path(CALLBACK_PATH)
+            .build(),
+    );
+    let fail = |jar: CookieJar, status, title: &str, message: &str| {
+        (jar, page(status, title, message)).into_response()
+    };
+    if let Some(error) = q.error {
+        // The code is the provider's (RFC 6749 4.1.2.1); logged, not echoed into the page.
+        let error: String = error
+            .chars()
+            .filter(char::is_ascii_graphic)
+            .take(64)
+            .collect();
+        tracing::info!(%error, "the identity provider returned an error");
+        return fail(
+            jar,
+            StatusCode::UNAUTHORIZED,
+            "Sign-in cancelled",
+            "The identity provider did not sign you in.",
+        );
+    }
+    let (Some(code), Some(flow_state)) = (q.code, q.state) else {
+        return fail(
+            jar,
+            StatusCode::BAD_REQUEST,
+            "Sign-in failed",
+            "The identity provider's answer had no code.",
+        );
+    };
+    if bound.as_deref() != Some(flow_state.as_str()) {
+        return fail(
+            jar,
+            StatusCode::BAD_REQUEST,
+            "Sign-in failed",
+            "This sign-in was started in another browser, or it expired. Start again.",
+        );
+    }
+    let claims = match rp.finish(&flow_state, code).await {
+        Ok(c) => c,
+        Err(e @ (OidcError::UnknownState | OidcError::NoEmail)) => {
+            return fail(
+                jar,
+                StatusCode::BAD_REQUEST,
+                "Sign-in failed",
+                &e.to_string(),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "OpenID Connect sign-in failed");
+            return fail(
+                jar,
+                StatusCode::BAD_GATEWAY,
+                "Sign-in failed",
+                &e.to_string(),
+            );
+        }
+    };
+    let Ok(email) = normalize_email(&claims.email) else {
+        return fail(
+            jar,
+            StatusCode::BAD_REQUEST,
+            "Sign-in failed",
+            "The identity provider's e-mail address cannot be used here.",
+        );
+    };
+    let identity = ExternalIdentity {
+        issuer: claims.issuer,
+        subject: claims.subject,
+        email,
+        email_verified: claims.email_verified,
+    };
+    let (ledger, outbox, starter) = (
+        state.ledger.clone(),
+        state.mail.clone(),
+        state.dashboard.starter_micros,
+    );
+    let base = base_url(&state, &headers);
+    let resolved = blocking(move || {
+        let out = ledger.sign_in_identity(&identity, starter)?;
+        if let IdentitySignIn::Unverified { account, email } = &out {
+            send_link(
+                &ledger,
+                &outbox,
+                *account,
+                email.clone(),
+                TokenPurpose::Verify,
+                &base,
+            )?;
+        }
+        Ok(out)
+    })
+    .await;
+    match resolved {
+        Ok(IdentitySignIn::Account(account)) => match start_session(&state, jar, account).await {
+            Ok(jar) => (jar, Redirect::to("/#/keys")).into_response(),
+            Err(e) => page(e.status, "Sign-in failed", &e.message),
+        },
+        Ok(IdentitySignIn::Unverified { .. }) => fail(
+            jar,
+            StatusCode::FORBIDDEN,
+            "Confirm your address",
+            "Your identity provider has not verified your e-mail address, so we sent a link to it. Open the link, then sign in again.",
+        ),
+        Err(e) => fail(jar, e.status, "Sign-in failed", &e.message),
+    }
+}
+
+fn not_configured() -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        "Not configured",
+        "Sign-in through an identity provider is not configured on this server.",
+    )
+}
+
+/// A small self-contained page: `title`, `message` (escaped) and a link back to sign-in.
+fn page(status: StatusCode, title: &str, message: &str) -> Response {
+    let mut r = (
+        status,
+        Html(format!(
+            "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\"><title>{t}</title><h1>{t}</h1><p>{m}</p><p><a href=\"/#/signin\">Back to sign-in</a></p>",
+            t = escape(title),
+            m = escape(message)
+        )),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::api::web::CSP),
+    );
+    r
+}
+
+/// HTML text escaping of the five significant characters.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
