@@ -53,6 +53,10 @@ pub struct ServeConfig {
     pub payments: Option<crate::payments::StripeConfig>,
     /// Sign-in through an OpenID Connect provider (`None`: passwords only).
     pub oidc: Option<crate::auth::oidc::OidcConfig>,
+    /// Requests per minute per client address to the public endpoints and `/mcp`.
+    pub public_rpm: u32,
+    /// `/mcp` settings.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -143,6 +147,8 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     }
     state.dashboard = Arc::new(cfg.dashboard.clone());
     state.payments = cfg.payments.clone().map(Arc::new);
+    state.public_limits = Arc::new(api::access::PublicLimits::new(cfg.public_rpm));
+    state.mcp = Arc::new(cfg.mcp.clone());
     if let Some(oidc) = &cfg.oidc {
         state.oidc = Some(Arc::new(
             crate::auth::oidc::Oidc::new(oidc.clone()).map_err(anyhow::Error::msg)?,
@@ -200,8 +206,40 @@ pub fn state_with(
         dashboard: Arc::new(api::dashboard::DashboardConfig::default()),
         payments: None,
         oidc: None,
+        public_limits: Arc::new(api::access::PublicLimits::new(DEFAULT_PUBLIC_RPM)),
+        mcp: Arc::new(crate::mcp::McpSettings::default()),
     }
 }
+
+/// Serve the MCP server over stdin/stdout on the catalogue at `models` (no engine: token counts
+/// come from tokenizers read from `weights` or `tokenizers`).
+///
+/// # Errors
+/// Catalogue errors; the MCP session failing.
+pub async fn serve_mcp_stdio(
+    models: &Path,
+    weights: &Path,
+    tokenizers: &Path,
+) -> anyhow::Result<()> {
+    let catalog = Arc::new(Catalog::load(models).map_err(anyhow::Error::msg)?);
+    let ids: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
+    let openapi = api::openapi::document(&ids).to_string();
+    let data = crate::mcp::McpData::new(
+        catalog.clone(),
+        Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+        None,
+        Arc::new(weights.to_owned()),
+        tokenizers.to_owned(),
+        &api::request::ACCEPTED_PARAMETERS,
+        openapi,
+    );
+    crate::mcp::serve_stdio(Arc::new(data))
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Default requests per minute per client address to the public endpoints and `/mcp`.
+pub const DEFAULT_PUBLIC_RPM: u32 = 600;
 
 /// Where `tollgate measure-languages` writes and the server reads language costs.
 pub const LANGUAGES_FILE: &str = "data/language-multipliers.json";
@@ -224,11 +262,13 @@ pub fn load_languages(
 fn spawn_revocation_sync(state: &AppState) {
     let auth = state.auth.clone();
     let throttles = state.throttles.clone();
+    let public = state.public_limits.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;
             throttles.retain_recent();
+            public.retain_recent();
         }
     });
     tokio::spawn(async move {
@@ -330,8 +370,8 @@ pub fn print_models(catalog: &Path, weights: &Path) -> anyhow::Result<String> {
             m.id,
             m.maker,
             if m.commercial_use { "yes" } else { "NO" },
-            crate::api::usd_per_million(m.pricing.input),
-            crate::api::usd_per_million(m.pricing.output),
+            crate::catalog::record::usd_per_million(m.pricing.input),
+            crate::catalog::record::usd_per_million(m.pricing.output),
         )?;
     }
     Ok(out)

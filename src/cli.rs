@@ -40,6 +40,20 @@ pub enum Command {
         #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
         weights: PathBuf,
     },
+    /// Serve the MCP server (catalogue, prices, language costs, API reference) over stdin and
+    /// stdout, for assistants that launch a process. Runs no model.
+    Mcp {
+        /// Serve over stdin/stdout (the only transport here; HTTP is `/mcp` of `serve`).
+        #[arg(long, required = true)]
+        stdio: bool,
+        #[arg(long, env = "TOLLGATE_MODELS", default_value = "models.toml")]
+        models: PathBuf,
+        #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
+        weights: PathBuf,
+        /// Reference tokenizers (`<name>/tokenizer.json`).
+        #[arg(long, env = "TOLLGATE_TOKENIZERS", default_value = "data/tokenizers")]
+        tokenizers: PathBuf,
+    },
     /// Measure per-language token multipliers with each model's own tokenizer and write them.
     MeasureLanguages {
         #[arg(long, env = "TOLLGATE_MODELS", default_value = "models.toml")]
@@ -263,6 +277,19 @@ pub struct ServeArgs {
         default_value = "your identity provider"
     )]
     pub oidc_label: String,
+    /// Requests per minute per client address to the public endpoints (`/v1/models*`,
+    /// `/v1/openapi.json`) and the MCP server `/mcp`.
+    #[arg(long, env = "TOLLGATE_PUBLIC_RPM", default_value_t = crate::app::DEFAULT_PUBLIC_RPM)]
+    pub public_rpm: u32,
+    /// More `Host` names the MCP server answers (comma-separated, e.g. `gpu-box.lan,10.0.0.5`),
+    /// besides localhost, 127.0.0.1, ::1 and the host of `--public-url`; others get 403
+    /// (protection against DNS rebinding).
+    #[arg(long, env = "TOLLGATE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Reference tokenizers (`<name>/tokenizer.json`, scripts/fetch-tokenizers), for the MCP
+    /// server's token counts of models whose weights are not here.
+    #[arg(long, env = "TOLLGATE_TOKENIZERS", default_value = "data/tokenizers")]
+    pub tokenizers: PathBuf,
 }
 
 impl ServeArgs {
@@ -310,6 +337,11 @@ impl ServeArgs {
                 (None, None) => None,
                 _ => anyhow::bail!("--stripe-secret-key and --stripe-webhook-secret go together"),
             },
+            public_rpm: self.public_rpm,
+            mcp: crate::mcp::McpSettings {
+                allowed_hosts: mcp_hosts(self.public_url.as_deref(), &self.mcp_allowed_hosts),
+                tokenizers_dir: self.tokenizers.clone(),
+            },
             oidc: match (&self.oidc_issuer, &self.oidc_client_id) {
                 (Some(issuer), Some(client_id)) => Some(crate::auth::oidc::OidcConfig {
                     issuer: issuer.clone(),
@@ -321,6 +353,25 @@ impl ServeArgs {
             },
         })
     }
+}
+
+/// Hosts the MCP server answers: the loopback names, the host of `public_url`, and `extra`.
+fn mcp_hosts(public_url: Option<&str>, extra: &[String]) -> Vec<String> {
+    let mut hosts = crate::mcp::McpSettings::default().allowed_hosts;
+    if let Some(host) = public_url
+        .and_then(|u| u.split_once("://"))
+        .and_then(|(_, rest)| rest.split(['/', ':']).next())
+        .filter(|h| !h.is_empty())
+    {
+        hosts.push(host.to_owned());
+    }
+    hosts.extend(
+        extra
+            .iter()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty()),
+    );
+    hosts
 }
 
 /// Set the compute thread count for candle and rayon. Must run before any other thread exists
@@ -554,7 +605,9 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 out_path.display()
             )?;
         }
-        Command::Serve(_) | Command::Models { .. } => anyhow::bail!("not an operator command"),
+        Command::Serve(_) | Command::Models { .. } | Command::Mcp { .. } => {
+            anyhow::bail!("not an operator command")
+        }
     }
     Ok(out)
 }

@@ -12,11 +12,28 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // stderr: stdout carries `mcp --stdio`'s protocol.
+        .with_writer(std::io::stderr)
         .init();
     match cli.command {
         Command::Models { models, weights } => {
             print!("{}", tollgate::app::print_models(&models, &weights)?);
             Ok(())
+        }
+        Command::Mcp {
+            stdio: _,
+            models,
+            weights,
+            tokenizers,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(tollgate::app::serve_mcp_stdio(
+                &models,
+                &weights,
+                &tokenizers,
+            ))
         }
         Command::Serve(args) => {
             let cfg = args.config(&cli.db)?;

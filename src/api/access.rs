@@ -3,6 +3,7 @@
 //! note 1), and request rate limits (the `governor` crate, GCRA) per key and, separately, per
 //! session account, with OpenAI-style `x-ratelimit-*` headers.
 
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -123,6 +124,64 @@ impl RateLimits {
                 ))
             }
         }
+    }
+}
+
+/// Per-client-address limit of the public endpoints (`/v1/models*`, `/v1/openapi.json`,
+/// `/mcp`), which need no key.
+pub struct PublicLimits {
+    limiter: RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, DefaultClock>,
+    rpm: u32,
+    clock: DefaultClock,
+}
+
+impl PublicLimits {
+    /// `rpm` requests per minute per client IP address, with a burst of `rpm`.
+    pub fn new(rpm: u32) -> Self {
+        let rpm = rpm.max(1);
+        Self {
+            limiter: RateLimiter::keyed(Quota::per_minute(
+                NonZeroU32::new(rpm).unwrap_or(NonZeroU32::MIN),
+            )),
+            rpm,
+            clock: DefaultClock::default(),
+        }
+    }
+
+    /// Count one request from `ip`.
+    ///
+    /// # Errors
+    /// `PublicRateLimited` when the address is over its quota.
+    pub fn check(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.limiter.check_key(&ip).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            ApiError::PublicRateLimited {
+                limit: self.rpm,
+                retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+            }
+        })
+    }
+
+    /// Forget addresses whose quota is full again (bounds memory; called each minute).
+    pub fn retain_recent(&self) {
+        self.limiter.retain_recent();
+    }
+}
+
+/// Middleware: the public endpoints' per-address limit.
+pub async fn public_limit(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let ip = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    match state.public_limits.check(ip) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
     }
 }
 

@@ -19,6 +19,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::access;
 use super::error::ApiError;
 use super::request::{self, ChatRequest};
+#[allow(unused_imports)]
+// ChatCompletionRequest and ErrorBody: named by the OpenAPI attribute.
+use super::schema::{
+    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ErrorBody, ServiceCost, Usage,
+};
 use super::{AppState, RequestId};
 use crate::api::access::Payer;
 use crate::billing::{self, Ending, Metered};
@@ -42,12 +47,19 @@ pub(super) struct Settled {
 }
 
 impl Meta {
-    pub(super) fn usage(&self, s: &Settled) -> (Value, Value) {
+    pub(super) fn usage(&self, s: &Settled) -> (Usage, ServiceCost) {
         let o = &s.outcome;
         (
-            json!({"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
-                   "total_tokens": o.prompt_tokens + o.completion_tokens}),
-            json!({"cost_micros": s.cost_micros, "cost_usd": billing::micros_to_usd(s.cost_micros), "request_id": self.request_id}),
+            Usage {
+                prompt_tokens: o.prompt_tokens,
+                completion_tokens: o.completion_tokens,
+                total_tokens: o.prompt_tokens + o.completion_tokens,
+            },
+            ServiceCost {
+                cost_micros: s.cost_micros,
+                cost_usd: billing::micros_to_usd(s.cost_micros),
+                request_id: self.request_id.clone(),
+            },
         )
     }
 
@@ -71,6 +83,32 @@ pub(super) fn finish_str(f: &FinishReason) -> &'static str {
 
 /// The handler: authentication and rate limiting, then `handle`; every authenticated response
 /// carries the `x-ratelimit-*` headers.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "chat",
+    request_body(content = ChatCompletionRequest, content_type = "application/json"),
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes a non-streamed request safe to retry: a retry with the same key and body replays the first answer (and its charge) instead of running again")),
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 200, description = "The completion (`application/json`), or with `stream: true` server-sent events of `chat.completion.chunk` objects ending with `data: [DONE]`",
+            headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics")),
+            content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Malformed JSON, a parameter the service does not implement or the model does not support, an image for a text-only model, a prompt longer than the context, `Idempotency-Key` with `stream: true`; `param` names it", body = ErrorBody),
+        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 402, description = "Balance too low: `code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD", body = ErrorBody),
+        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
+        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
+        (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),
+        (status = 422, description = "A field failed validation (`details.errors` lists every one), or `Idempotency-Key` reused with another body", body = ErrorBody),
+        (status = 429, description = "Rate limit, or the model's queue is full", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
+        (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
+        (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
+        (status = 503, description = "No capacity to load the model now", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
+    ))]
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
@@ -481,12 +519,24 @@ async fn complete(
     let result = match settled.await {
         Ok(Ok(s)) => {
             let (usage, service) = meta.usage(&s);
-            let body = json!({
-                "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
-                "system_fingerprint": null,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
-                             "logprobs": null, "finish_reason": finish_str(&s.outcome.finish)}],
-                "usage": usage, "service": service,
+            let body = json!(ChatCompletion {
+                id: meta.id.clone(),
+                object: "chat.completion",
+                created: meta.created,
+                model: meta.model.clone(),
+                system_fingerprint: None,
+                choices: vec![Choice {
+                    index: 0,
+                    message: AssistantMessage {
+                        role: "assistant",
+                        content: std::mem::take(&mut text),
+                        refusal: None,
+                    },
+                    logprobs: None,
+                    finish_reason: finish_str(&s.outcome.finish),
+                }],
+                usage,
+                service,
             })
             .to_string();
             if let Some(key) = idem_key.clone() {

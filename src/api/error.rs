@@ -5,6 +5,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::schema::{ErrorBody, ErrorObject};
+
 /// One field that failed validation (422 `details.errors[]`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FieldError {
@@ -49,6 +51,9 @@ pub enum ApiError {
     /// 429 `rate_limit_exceeded` with `Retry-After` and `retry-after-ms`.
     #[error("Rate limit reached: {limit} requests per minute for this key (or, in the playground, this account). Retry after {retry_after_ms} ms.")]
     RateLimited { limit: u32, retry_after_ms: u64 },
+    /// 429 `rate_limit_exceeded` on the public endpoints (per client address).
+    #[error("Rate limit reached: {limit} requests per minute from one address to the public endpoints. Retry after {retry_after_ms} ms.")]
+    PublicRateLimited { limit: u32, retry_after_ms: u64 },
     /// 404 `model_not_found`.
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
@@ -99,7 +104,7 @@ impl ApiError {
             E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),
             E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "idempotency_key_reused", Some("Idempotency-Key".into())),
             E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
-            E::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
+            E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
             E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "model_capacity", None),
             E::ModelUnavailable(_) => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
@@ -111,25 +116,30 @@ impl ApiError {
     /// The envelope as JSON (without `request_id`; the request-id layer adds it to 5xx bodies).
     pub fn body(&self) -> Value {
         let (_, kind, code, param) = self.parts();
-        let mut err =
-            json!({"message": self.to_string(), "type": kind, "param": param, "code": code});
-        match self {
-            ApiError::Validation(errors) => err["details"] = json!({ "errors": errors }),
-            ApiError::IdempotencyMismatch => {
-                err["details"] = json!({ "errors": [{"param": "Idempotency-Key", "message": "was used with a different body"}] });
-            }
+        let details = match self {
+            ApiError::Validation(errors) => Some(json!({ "errors": errors })),
+            ApiError::IdempotencyMismatch => Some(
+                json!({ "errors": [{"param": "Idempotency-Key", "message": "was used with a different body"}] }),
+            ),
             ApiError::InsufficientBalance {
                 required,
                 available,
-            } => {
-                err["details"] = json!({
-                    "required_micros": required, "required_usd": crate::billing::micros_to_usd(*required),
-                    "available_micros": available, "available_usd": crate::billing::micros_to_usd(*available),
-                });
+            } => Some(json!({
+                "required_micros": required, "required_usd": crate::billing::micros_to_usd(*required),
+                "available_micros": available, "available_usd": crate::billing::micros_to_usd(*available),
+            })),
+            _ => None,
+        };
+        json!(ErrorBody {
+            error: ErrorObject {
+                message: self.to_string(),
+                kind,
+                param,
+                code,
+                details,
+                request_id: None,
             }
-            _ => {}
-        }
-        json!({ "error": err })
+        })
     }
 }
 
@@ -157,7 +167,8 @@ impl IntoResponse for ApiError {
             ApiError::IdempotencyInFlight { retry_after_s } => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
             }
-            ApiError::RateLimited { retry_after_ms, .. } => {
+            ApiError::RateLimited { retry_after_ms, .. }
+            | ApiError::PublicRateLimited { retry_after_ms, .. } => {
                 h.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),

@@ -9,9 +9,11 @@ pub mod dashboard;
 pub mod error;
 mod metrics;
 mod models;
+pub mod openapi;
+pub mod schema;
 mod sse;
 mod web;
-pub use models::{usd_per_million, usd_per_token};
+
 pub mod request;
 
 use std::sync::Arc;
@@ -62,6 +64,10 @@ pub struct AppState {
     pub payments: Option<Arc<crate::payments::StripeConfig>>,
     /// The OpenID Connect relying party, when sign-in through a provider is configured.
     pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
+    /// Per-address limit of the public endpoints and `/mcp`.
+    pub public_limits: Arc<access::PublicLimits>,
+    /// `/mcp` settings (allowed Host names, reference tokenizers).
+    pub mcp: Arc<crate::mcp::McpSettings>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
@@ -84,11 +90,32 @@ pub fn random_id(len: usize) -> String {
 pub fn router(state: AppState) -> Router {
     // Install the recorder before any request or engine step records a metric.
     let _ = metrics::handle();
-    Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
+    let ids: Vec<&str> = state.catalog.models.iter().map(|m| m.id.as_str()).collect();
+    let mcp_data = Arc::new(crate::mcp::McpData::new(
+        state.catalog.clone(),
+        state.languages.clone(),
+        Some(state.engine.clone()),
+        state.weights_dir.clone(),
+        state.mcp.tokenizers_dir.clone(),
+        &request::ACCEPTED_PARAMETERS,
+        openapi::document(&ids).to_string(),
+    ));
+    let public = Router::new()
         .route("/v1/models", get(models::list_models))
         .route("/v1/models/{id}", get(models::get_model))
         .route("/v1/models/{id}/languages", get(models::get_languages))
+        .route("/v1/openapi.json", get(openapi::serve))
+        .nest_service(
+            "/mcp",
+            crate::mcp::http_service(mcp_data, state.mcp.allowed_hosts.clone()),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::public_limit,
+        ));
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .merge(public)
         .route("/health", get(models::health))
         .route("/metrics", get(metrics::render))
         .merge(dashboard::router())

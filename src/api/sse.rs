@@ -113,7 +113,7 @@ async fn finish_stream(st: &mut StreamState) {
         Some(finish_str(&s.outcome.finish)),
         st.include_usage,
     );
-    c["service"] = service.clone();
+    c["service"] = json!(service);
     st.queue.push_back(data(&c));
     if st.include_usage {
         let m = &st.meta;

@@ -35,6 +35,17 @@ pub struct ModelLanguages {
     pub reason: Option<String>,
 }
 
+impl ModelLanguages {
+    /// The multipliers vs English by language code, when measured.
+    pub fn multipliers(&self) -> Option<BTreeMap<String, f64>> {
+        self.languages.as_ref().map(|l| {
+            l.iter()
+                .map(|(code, c)| (code.clone(), c.multiplier))
+                .collect()
+        })
+    }
+}
+
 /// Read `corpus_dir/<code>.txt` files (code -> text), sorted by code.
 ///
 /// # Errors
@@ -91,10 +102,81 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// Measure every catalogue model. `tokenizers_dir/<name>/tokenizer.json` are the reference
-/// tokenizers, by the catalogue's `tokenizer` family name (a `-` or `_` in the directory name
-/// after the family prefix is allowed, e.g. `tokenizer-llama3`).
-/// A model whose tokenizer cannot be built or run gets `languages: None` and the reason.
+/// A model's tokenizer for counting the tokens of plain text (no chat template, no special
+/// tokens): its own (from the GGUF file or `tokenizer.json` directory), or its family's
+/// reference `tokenizer.json`.
+pub enum TextTokenizer {
+    Own(Box<ModelTokenizer>),
+    Reference(Box<tokenizers::Tokenizer>),
+}
+
+impl TextTokenizer {
+    /// Tokens of `text`.
+    ///
+    /// # Errors
+    /// Tokenizer failures.
+    pub fn count(&self, text: &str) -> anyhow::Result<usize> {
+        match self {
+            Self::Own(t) => Ok(t.encode(text)?.len()),
+            Self::Reference(t) => Ok(t
+                .encode(text, false)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .len()),
+        }
+    }
+}
+
+/// The tokenizer of `m` and where it came from (`gguf:<file>`, `tokenizer.json:<dir>`): the
+/// model's own when its weights are under `weights_dir`, else its family's reference tokenizer
+/// under `tokenizers_dir`.
+///
+/// # Errors
+/// No tokenizer available (the message says why), or one that cannot be read.
+pub fn tokenizer_for(
+    m: &crate::catalog::ModelEntry,
+    weights_dir: &Path,
+    tokenizers_dir: &Path,
+) -> anyhow::Result<(String, TextTokenizer)> {
+    let name = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    if let Some(path) = m.local_path(weights_dir).filter(|p| p.exists()) {
+        if path.is_dir() {
+            let t = ModelTokenizer::from_hf_dir(&path)?;
+            return Ok((
+                format!("tokenizer.json:{}", name(&path)),
+                TextTokenizer::Own(Box::new(t)),
+            ));
+        }
+        let t = ModelTokenizer::from_gguf(&GgufFile::open(&path, &candle_core::Device::Cpu)?)?;
+        return Ok((
+            format!("gguf:{}", name(&path)),
+            TextTokenizer::Own(Box::new(t)),
+        ));
+    }
+    if let Some(dir) = m
+        .tokenizer
+        .as_deref()
+        .and_then(|fam| reference_dir(tokenizers_dir, fam))
+    {
+        let t = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        return Ok((
+            format!("tokenizer.json:{}", name(&dir)),
+            TextTokenizer::Reference(Box::new(t)),
+        ));
+    }
+    Err(anyhow::anyhow!(
+        "no tokenizer available: the weights are not on this machine and no reference tokenizer matches `{}`",
+        m.tokenizer.as_deref().unwrap_or("(none)")
+    ))
+}
+
+/// Measure every catalogue model, each with [`tokenizer_for`]. A model whose tokenizer cannot
+/// be built or run gets `languages: None` and the reason.
 pub fn measure_catalog(
     catalog: &Catalog,
     weights_dir: &Path,
@@ -103,57 +185,8 @@ pub fn measure_catalog(
 ) -> BTreeMap<String, ModelLanguages> {
     let mut out = BTreeMap::new();
     for m in &catalog.models {
-        let own = m.local_path(weights_dir).filter(|p| p.exists());
-        let result = if let Some(path) = own {
-            let (kind, tokenizer) = if path.is_dir() {
-                ("tokenizer.json", ModelTokenizer::from_hf_dir(&path))
-            } else {
-                (
-                    "gguf",
-                    GgufFile::open(&path, &candle_core::Device::Cpu)
-                        .and_then(|f| ModelTokenizer::from_gguf(&f)),
-                )
-            };
-            tokenizer.and_then(|t| {
-                measure_with(corpus, |s| Ok(t.encode(s)?.len())).map(|l| {
-                    (
-                        format!(
-                            "{kind}:{}",
-                            path.file_name().and_then(|n| n.to_str()).unwrap_or("")
-                        ),
-                        l,
-                    )
-                })
-            })
-        } else if let Some(dir) = m
-            .tokenizer
-            .as_deref()
-            .and_then(|fam| reference_dir(tokenizers_dir, fam))
-        {
-            tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .and_then(|t| {
-                    measure_with(corpus, |s| {
-                        Ok(t.encode(s, false)
-                            .map_err(|e| anyhow::anyhow!("{e}"))?
-                            .len())
-                    })
-                    .map(|l| {
-                        (
-                            format!(
-                                "tokenizer.json:{}",
-                                dir.file_name().and_then(|n| n.to_str()).unwrap_or("")
-                            ),
-                            l,
-                        )
-                    })
-                })
-        } else {
-            Err(anyhow::anyhow!(
-                "no tokenizer available: the weights are not on this machine and no reference tokenizer matches `{}`",
-                m.tokenizer.as_deref().unwrap_or("(none)")
-            ))
-        };
+        let result = tokenizer_for(m, weights_dir, tokenizers_dir)
+            .and_then(|(source, t)| measure_with(corpus, |s| t.count(s)).map(|l| (source, l)));
         let record = match result {
             Ok((source, langs)) => ModelLanguages {
                 tokenizer: Some(source),

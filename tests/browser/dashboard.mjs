@@ -132,6 +132,12 @@ try {
   await statusIs("No such top-up.");
   assert.equal(new URL(page.url()).hash, "#/balance");
 
+  // The API reference, rendered from the same pages the MCP server serves.
+  await page.goto(`${BASE}/reference`);
+  await page.getByRole("heading", { name: "Idempotency", exact: true }).waitFor();
+  await page.getByRole("cell", { name: "INSUFFICIENT_BALANCE" }).first().waitFor();
+  await shot("10-api-reference");
+
   // Sign in through the OpenID Connect provider started by scripts/test, in a fresh browser
   // context: its own login and consent pages, then back on the keys page with a session.
   const sso = await browser.newContext({ viewport: { width: 1100, height: 800 } });
@@ -146,7 +152,7 @@ try {
   const ssoAccount = await p2.evaluate(() => fetch("/api/v1/account").then((r) => r.json()));
   assert.equal(ssoAccount.data.email, "browser-sso@idp.example");
   assert.equal(ssoAccount.data.verified, true);
-  const path = `${OUT}/10-signed-in-with-oidc.png`;
+  const path = `${OUT}/11-signed-in-with-oidc.png`;
   await p2.screenshot({ path, fullPage: true });
   shots.push(path);
 

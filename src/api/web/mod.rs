@@ -1,6 +1,6 @@
 //! The web dashboard's pages: one HTML page, its script and stylesheet, embedded in the binary
 //! at build time (`include_str!`: three files need no asset crate) and served at `/`,
-//! `/reset` (the e-mailed reset link) and `/assets/*`, with a strict Content-Security-Policy
+//! `/reset` (the e-mailed reset link) and `/assets/*`; and the API reference at `/reference`, with a strict Content-Security-Policy
 //! (same-origin scripts, styles and connections only; no framing) and no Referer leakage of
 //! link tokens. The page talks only to `/api/v1` and `/v1`.
 
@@ -18,8 +18,8 @@ const APP_CSS: &str = include_str!("app.css");
 /// Content-Security-Policy of every page and asset.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-fn asset(body: &'static str, content_type: &'static str) -> Response {
-    let mut r = body.into_response();
+fn asset(body: impl Into<axum::body::Body>, content_type: &'static str) -> Response {
+    let mut r = body.into().into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(
@@ -43,11 +43,35 @@ async fn index() -> Response {
     asset(INDEX, "text/html; charset=utf-8")
 }
 
+/// `GET /reference`: the API reference pages (`crate::reference`) rendered on the server, one
+/// after another with a table of contents.
+async fn reference_page() -> Response {
+    let mut toc = String::new();
+    let mut body = String::new();
+    for p in &crate::reference::PAGES {
+        toc.push_str(&format!(
+            "<li><a href=\"#{id}\">{t}</a></li>",
+            id = p.id,
+            t = p.title
+        ));
+        body.push_str(&format!(
+            "<section id=\"{}\">{}</section>",
+            p.id,
+            crate::reference::html(p)
+        ));
+    }
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>tollgate API reference</title><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><a class=\"brand\" href=\"/#/\">tollgate</a><nav aria-label=\"Main\"><a href=\"/#/models\">Models &amp; prices</a><a href=\"/reference\" aria-current=\"page\">API reference</a></nav></header><main id=\"main\" class=\"reference\"><h1>API reference</h1><p>The machine-readable form: <a href=\"/v1/openapi.json\">OpenAPI 3.1 document</a>. Coding assistants can read these pages through the MCP server at <code>/mcp</code>.</p><nav aria-label=\"Pages\"><ul>{toc}</ul></nav>{body}</main></body></html>"
+    );
+    asset(html, "text/html; charset=utf-8")
+}
+
 /// The pages' routes.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/reset", get(index))
+        .route("/reference", get(reference_page))
         .route(
             "/assets/app.js",
             get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),

@@ -1,6 +1,9 @@
 //! The model catalogue (`models.toml`): ids, makers, families, context lengths, licences, list
 //! prices and weight sources. Parsed strictly: unknown keys are an error naming the line.
-//! May use: `serde`, `toml`. Never: HTTP, SQL, candle.
+//! `record` is the public view of an entry (the model object of `/v1/models` and MCP).
+//! May use: `serde`, `toml`, `utoipa` (schemas only). Never: HTTP, SQL, candle.
+
+pub mod record;
 
 use std::path::{Path, PathBuf};
 

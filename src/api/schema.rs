@@ -1,0 +1,228 @@
+//! Wire types of the public `/v1` surface: the shapes the handlers serialize, each also a
+//! `utoipa::ToSchema`, so the OpenAPI document (`openapi.rs`) is generated from the same types
+//! the server sends. `ChatCompletionRequest` is the one description-only type: bodies are
+//! validated by `request.rs` (to report every field error with its `param`), and a test keeps
+//! the two in step.
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `GET /v1/models/{id}/languages`: measured token costs per language.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LanguageCosts {
+    pub model: String,
+    /// Where the tokenizer came from, when measured.
+    pub tokenizer: Option<String>,
+    /// Per language code: tokens per 1,000 characters and the multiplier vs English.
+    #[schema(value_type = Option<Object>)]
+    pub languages: Option<Value>,
+    /// Why `languages` is null, or notes on the measurement.
+    pub reason: Option<String>,
+    /// The text measured on.
+    pub corpus: Option<&'static str>,
+}
+
+/// Description of a `POST /v1/chat/completions` body (OpenAI's chat completion request, the
+/// subset served). Unknown fields get 400 `unsupported_parameter`; type and range errors 422.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct ChatCompletionRequest {
+    /// A model id from `GET /v1/models`.
+    #[schema(min_length = 1)]
+    model: String,
+    /// The conversation, oldest first.
+    #[schema(min_items = 1)]
+    messages: Vec<ChatMessageParam>,
+    /// Stream the answer as server-sent events (`chat.completion.chunk` objects, then
+    /// `data: [DONE]`). Not with `Idempotency-Key` (400).
+    stream: Option<bool>,
+    /// Only with `stream: true`.
+    stream_options: Option<StreamOptions>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    temperature: Option<f64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    top_p: Option<f64>,
+    /// Most tokens to generate (older name of `max_completion_tokens`).
+    #[schema(minimum = 1)]
+    max_tokens: Option<u64>,
+    /// Most tokens to generate; wins over `max_tokens`.
+    #[schema(minimum = 1)]
+    max_completion_tokens: Option<u64>,
+    /// Makes sampling repeatable.
+    seed: Option<i64>,
+    /// Up to 4 strings that end generation.
+    stop: Option<Stop>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    presence_penalty: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    frequency_penalty: Option<f64>,
+    /// Choices to generate; only 1 is served (400 otherwise).
+    #[schema(minimum = 1)]
+    n: Option<u64>,
+    /// An end-user id (accepted, not used).
+    user: Option<String>,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct ChatMessageParam {
+    role: Role,
+    content: Content,
+    /// Accepted and ignored.
+    name: Option<String>,
+}
+
+/// Text, or content parts.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum Content {
+    Text(String),
+    /// Text parts, and image parts for models that read images.
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ContentPart {
+    /// `{"type": "text", "text": "..."}`.
+    Text { text: String },
+    /// `{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`.
+    ImageUrl { image_url: ImageUrl },
+}
+
+/// An image reference (a `data:` URL or an `http(s)` URL).
+#[derive(Debug, Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ImageUrl {
+    url: String,
+    /// Accepted and ignored.
+    detail: Option<String>,
+}
+
+/// Who wrote a message (`developer` counts as `system`).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+}
+
+/// `stream_options`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct StreamOptions {
+    /// Send a last chunk with `usage` (and `service`).
+    include_usage: Option<bool>,
+}
+
+/// `stop`: one string or up to 4.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum Stop {
+    One(String),
+    /// At most 4.
+    Many(Vec<String>),
+}
+
+/// A finished chat completion.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletion {
+    /// `chatcmpl-` + an id.
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    pub model: String,
+    /// Always null.
+    #[schema(value_type = Option<String>)]
+    pub system_fingerprint: Option<()>,
+    pub choices: Vec<Choice>,
+    pub usage: Usage,
+    pub service: ServiceCost,
+}
+
+/// The single choice served.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Choice {
+    pub index: u32,
+    pub message: AssistantMessage,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<()>,
+    /// `stop` (end of turn or a stop string) or `length` (`max_tokens` or the context).
+    #[schema(example = "stop")]
+    pub finish_reason: &'static str,
+}
+
+/// The model's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    pub role: &'static str,
+    pub content: String,
+    /// Always null.
+    #[schema(value_type = Option<String>)]
+    pub refusal: Option<()>,
+}
+
+/// Tokens counted by the model's tokenizer (what is billed).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// The service's cost block (interface.md, "Chat completion response").
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ServiceCost {
+    /// Micro-USD charged.
+    pub cost_micros: i64,
+    /// `cost_micros` / 1e6 (a rendering; the integer is exact).
+    pub cost_usd: f64,
+    /// `req_` + 24 alphanumerics; equals the `x-request-id` header.
+    pub request_id: String,
+}
+
+/// Every `/v1` error: `{"error": {...}}` (interface.md, "Errors").
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+/// The error object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorObject {
+    /// Human-readable.
+    pub message: String,
+    /// OpenAI's vocabulary: `invalid_request_error`, `authentication_error`,
+    /// `insufficient_quota`, `permission_error`, `not_found_error`, `rate_limit_error`,
+    /// `api_error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The offending field, when there is one.
+    pub param: Option<String>,
+    /// Stable, machine-switchable code, e.g. `model_not_found`, `INSUFFICIENT_BALANCE`.
+    pub code: &'static str,
+    /// 402: `required_micros`, `required_usd`, `available_micros`, `available_usd`; 422:
+    /// `errors`, a list of `{param, message}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+    /// On 5xx: the request id, as in `x-request-id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}

@@ -1,0 +1,180 @@
+//! The public record of a catalogue model, as `GET /v1/models` and the MCP server show it:
+//! OpenAI's model object (`id`, `object`, `created`, `owned_by`) plus an OpenRouter-style
+//! superset with exact prices, the licence flag and measured language costs. Also an
+//! `utoipa::ToSchema`, so the OpenAPI document describes exactly what is sent.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{ModelEntry, PricePerMTok};
+
+/// `GET /v1/models`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    #[schema(example = "list")]
+    pub object: &'static str,
+    pub data: Vec<ModelRecord>,
+}
+
+/// One model: OpenAI's model object (`id`, `object`, `created`, `owned_by`) plus an
+/// OpenRouter-style superset with prices, licence and measured language costs.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct ModelRecord {
+    /// Model id, used as `model` in chat requests.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: i64,
+    /// The maker.
+    pub owned_by: String,
+    pub name: String,
+    pub family: String,
+    /// Parameter count, e.g. `135M`.
+    pub parameters: String,
+    /// Context window, tokens.
+    pub context_length: usize,
+    /// Weight format served, e.g. `Q4_1`.
+    pub quantization: String,
+    pub architecture: Architecture,
+    pub pricing: ModelPricing,
+    pub license: License,
+    /// Request fields `POST /v1/chat/completions` accepts for this model.
+    pub supported_parameters: Vec<&'static str>,
+    /// Tokens per character relative to English, by language code (ISO 639-3), when measured.
+    pub languages: Option<std::collections::BTreeMap<String, f64>>,
+    /// In memory now.
+    pub loaded: bool,
+    /// Weights are on this machine (servable without a download).
+    pub available: bool,
+}
+
+/// What a model reads and writes.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct Architecture {
+    /// `text`, and `image` for models that read images.
+    pub input_modalities: Vec<String>,
+    pub output_modalities: Vec<&'static str>,
+    pub tokenizer: String,
+}
+
+/// List prices. Exact decimal strings; the integers are what the ledger charges by.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct ModelPricing {
+    /// USD per input token (OpenRouter's form).
+    #[schema(example = "0.00000002")]
+    pub prompt: String,
+    /// USD per output token.
+    pub completion: String,
+    /// USD per 1M input tokens.
+    #[schema(example = "0.02")]
+    pub input_per_million_usd: String,
+    /// USD per 1M output tokens.
+    pub output_per_million_usd: String,
+    /// Micro-USD per 1M input tokens.
+    pub input_micros_per_mtok: i64,
+    /// Micro-USD per 1M output tokens.
+    pub output_micros_per_mtok: i64,
+    /// Always `USD`.
+    pub currency: &'static str,
+}
+
+/// The licence and whether it allows serving the model commercially (403 if not).
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct License {
+    pub name: String,
+    pub url: String,
+    pub commercial_use: bool,
+}
+
+impl ModelRecord {
+    /// The record of `m`: `supported_parameters` are the request fields the API accepts,
+    /// `languages` the measured multipliers vs English by language code, `loaded` whether it is
+    /// in memory now and `available` whether its weights are on this machine.
+    pub fn of(
+        m: &ModelEntry,
+        supported_parameters: &[&'static str],
+        languages: Option<BTreeMap<String, f64>>,
+        loaded: bool,
+        available: bool,
+    ) -> Self {
+        Self {
+            id: m.id.clone(),
+            object: "model",
+            created: m.created,
+            owned_by: m.maker.clone(),
+            name: m.name.clone(),
+            family: m.family.clone(),
+            parameters: m.parameters.clone(),
+            context_length: m.context_length,
+            quantization: m.quantization.clone(),
+            architecture: Architecture {
+                input_modalities: m.input_modalities.clone(),
+                output_modalities: vec!["text"],
+                tokenizer: m.tokenizer.clone().unwrap_or_else(|| m.family.clone()),
+            },
+            pricing: ModelPricing {
+                prompt: usd_per_token(m.pricing.input),
+                completion: usd_per_token(m.pricing.output),
+                input_per_million_usd: usd_per_million(m.pricing.input),
+                output_per_million_usd: usd_per_million(m.pricing.output),
+                input_micros_per_mtok: m.pricing.input.0,
+                output_micros_per_mtok: m.pricing.output.0,
+                currency: "USD",
+            },
+            license: License {
+                name: m.license.clone(),
+                url: m.license_url.clone(),
+                commercial_use: m.commercial_use,
+            },
+            supported_parameters: supported_parameters.to_vec(),
+            languages,
+            loaded,
+            available,
+        }
+    }
+}
+
+/// USD per token as an exact decimal string (OpenRouter's `pricing.prompt` form): micro-USD per
+/// 1M tokens times 1e-12.
+pub fn usd_per_token(p: PricePerMTok) -> String {
+    let (whole, frac) = (p.0 / 1_000_000_000_000, p.0 % 1_000_000_000_000);
+    let frac = format!("{frac:012}");
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac}")
+    }
+}
+
+/// USD per 1M tokens as an exact decimal string.
+pub fn usd_per_million(p: PricePerMTok) -> String {
+    let frac = format!("{:06}", p.0 % 1_000_000);
+    let frac = frac.trim_end_matches('0');
+    let frac = if frac.len() < 2 {
+        format!("{frac:0<2}")
+    } else {
+        frac.to_owned()
+    };
+    format!("{}.{frac}", p.0 / 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_render_exactly() {
+        assert_eq!(usd_per_token(PricePerMTok(20_000)), "0.00000002");
+        assert_eq!(usd_per_token(PricePerMTok(5_650_000)), "0.00000565");
+        assert_eq!(usd_per_token(PricePerMTok(0)), "0");
+        assert_eq!(usd_per_million(PricePerMTok(20_000)), "0.02");
+        assert_eq!(usd_per_million(PricePerMTok(5_650_000)), "5.65");
+        assert_eq!(usd_per_million(PricePerMTok(2_000_000)), "2.00");
+        assert_eq!(usd_per_million(PricePerMTok(1_234_567)), "1.234567");
+    }
+}

@@ -1,0 +1,308 @@
+//! The Model Context Protocol server (interface.md "What the service does" 9): read-only tools
+//! and resources over the catalogue, prices, measured language costs and the API reference,
+//! for coding assistants, without a key. Built on the official Rust SDK `rmcp`: streamable HTTP
+//! at `/mcp` (mounted by `api`, with rmcp's Host allow-list against DNS rebinding) and stdio
+//! (`tollgate mcp --stdio`).
+//!
+//! Owns: the tools' inputs, outputs and schemas (`tools`), the resources and the server info.
+//! May use: `catalog`, `billing` (the cost rule), `engine` (the trait, to count tokens exactly
+//! as billed; tokenizers), `reference`. Never: `ledger`, `api`, axum.
+
+mod tools;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    Implementation, ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{
+    tool, tool_handler, tool_router, ErrorData, Json, RoleServer, ServerHandler, ServiceExt,
+};
+
+use crate::catalog::record::ModelRecord;
+use crate::catalog::{Catalog, ModelEntry};
+use crate::engine::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
+use crate::engine::{ChatMessage, SharedEngine};
+use crate::reference;
+pub use tools::{page_uri, COST_RULE};
+use tools::{
+    Estimate, EstimateArgs, LanguageArgs, LanguageCosts, ListModelsArgs, ModelId, ModelList,
+    PageId, PriceList, ReferencePage, SearchArgs, SearchResults,
+};
+
+/// Settings of `/mcp`.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// `Host` names accepted (with or without a port); others get 403 (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// Reference tokenizers (`data/tokenizers`) for `estimate_cost` when weights are absent.
+    pub tokenizers_dir: PathBuf,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            tokenizers_dir: PathBuf::from("data/tokenizers"),
+        }
+    }
+}
+
+/// URI of the OpenAPI document resource.
+pub const OPENAPI_URI: &str = "tollgate://openapi.json";
+
+/// A tokenizer and where it came from (`gguf:<file>`, `tokenizer.json:<dir>`).
+type SourcedTokenizer = (String, TextTokenizer);
+
+/// What the tools read. Shared by every MCP session.
+pub struct McpData {
+    pub catalog: Arc<Catalog>,
+    /// Measured language costs by model id.
+    pub languages: Arc<BTreeMap<String, ModelLanguages>>,
+    /// The running engine (`None` for `mcp --stdio`, which runs no model).
+    pub engine: Option<SharedEngine>,
+    pub weights_dir: Arc<PathBuf>,
+    /// Reference tokenizers (`data/tokenizers`) for models whose weights are not here.
+    pub tokenizers_dir: PathBuf,
+    /// Request fields the API accepts (`supported_parameters` of model records).
+    pub accepted_parameters: &'static [&'static str],
+    /// The OpenAPI document of `/v1` (JSON text).
+    pub openapi: String,
+    /// Tokenizers read so far, by model id (with their provenance).
+    tokenizers: Mutex<HashMap<String, Option<Arc<SourcedTokenizer>>>>,
+}
+
+impl McpData {
+    /// Data for the tools.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        catalog: Arc<Catalog>,
+        languages: Arc<BTreeMap<String, ModelLanguages>>,
+        engine: Option<SharedEngine>,
+        weights_dir: Arc<PathBuf>,
+        tokenizers_dir: PathBuf,
+        accepted_parameters: &'static [&'static str],
+        openapi: String,
+    ) -> Self {
+        Self {
+            catalog,
+            languages,
+            engine,
+            weights_dir,
+            tokenizers_dir,
+            accepted_parameters,
+            openapi,
+            tokenizers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Tokens of the messages' text with `m`'s own (or reference) tokenizer, read once and
+    /// kept; `None` when there is none.
+    fn tokenizer_count(&self, m: &ModelEntry, chat: &[ChatMessage]) -> Option<(String, usize)> {
+        let cached = self
+            .tokenizers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&m.id)
+            .cloned();
+        let t = match cached {
+            Some(t) => t,
+            None => {
+                let t = tokenizer_for(m, &self.weights_dir, &self.tokenizers_dir)
+                    .ok()
+                    .map(Arc::new);
+                self.tokenizers
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(m.id.clone(), t.clone());
+                t
+            }
+        }?;
+        let mut n = 0;
+        for c in chat {
+            n += t.1.count(&c.content).ok()?;
+        }
+        Some((t.0.clone(), n))
+    }
+}
+
+/// The MCP server: one per session, sharing [`McpData`].
+pub struct TollgateMcp {
+    data: Arc<McpData>,
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router]
+impl TollgateMcp {
+    /// A server over `data`.
+    pub fn new(data: Arc<McpData>) -> Self {
+        Self {
+            data,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// List the models this server sells, with prices (USD per 1M tokens) and licence flags;
+    /// filter by maker, family, input modality, maximum price, commercial use or minimum
+    /// context, and sort by id, price or context.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn list_models(
+        &self,
+        Parameters(a): Parameters<ListModelsArgs>,
+    ) -> Result<Json<ModelList>, String> {
+        self.data.list_models(&a).map(Json)
+    }
+
+    /// One model's full record, exactly as `GET /v1/models/{id}` returns it (prices, context,
+    /// licence, supported request fields, measured language multipliers).
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn get_model(
+        &self,
+        Parameters(a): Parameters<ModelId>,
+    ) -> Result<Json<ModelRecord>, String> {
+        self.data.get_model(&a.id).map(Json)
+    }
+
+    /// The price list: USD and integer micro-USD per 1M input and output tokens for every
+    /// model, with the rule that turns tokens into a charge.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn get_prices(&self) -> Json<PriceList> {
+        Json(self.data.get_prices())
+    }
+
+    /// Estimate what a request costs: prompt tokens (counted with the model's own tokenizer
+    /// when it is on this server, or given), expected output tokens, and the cost in micros
+    /// and USD by the same rule the ledger charges with.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn estimate_cost(
+        &self,
+        Parameters(a): Parameters<EstimateArgs>,
+    ) -> Result<Json<Estimate>, String> {
+        let data = self.data.clone();
+        tokio::task::spawn_blocking(move || data.estimate_cost(&a))
+            .await
+            .map_err(|e| format!("the estimate failed: {e}"))?
+            .map(Json)
+    }
+
+    /// Measured token cost per language: tokens per 1,000 characters and the multiplier vs
+    /// English for the same text, per model, with the tokenizer it was measured with.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn language_costs(
+        &self,
+        Parameters(a): Parameters<LanguageArgs>,
+    ) -> Result<Json<LanguageCosts>, String> {
+        self.data.language_costs(&a).map(Json)
+    }
+
+    /// Search the API reference (endpoints, requests, errors, idempotency, limits, the cost
+    /// rule, SDK examples, this MCP server) for words; returns page ids for `get_reference`.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn search_reference(&self, Parameters(a): Parameters<SearchArgs>) -> Json<SearchResults> {
+        Json(self.data.search_reference(&a))
+    }
+
+    /// One page of the API reference, as Markdown.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn get_reference(
+        &self,
+        Parameters(a): Parameters<PageId>,
+    ) -> Result<Json<ReferencePage>, String> {
+        self.data.get_reference(&a.id).map(Json)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for TollgateMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+            .with_server_info(Implementation::new("tollgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "tollgate sells open-weight language models through an OpenAI-compatible API (base URL: this server + /v1; an API key from the dashboard). Use list_models/get_prices to choose a model, estimate_cost before sending large prompts, language_costs for non-English text, and search_reference/get_reference for endpoints, errors, idempotency, limits and SDK examples.",
+            )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let mut list: Vec<Resource> = reference::PAGES
+            .iter()
+            .map(|p| {
+                Resource::new(page_uri(p.id), p.id)
+                    .with_description(p.title)
+                    .with_mime_type("text/markdown")
+            })
+            .collect();
+        list.push(
+            Resource::new(OPENAPI_URI, "openapi")
+                .with_description("OpenAPI 3.1 document of the /v1 API")
+                .with_mime_type("application/json"),
+        );
+        Ok(ListResourcesResult::with_all_items(list))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri.as_str();
+        let (text, mime) = if uri == OPENAPI_URI {
+            (self.data.openapi.clone(), "application/json")
+        } else {
+            let page = uri
+                .strip_prefix("tollgate://reference/")
+                .and_then(reference::page)
+                .ok_or_else(|| {
+                    ErrorData::resource_not_found(format!("no resource `{uri}`"), None)
+                })?;
+            (page.markdown.to_owned(), "text/markdown")
+        };
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, request.uri.clone()).with_mime_type(mime)
+        ])
+        .into())
+    }
+}
+
+/// The streamable HTTP transport for `/mcp`: a tower service (mount with `nest_service`).
+/// Requests whose `Host` is not in `allowed_hosts` (an entry without a port matches any port)
+/// get 403: rmcp's protection against DNS rebinding.
+pub fn http_service(
+    data: Arc<McpData>,
+    allowed_hosts: Vec<String>,
+) -> StreamableHttpService<TollgateMcp, LocalSessionManager> {
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts(allowed_hosts);
+    StreamableHttpService::new(
+        move || Ok(TollgateMcp::new(data.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// Serve MCP over stdin/stdout until the client closes it (logs must go to stderr).
+///
+/// # Errors
+/// The client's initialization failed, or the transport broke.
+pub async fn serve_stdio(data: Arc<McpData>) -> Result<(), String> {
+    let running = TollgateMcp::new(data)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| e.to_string())?;
+    running.waiting().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! The MCP tools' answers on a small catalogue (no engine; the HTTP transport and the official
+//! Python SDK are exercised by `tests/python/test_mcp.py`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::tools::*;
+use super::McpData;
+use crate::billing;
+use crate::catalog::Catalog;
+use crate::engine::languages::{LanguageCost as Measured, ModelLanguages};
+
+fn entry(id: &str, maker: &str, ctx: usize, input: &str, output: &str, commercial: bool) -> String {
+    format!(
+        "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"{maker}\"\nfamily = \"llama\"\nparameters = \"1M\"\n\
+         context_length = {ctx}\nquantization = \"Q8_0\"\nlicense = \"MIT\"\nlicense_url = \"https://example.invalid\"\n\
+         commercial_use = {commercial}\ninput_modalities = [\"text\"]\ncreated = 1700000000\n\
+         pricing = {{ input = \"{input}\", output = \"{output}\" }}\nsources = [{{ path = \"{id}.gguf\" }}]\n\n"
+    )
+}
+
+fn data() -> McpData {
+    let text = [
+        entry("cheap", "Acme", 2048, "0.02", "0.04", true),
+        entry("mid", "Acme", 8192, "0.10", "0.20", true),
+        entry("nc", "Other", 4096, "0.05", "0.10", false),
+    ]
+    .concat();
+    let catalog = Catalog::parse(&text).unwrap();
+    let mut languages = BTreeMap::new();
+    languages.insert(
+        "mid".to_owned(),
+        ModelLanguages {
+            tokenizer: Some("gguf:mid.gguf".into()),
+            languages: Some(
+                [
+                    (
+                        "eng".to_owned(),
+                        Measured {
+                            chars: 1000,
+                            tokens: 250,
+                            tokens_per_1000_chars: 250.0,
+                            multiplier: 1.0,
+                        },
+                    ),
+                    (
+                        "fra".to_owned(),
+                        Measured {
+                            chars: 1000,
+                            tokens: 400,
+                            tokens_per_1000_chars: 400.0,
+                            multiplier: 1.6,
+                        },
+                    ),
+                ]
+                .into(),
+            ),
+            reason: None,
+        },
+    );
+    McpData::new(
+        Arc::new(catalog),
+        Arc::new(languages),
+        None,
+        Arc::new(PathBuf::from("/nonexistent-weights")),
+        PathBuf::from("/nonexistent-tokenizers"),
+        &["model", "messages"],
+        "{}".into(),
+    )
+}
+
+#[test]
+fn list_models_filters_and_sorts() {
+    let d = data();
+    let all = d.list_models(&ListModelsArgs::default()).unwrap();
+    assert_eq!(all.count, 3);
+    let by_price = d
+        .list_models(&ListModelsArgs {
+            sort: Some(SortKey::Price),
+            ..Default::default()
+        })
+        .unwrap();
+    let ids: Vec<&str> = by_price.models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["cheap", "nc", "mid"]);
+    let acme_cheap = d
+        .list_models(&ListModelsArgs {
+            maker: Some("acme".into()),
+            max_input_price: Some(0.05),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        acme_cheap
+            .models
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
+        ["cheap"]
+    );
+    let commercial = d
+        .list_models(&ListModelsArgs {
+            commercial_use: Some(true),
+            min_context: Some(4000),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        commercial
+            .models
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
+        ["mid"]
+    );
+    assert_eq!(commercial.models[0].input_micros_per_mtok, 100_000);
+    assert!(d
+        .list_models(&ListModelsArgs {
+            max_input_price: Some(0.000_000_1),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .contains("max_input_price"));
+    assert!(d
+        .list_models(&ListModelsArgs {
+            modality: Some("audio".into()),
+            ..Default::default()
+        })
+        .is_err());
+}
+
+#[test]
+fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
+    let d = data();
+    let given = d
+        .estimate_cost(&EstimateArgs {
+            model: "mid".into(),
+            prompt: None,
+            messages: None,
+            prompt_tokens: Some(1234),
+            expected_output_tokens: Some(567),
+            language: Some("fra".into()),
+        })
+        .unwrap();
+    let pricing = &d.catalog.get("mid").unwrap().pricing;
+    assert_eq!(given.cost_micros, billing::cost_micros(pricing, 1234, 567));
+    assert_eq!(given.counted_by, "given");
+    assert_eq!(given.language_multiplier, Some(1.6));
+    // No tokenizer here: French text at its measured 400 tokens per 1,000 characters.
+    let text = "é".repeat(1000);
+    let fr = d
+        .estimate_cost(&EstimateArgs {
+            model: "mid".into(),
+            prompt: Some(text.clone()),
+            messages: None,
+            prompt_tokens: None,
+            expected_output_tokens: None,
+            language: Some("fra".into()),
+        })
+        .unwrap();
+    assert_eq!((fr.prompt_tokens, fr.completion_tokens), (400, 256));
+    assert_eq!(fr.counted_by, "measured characters per token (fra)");
+    // Nothing measured for `cheap`: a rough 4 characters per token, said so.
+    let rough = d
+        .estimate_cost(&EstimateArgs {
+            model: "cheap".into(),
+            prompt: Some("abcdefghi".into()),
+            messages: None,
+            prompt_tokens: None,
+            expected_output_tokens: Some(0),
+            language: None,
+        })
+        .unwrap();
+    assert_eq!(
+        (rough.prompt_tokens, rough.counted_by.as_str()),
+        (3, "4 characters per token")
+    );
+    assert!(d
+        .estimate_cost(&EstimateArgs {
+            model: "nope".into(),
+            prompt: Some("x".into()),
+            messages: None,
+            prompt_tokens: None,
+            expected_output_tokens: None,
+            language: None,
+        })
+        .unwrap_err()
+        .contains("No model `nope`"));
+}
+
+#[test]
+fn language_costs_and_the_reference_answer() {
+    let d = data();
+    let l = d
+        .language_costs(&LanguageArgs {
+            model: Some("mid".into()),
+            language: Some("FRA".into()),
+        })
+        .unwrap();
+    let langs = l.models[0].languages.as_ref().unwrap();
+    assert_eq!(langs.keys().collect::<Vec<_>>(), ["fra"]);
+    assert_eq!(langs["fra"].multiplier, 1.6);
+    let all = d.language_costs(&LanguageArgs::default()).unwrap();
+    assert_eq!(all.models.len(), 3);
+    assert_eq!(all.models[0].reason.as_deref(), Some("not measured yet"));
+    let hits = d.search_reference(&SearchArgs {
+        query: "idempotency".into(),
+        limit: None,
+    });
+    assert_eq!(hits.results[0].id, "idempotency");
+    let page = d.get_reference("errors").unwrap();
+    assert!(page.markdown.contains("INSUFFICIENT_BALANCE"));
+    assert_eq!(page.uri, "tollgate://reference/errors");
+    assert!(d.get_reference("nope").unwrap_err().contains("errors"));
+    let prices = d.get_prices();
+    assert_eq!(prices.prices.len(), 3);
+    assert_eq!(prices.prices[0].input_per_million_usd, "0.02");
+    assert_eq!(
+        d.get_model("mid").unwrap().pricing.output_micros_per_mtok,
+        200_000
+    );
+}

@@ -1,0 +1,576 @@
+//! What each MCP tool answers, as plain functions over [`McpData`] (no protocol here, so they are
+//! unit-tested directly). Inputs and outputs are `schemars` types: the tools' JSON Schemas.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::McpData;
+use crate::billing;
+use crate::catalog::record::{usd_per_million, ModelRecord};
+use crate::catalog::{ModelEntry, PricePerMTok};
+use crate::engine::{ChatMessage, Role};
+use crate::reference;
+
+/// The ledger's rounding rule, stated in every cost answer.
+pub const COST_RULE: &str = "cost_micros = ceil((prompt_tokens * input_micros_per_mtok + completion_tokens * output_micros_per_mtok) / 1_000_000), in integers; 1 micro = 1e-6 USD";
+
+/// `list_models` input.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListModelsArgs {
+    /// Only models by this maker (case-insensitive), e.g. `Meta`.
+    pub maker: Option<String>,
+    /// Only this family (case-insensitive), e.g. `llama`.
+    pub family: Option<String>,
+    /// Only models that read this input modality: `text` or `image`.
+    pub modality: Option<String>,
+    /// Highest input price in USD per 1M tokens, e.g. 0.1 (at most 6 decimals).
+    pub max_input_price: Option<f64>,
+    /// Highest output price in USD per 1M tokens.
+    pub max_output_price: Option<f64>,
+    /// true: only models whose licence allows commercial serving (requests for the others get
+    /// 403); false: only the others.
+    pub commercial_use: Option<bool>,
+    /// Smallest context window, in tokens.
+    pub min_context: Option<usize>,
+    /// Order: `id` (default), `price` (input, then output; cheapest first), `price_desc`,
+    /// `context` (largest first).
+    pub sort: Option<SortKey>,
+}
+
+/// `list_models` order.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SortKey {
+    Id,
+    Price,
+    PriceDesc,
+    Context,
+}
+
+/// One model in a list.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ModelSummary {
+    pub id: String,
+    pub name: String,
+    pub maker: String,
+    pub family: String,
+    /// Parameter count, e.g. `135M`.
+    pub parameters: String,
+    /// Tokens.
+    pub context_length: usize,
+    pub input_modalities: Vec<String>,
+    /// USD per 1M input tokens (exact decimal).
+    pub input_per_million_usd: String,
+    /// USD per 1M output tokens (exact decimal).
+    pub output_per_million_usd: String,
+    /// Micro-USD per 1M input tokens (what the ledger charges by).
+    pub input_micros_per_mtok: i64,
+    /// Micro-USD per 1M output tokens.
+    pub output_micros_per_mtok: i64,
+    pub commercial_use: bool,
+}
+
+/// `list_models` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ModelList {
+    pub count: usize,
+    pub models: Vec<ModelSummary>,
+}
+
+/// `get_model` input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelId {
+    /// A model id, as in `GET /v1/models`.
+    pub id: String,
+}
+
+/// `get_prices` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PriceList {
+    /// Always `USD`.
+    pub currency: &'static str,
+    /// What the prices are per.
+    pub unit: &'static str,
+    /// How a request's cost is computed from them.
+    pub rule: &'static str,
+    pub prices: Vec<PriceRow>,
+}
+
+/// One model's list prices.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PriceRow {
+    pub id: String,
+    pub input_per_million_usd: String,
+    pub output_per_million_usd: String,
+    pub input_micros_per_mtok: i64,
+    pub output_micros_per_mtok: i64,
+    /// false: requests get 403 (the licence forbids commercial serving).
+    pub commercial_use: bool,
+}
+
+/// A chat message for `estimate_cost`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageArg {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+/// `estimate_cost` input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateArgs {
+    /// Model id.
+    pub model: String,
+    /// The prompt as one user message. Or give `messages`, or `prompt_tokens`.
+    pub prompt: Option<String>,
+    /// The prompt as chat messages.
+    pub messages: Option<Vec<MessageArg>>,
+    /// Prompt tokens when already known (nothing is counted then).
+    pub prompt_tokens: Option<u64>,
+    /// Expected completion tokens (default 256).
+    pub expected_output_tokens: Option<u64>,
+    /// Language of the text, ISO 639-3 (e.g. `fra`): used to estimate tokens from characters
+    /// when the model's tokenizer is not on this server, and its measured multiplier vs English
+    /// is reported.
+    pub language: Option<String>,
+}
+
+/// `estimate_cost` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Estimate {
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// How `prompt_tokens` was obtained: `given`, `chat template + tokenizer` (exactly as a
+    /// request is billed, the model being loaded here), `tokenizer` (the model's own, message
+    /// text only: the chat template adds a few tokens per message), `measured characters per
+    /// token`, or `4 characters per token` (a rough guess, nothing measured).
+    pub counted_by: String,
+    /// The tokenizer used, when one was (`gguf:<file>`, `tokenizer.json:<dir>`).
+    pub tokenizer: Option<String>,
+    /// Micro-USD, by the ledger's rule.
+    pub cost_micros: i64,
+    /// `cost_micros` / 1e6 (a rendering).
+    pub cost_usd: f64,
+    pub input_micros_per_mtok: i64,
+    pub output_micros_per_mtok: i64,
+    pub rule: &'static str,
+    /// Tokens of the `language` vs English for the same text, as measured for this model.
+    pub language_multiplier: Option<f64>,
+    /// false: requests for this model get 403.
+    pub commercial_use: bool,
+}
+
+/// `language_costs` input.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LanguageArgs {
+    /// One model (default: every model).
+    pub model: Option<String>,
+    /// One language, ISO 639-3 (default: every measured language).
+    pub language: Option<String>,
+}
+
+/// One language's measurement.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LanguageCost {
+    /// Tokens per 1,000 characters of the text.
+    pub tokens_per_1000_chars: f64,
+    /// Tokens vs English for the same passages.
+    pub multiplier: f64,
+}
+
+/// One model's language costs.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ModelLanguageCosts {
+    pub model: String,
+    /// Provenance of the tokenizer measured with.
+    pub tokenizer: Option<String>,
+    /// By ISO 639-3 code; null when not measured (see `reason`).
+    pub languages: Option<BTreeMap<String, LanguageCost>>,
+    pub reason: Option<String>,
+}
+
+/// `language_costs` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LanguageCosts {
+    /// The text measured on.
+    pub corpus: &'static str,
+    pub models: Vec<ModelLanguageCosts>,
+}
+
+/// `search_reference` input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// Words to look for, e.g. `idempotency retry` or `402`.
+    pub query: String,
+    /// Most results (default 5).
+    pub limit: Option<usize>,
+}
+
+/// A matching reference page.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchHit {
+    /// Page id, for `get_reference`.
+    pub id: String,
+    pub title: String,
+    /// The resource URI of the page.
+    pub uri: String,
+    pub score: u32,
+    pub snippet: String,
+}
+
+/// `search_reference` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchResults {
+    pub results: Vec<SearchHit>,
+}
+
+/// `get_reference` input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PageId {
+    /// Page id: `endpoints`, `requests`, `errors`, `idempotency`, `limits`, `costs`,
+    /// `examples` or `mcp`.
+    pub id: String,
+}
+
+/// `get_reference` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReferencePage {
+    pub id: String,
+    pub title: String,
+    pub uri: String,
+    pub markdown: String,
+}
+
+/// The resource URI of a reference page.
+pub fn page_uri(id: &str) -> String {
+    format!("tollgate://reference/{id}")
+}
+
+fn price_limit(usd: Option<f64>, field: &str) -> Result<Option<PricePerMTok>, String> {
+    usd.map(|x| PricePerMTok::parse(&format!("{x}")).map_err(|e| format!("`{field}`: {e}")))
+        .transpose()
+}
+
+fn summary(m: &ModelEntry) -> ModelSummary {
+    ModelSummary {
+        id: m.id.clone(),
+        name: m.name.clone(),
+        maker: m.maker.clone(),
+        family: m.family.clone(),
+        parameters: m.parameters.clone(),
+        context_length: m.context_length,
+        input_modalities: m.input_modalities.clone(),
+        input_per_million_usd: usd_per_million(m.pricing.input),
+        output_per_million_usd: usd_per_million(m.pricing.output),
+        input_micros_per_mtok: m.pricing.input.0,
+        output_micros_per_mtok: m.pricing.output.0,
+        commercial_use: m.commercial_use,
+    }
+}
+
+impl McpData {
+    fn model(&self, id: &str) -> Result<&ModelEntry, String> {
+        self.catalog.get(id).ok_or_else(|| {
+            format!(
+                "No model `{id}`; `list_models` gives the ids (e.g. `{}`).",
+                self.catalog.models.first().map_or("", |m| m.id.as_str())
+            )
+        })
+    }
+
+    /// `list_models`.
+    ///
+    /// # Errors
+    /// A price with more than 6 decimals or negative; an unknown modality.
+    pub fn list_models(&self, a: &ListModelsArgs) -> Result<ModelList, String> {
+        let max_in = price_limit(a.max_input_price, "max_input_price")?;
+        let max_out = price_limit(a.max_output_price, "max_output_price")?;
+        if let Some(m) = a.modality.as_deref() {
+            if m != "text" && m != "image" {
+                return Err(format!("`modality` is `text` or `image`, not `{m}`."));
+            }
+        }
+        let eq = |want: &Option<String>, have: &str| {
+            want.as_deref().is_none_or(|w| w.eq_ignore_ascii_case(have))
+        };
+        let mut models: Vec<&ModelEntry> = self
+            .catalog
+            .models
+            .iter()
+            .filter(|m| eq(&a.maker, &m.maker) && eq(&a.family, &m.family))
+            .filter(|m| {
+                a.modality
+                    .as_ref()
+                    .is_none_or(|x| m.input_modalities.contains(x))
+            })
+            .filter(|m| max_in.is_none_or(|p| m.pricing.input <= p))
+            .filter(|m| max_out.is_none_or(|p| m.pricing.output <= p))
+            .filter(|m| a.commercial_use.is_none_or(|c| m.commercial_use == c))
+            .filter(|m| a.min_context.is_none_or(|c| m.context_length >= c))
+            .collect();
+        let price = |m: &&ModelEntry| (m.pricing.input, m.pricing.output);
+        match a.sort.unwrap_or(SortKey::Id) {
+            SortKey::Id => models.sort_by(|x, y| x.id.cmp(&y.id)),
+            SortKey::Price => models.sort_by(|x, y| price(x).cmp(&price(y)).then(x.id.cmp(&y.id))),
+            SortKey::PriceDesc => {
+                models.sort_by(|x, y| price(y).cmp(&price(x)).then(x.id.cmp(&y.id)));
+            }
+            SortKey::Context => models.sort_by(|x, y| {
+                y.context_length
+                    .cmp(&x.context_length)
+                    .then(x.id.cmp(&y.id))
+            }),
+        }
+        Ok(ModelList {
+            count: models.len(),
+            models: models.into_iter().map(summary).collect(),
+        })
+    }
+
+    /// `get_model`: the record `GET /v1/models/{id}` answers.
+    ///
+    /// # Errors
+    /// Unknown id.
+    pub fn get_model(&self, id: &str) -> Result<ModelRecord, String> {
+        let m = self.model(id)?;
+        let loaded = self
+            .engine
+            .as_ref()
+            .is_some_and(|e| e.loaded().iter().any(|l| l.id == m.id));
+        let available = loaded || m.local_path(&self.weights_dir).is_some_and(|p| p.exists());
+        let languages = self.languages.get(&m.id).and_then(|l| l.multipliers());
+        Ok(ModelRecord::of(
+            m,
+            self.accepted_parameters,
+            languages,
+            loaded,
+            available,
+        ))
+    }
+
+    /// `get_prices`.
+    pub fn get_prices(&self) -> PriceList {
+        PriceList {
+            currency: "USD",
+            unit: "per 1M tokens, separately for input (prompt) and output (completion) tokens",
+            rule: COST_RULE,
+            prices: self
+                .catalog
+                .models
+                .iter()
+                .map(|m| PriceRow {
+                    id: m.id.clone(),
+                    input_per_million_usd: usd_per_million(m.pricing.input),
+                    output_per_million_usd: usd_per_million(m.pricing.output),
+                    input_micros_per_mtok: m.pricing.input.0,
+                    output_micros_per_mtok: m.pricing.output.0,
+                    commercial_use: m.commercial_use,
+                })
+                .collect(),
+        }
+    }
+
+    /// `estimate_cost`. Blocking (may read a tokenizer from a weights file): call off the async
+    /// workers.
+    ///
+    /// # Errors
+    /// Unknown model, no prompt given, a bad role.
+    pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
+        let m = self.model(&a.model)?;
+        let completion = a.expected_output_tokens.unwrap_or(256);
+        let language = a.language.as_deref().map(str::to_ascii_lowercase);
+        let measured = self.languages.get(&m.id).and_then(|l| l.languages.as_ref());
+        let multiplier = language
+            .as_deref()
+            .and_then(|code| measured.and_then(|l| l.get(code)))
+            .map(|c| c.multiplier);
+        let (prompt, counted_by, tokenizer) = match (a.prompt_tokens, &a.prompt, &a.messages) {
+            (Some(n), ..) => (n, "given".to_owned(), None),
+            (None, None, None) => {
+                return Err("Give `prompt`, `messages` or `prompt_tokens`.".into())
+            }
+            (None, prompt, messages) => {
+                let mut chat = Vec::new();
+                if let Some(p) = prompt {
+                    chat.push(ChatMessage {
+                        role: Role::User,
+                        content: p.clone(),
+                    });
+                }
+                for msg in messages.iter().flatten() {
+                    let role = match msg.role.as_str() {
+                        "system" | "developer" => Role::System,
+                        "user" => Role::User,
+                        "assistant" => Role::Assistant,
+                        other => {
+                            return Err(format!(
+                                "Unknown role `{other}`: system, developer, user or assistant."
+                            ))
+                        }
+                    };
+                    chat.push(ChatMessage {
+                        role,
+                        content: msg.content.clone(),
+                    });
+                }
+                self.count(m, &chat, language.as_deref().unwrap_or("eng"))
+            }
+        };
+        let cost = billing::cost_micros(&m.pricing, prompt, completion);
+        Ok(Estimate {
+            model: m.id.clone(),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            counted_by,
+            tokenizer,
+            cost_micros: cost,
+            cost_usd: billing::micros_to_usd(cost),
+            input_micros_per_mtok: m.pricing.input.0,
+            output_micros_per_mtok: m.pricing.output.0,
+            rule: COST_RULE,
+            language_multiplier: multiplier,
+            commercial_use: m.commercial_use,
+        })
+    }
+
+    /// Prompt tokens of `chat` for `m`, best source first: the engine (template and tokenizer,
+    /// as billed) when the model is loaded; its tokenizer; measured characters per token of
+    /// `language`; 4 characters per token.
+    fn count(
+        &self,
+        m: &ModelEntry,
+        chat: &[ChatMessage],
+        language: &str,
+    ) -> (u64, String, Option<String>) {
+        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        if let Some(engine) = self
+            .engine
+            .as_ref()
+            .filter(|e| e.loaded().iter().any(|l| l.id == m.id))
+        {
+            if let Ok(p) = engine.prepare(&m.id, chat) {
+                return (
+                    as_u64(p.token_ids.len()),
+                    "chat template + tokenizer".into(),
+                    None,
+                );
+            }
+        }
+        if let Some((source, n)) = self.tokenizer_count(m, chat) {
+            return (as_u64(n), "tokenizer".into(), Some(source));
+        }
+        let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
+        let per_1000 = self
+            .languages
+            .get(&m.id)
+            .and_then(|l| l.languages.as_ref())
+            .and_then(|l| l.get(language))
+            .map(|c| c.tokens_per_1000_chars);
+        match per_1000 {
+            #[allow(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss
+            )]
+            Some(r) => (
+                (chars as f64 * r / 1000.0).ceil() as u64,
+                format!("measured characters per token ({language})"),
+                None,
+            ),
+            None => (
+                as_u64(chars.div_ceil(4)),
+                "4 characters per token".into(),
+                None,
+            ),
+        }
+    }
+
+    /// `language_costs`.
+    ///
+    /// # Errors
+    /// Unknown model.
+    pub fn language_costs(&self, a: &LanguageArgs) -> Result<LanguageCosts, String> {
+        let models: Vec<&ModelEntry> = match a.model.as_deref() {
+            Some(id) => vec![self.model(id)?],
+            None => self.catalog.models.iter().collect(),
+        };
+        let lang = a.language.as_deref().map(str::to_ascii_lowercase);
+        Ok(LanguageCosts {
+            corpus: "Universal Declaration of Human Rights (the same articles in each language)",
+            models: models
+                .into_iter()
+                .map(|m| {
+                    let l = self.languages.get(&m.id);
+                    ModelLanguageCosts {
+                        model: m.id.clone(),
+                        tokenizer: l.and_then(|l| l.tokenizer.clone()),
+                        languages: l.and_then(|l| l.languages.as_ref()).map(|langs| {
+                            langs
+                                .iter()
+                                .filter(|(code, _)| {
+                                    lang.as_deref().is_none_or(|w| w == code.as_str())
+                                })
+                                .map(|(code, c)| {
+                                    (
+                                        code.clone(),
+                                        LanguageCost {
+                                            tokens_per_1000_chars: c.tokens_per_1000_chars,
+                                            multiplier: c.multiplier,
+                                        },
+                                    )
+                                })
+                                .collect()
+                        }),
+                        reason: match l {
+                            Some(l) => l.reason.clone(),
+                            None => Some("not measured yet".into()),
+                        },
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    /// `search_reference`.
+    pub fn search_reference(&self, a: &SearchArgs) -> SearchResults {
+        SearchResults {
+            results: reference::search(&a.query, a.limit.unwrap_or(5).clamp(1, 20))
+                .into_iter()
+                .map(|h| SearchHit {
+                    id: h.id.into(),
+                    title: h.title.into(),
+                    uri: page_uri(h.id),
+                    score: h.score,
+                    snippet: h.snippet,
+                })
+                .collect(),
+        }
+    }
+
+    /// `get_reference`.
+    ///
+    /// # Errors
+    /// Unknown page id.
+    pub fn get_reference(&self, id: &str) -> Result<ReferencePage, String> {
+        let p = reference::page(id).ok_or_else(|| {
+            let ids: Vec<&str> = reference::PAGES.iter().map(|p| p.id).collect();
+            format!("No page `{id}`; pages: {}.", ids.join(", "))
+        })?;
+        Ok(ReferencePage {
+            id: p.id.into(),
+            title: p.title.into(),
+            uri: page_uri(p.id),
+            markdown: p.markdown.into(),
+        })
+    }
+}

@@ -1,0 +1,156 @@
+"""The MCP server through the official `mcp` Python SDK: the streamable HTTP client against a
+running tollgate's `/mcp` (real SmolLM2 weights), and the stdio client launching
+`tollgate mcp --stdio`. Answers are checked against `/v1/models` and against what the ledger
+actually charged for a real completion.
+
+Started by scripts/test, which passes TOLLGATE_BASE_URL (the server's /v1), TOLLGATE_API_KEY and
+TOLLGATE_BIN.
+"""
+import asyncio
+import json
+import os
+import urllib.request
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+BASE_URL = os.environ["TOLLGATE_BASE_URL"]
+ORIGIN = BASE_URL.removesuffix("/v1")
+MCP_URL = ORIGIN + "/mcp"
+MODEL = "smollm2-135m-instruct"
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+TOOLS = {"list_models", "get_model", "get_prices", "estimate_cost", "language_costs",
+         "search_reference", "get_reference"}
+
+
+def get_json(path):
+    with urllib.request.urlopen(ORIGIN + path) as r:
+        return json.load(r)
+
+
+def ceil_cost(prompt, completion, model):
+    """The ledger's rule, written independently: ceil of micro-USD, in integers."""
+    p = model["pricing"]
+    num = prompt * p["input_micros_per_mtok"] + completion * p["output_micros_per_mtok"]
+    return -(-num // 1_000_000)
+
+
+async def call(session, name, args=None):
+    r = await session.call_tool(name, args or {})
+    assert not r.is_error, r.content
+    assert r.structured_content is not None, f"{name}: no structured output"
+    return r.structured_content
+
+
+async def drive(session, *, engine=True):
+    """Every tool and resource once; `engine=False` for `mcp --stdio`, which loads no model."""
+    init = await session.initialize()
+    assert init.server_info.name == "tollgate"
+    tools = (await session.list_tools()).tools
+    assert {t.name for t in tools} == TOOLS
+    for t in tools:
+        assert t.input_schema["type"] == "object", t.name
+        assert t.output_schema and t.output_schema["type"] == "object", t.name
+
+    catalogue = get_json("/v1/models")["data"]
+    by_id = {m["id"]: m for m in catalogue}
+
+    listed = await call(session, "list_models")
+    assert listed["count"] == len(catalogue)
+    assert [m["id"] for m in listed["models"]] == sorted(by_id)
+    for m in listed["models"]:
+        assert m["input_per_million_usd"] == by_id[m["id"]]["pricing"]["input_per_million_usd"]
+        assert m["commercial_use"] == by_id[m["id"]]["license"]["commercial_use"]
+    cheap = await call(session, "list_models", {"max_input_price": 0.05, "sort": "price", "commercial_use": True})
+    want = sorted((m for m in catalogue if Decimal(m["pricing"]["input_per_million_usd"]) <= Decimal("0.05")
+                   and m["license"]["commercial_use"]),
+                  key=lambda m: (m["pricing"]["input_micros_per_mtok"], m["pricing"]["output_micros_per_mtok"], m["id"]))
+    assert [m["id"] for m in cheap["models"]] == [m["id"] for m in want]
+
+    record = await call(session, "get_model", {"id": MODEL})
+    expected = get_json(f"/v1/models/{MODEL}")
+    if not engine:
+        expected["loaded"] = False
+    assert record == expected
+    missing = await session.call_tool("get_model", {"id": "no-such-model"})
+    assert missing.is_error
+
+    prices = await call(session, "get_prices")
+    assert prices["currency"] == "USD"
+    assert {p["id"]: p["output_micros_per_mtok"] for p in prices["prices"]} == \
+        {m["id"]: m["pricing"]["output_micros_per_mtok"] for m in catalogue}
+
+    langs = await call(session, "language_costs", {"model": MODEL, "language": "fra"})
+    assert langs["models"][0]["model"] == MODEL
+    measured = get_json(f"/v1/models/{MODEL}/languages")
+    if measured["languages"]:
+        assert langs["models"][0]["languages"]["fra"]["multiplier"] == measured["languages"]["fra"]["multiplier"]
+
+    hits = await call(session, "search_reference", {"query": "Idempotency-Key retry"})
+    assert hits["results"][0]["id"] == "idempotency"
+    page = await call(session, "get_reference", {"id": hits["results"][0]["id"]})
+    assert "Idempotency-Key" in page["markdown"]
+    resources = (await session.list_resources()).resources
+    uris = {str(r.uri) for r in resources}
+    assert "tollgate://openapi.json" in uris and "tollgate://reference/errors" in uris
+    doc = await session.read_resource("tollgate://openapi.json")
+    assert json.loads(doc.contents[0].text)["openapi"] == "3.1.0"
+    return by_id
+
+
+def test_mcp_over_streamable_http_matches_the_api_and_the_ledger():
+    async def run():
+        async with streamable_http_client(MCP_URL) as (read, write):
+            async with ClientSession(read, write) as session:
+                by_id = await drive(session)
+                # A real completion, then the estimate for the same messages and output length:
+                # the same prompt tokens (the loaded model's template and tokenizer) and the
+                # same micros the ledger charged.
+                client = openai.OpenAI(base_url=BASE_URL, api_key=os.environ["TOLLGATE_API_KEY"], max_retries=0)
+                r = client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=12)
+                est = await call(session, "estimate_cost", {
+                    "model": MODEL, "messages": MESSAGES,
+                    "expected_output_tokens": r.usage.completion_tokens})
+                assert est["counted_by"] == "chat template + tokenizer"
+                assert est["prompt_tokens"] == r.usage.prompt_tokens
+                assert est["cost_micros"] == r.model_extra["service"]["cost_micros"]
+                assert est["cost_micros"] == ceil_cost(r.usage.prompt_tokens, r.usage.completion_tokens, by_id[MODEL])
+                given = await call(session, "estimate_cost", {
+                    "model": MODEL, "prompt_tokens": 123_456, "expected_output_tokens": 7_890})
+                assert given["cost_micros"] == ceil_cost(123_456, 7_890, by_id[MODEL])
+    asyncio.run(run())
+
+
+def test_mcp_over_stdio():
+    params = StdioServerParameters(command=os.environ["TOLLGATE_BIN"], args=["mcp", "--stdio"],
+                                   cwd=os.environ.get("TOLLGATE_ROOT", os.getcwd()))
+
+    async def run():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await drive(session, engine=False)
+                # No engine here: the model's own tokenizer from its GGUF file counts the text.
+                est = await call(session, "estimate_cost", {"model": MODEL, "prompt": "What is the capital of France?"})
+                assert est["counted_by"] == "tokenizer" and est["tokenizer"].startswith("gguf:")
+                assert 5 <= est["prompt_tokens"] <= 12
+    asyncio.run(run())
+
+
+def test_a_foreign_host_header_is_refused():
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "rebinding-test", "version": "0"}}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    port = urlsplit(ORIGIN).port
+    evil = httpx.post(MCP_URL, json=body, headers={**headers, "Host": f"evil.example:{port}"})
+    assert evil.status_code == 403
+    ok = httpx.post(MCP_URL, json=body, headers={**headers, "Host": f"localhost:{port}"})
+    assert ok.status_code == 200
