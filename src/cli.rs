@@ -343,6 +343,10 @@ impl ServeArgs {
                 tokenizers_dir: self.tokenizers.clone(),
             },
             oidc: match (&self.oidc_issuer, &self.oidc_client_id) {
+                // The redirect URI registered at the provider must not come from a Host header.
+                (Some(_), Some(_)) if self.public_url.is_none() => anyhow::bail!(
+                    "--oidc-issuer needs --public-url (the base of the redirect URI registered at the provider)"
+                ),
                 (Some(issuer), Some(client_id)) => Some(crate::auth::oidc::OidcConfig {
                     issuer: issuer.clone(),
                     client_id: client_id.clone(),
@@ -355,15 +359,23 @@ impl ServeArgs {
     }
 }
 
+/// The host of an `http(s)://` URL, without port or brackets (`[2001:db8::1]` -> `2001:db8::1`).
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
 /// Hosts the MCP server answers: the loopback names, the host of `public_url`, and `extra`.
 fn mcp_hosts(public_url: Option<&str>, extra: &[String]) -> Vec<String> {
     let mut hosts = crate::mcp::McpSettings::default().allowed_hosts;
-    if let Some(host) = public_url
-        .and_then(|u| u.split_once("://"))
-        .and_then(|(_, rest)| rest.split(['/', ':']).next())
-        .filter(|h| !h.is_empty())
-    {
-        hosts.push(host.to_owned());
+    if let Some(host) = public_url.and_then(url_host) {
+        hosts.push(host);
     }
     hosts.extend(
         extra
@@ -610,4 +622,21 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mcp_hosts_take_the_public_url_host() {
+        let h = super::mcp_hosts(
+            Some("https://[2001:db8::1]:8443/x"),
+            &["lan.box:8080".into()],
+        );
+        assert_eq!(
+            h[3..],
+            ["2001:db8::1".to_owned(), "lan.box:8080".to_owned()]
+        );
+        let h = super::mcp_hosts(Some("https://user@llm.example.com/"), &[]);
+        assert_eq!(h.last().map(String::as_str), Some("llm.example.com"));
+    }
 }

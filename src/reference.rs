@@ -41,6 +41,9 @@ pub fn page(id: &str) -> Option<&'static Page> {
     PAGES.iter().find(|p| p.id == id)
 }
 
+/// Most distinct words of a query that are looked for.
+pub const MAX_WORDS: usize = 16;
+
 /// A search hit: the page, a score (higher is better) and a snippet around the first match.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
@@ -52,14 +55,17 @@ pub struct Hit {
 }
 
 /// Pages matching any word of `query` (case-insensitive; split at anything but letters, digits
-/// and `_`; words under 2 characters ignored), best first: a word in the page's title or id
+/// and `_`; words under 2 characters ignored; at most [`MAX_WORDS`] distinct words), best first: a word in the page's title or id
 /// counts 10, and its occurrences in the text count 1 each up to 3. At most `limit`.
 pub fn search(query: &str, limit: usize) -> Vec<Hit> {
-    let words: Vec<String> = query
+    let mut words: Vec<String> = query
         .split(|c: char| !c.is_alphanumeric() && c != '_')
         .filter(|w| w.chars().count() >= 2)
         .map(str::to_lowercase)
         .collect();
+    words.sort_unstable();
+    words.dedup();
+    words.truncate(MAX_WORDS);
     let mut hits: Vec<Hit> = PAGES
         .iter()
         .filter_map(|p| {
@@ -93,7 +99,11 @@ pub fn search(query: &str, limit: usize) -> Vec<Hit> {
 /// About 200 characters of `text` starting a little before byte `at` (of its lowercase form,
 /// which has the same char boundaries for the ASCII-only matches we look for), on one line.
 fn snippet(text: &str, at: usize) -> String {
-    let start = text[..at.min(text.len())]
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let start = text[..at]
         .char_indices()
         .rev()
         .nth(60)

@@ -222,20 +222,24 @@ async fn a_provider_verified_user_signs_in_gets_one_account_and_the_callback_can
 }
 
 #[tokio::test]
-async fn an_unverified_address_gets_a_link_and_never_takes_over_an_existing_account() {
+async fn an_unverified_address_signs_in_nowhere_and_a_verified_one_evicts_a_squatter() {
     let (_p, server) = setup();
-    // The provider does not vouch for `unverified-*` addresses.
+    // The provider does not vouch for `unverified-*` addresses: no session, no account.
     let agent = Agent::new();
     let r = agent.sign_in(&server, "unverified-bob").await;
     assert_eq!(r.status(), 403);
-    assert!(r.text().await.unwrap().contains("sent a link"));
-    let (status, _) = agent.account(&server).await;
-    assert_eq!(status, 401, "no session before the address is confirmed");
-    let mails = server.state.mail.sent_to("unverified-bob@idp.example");
-    assert_eq!(mails.len(), 1);
-    assert!(mails[0].body.contains("/verify?token="));
-
-    // A password account with the address exists: an unverified claim does not link to it.
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("has not verified your e-mail address"));
+    assert_eq!(agent.account(&server).await.0, 401);
+    assert!(server
+        .ledger
+        .login("unverified-bob@idp.example")
+        .unwrap()
+        .is_none());
+    // Nor does it touch a password account with that address.
     server
         .ledger
         .sign_up(
@@ -243,11 +247,36 @@ async fn an_unverified_address_gets_a_link_and_never_takes_over_an_existing_acco
             "$argon2id$stub-hash-for-test",
         )
         .unwrap();
-    let agent = Agent::new();
-    let r = agent.sign_in(&server, "unverified-carol").await;
-    assert_eq!(r.status(), 409);
-    assert!(r.text().await.unwrap().contains("was not linked"));
-    assert_eq!(agent.account(&server).await.0, 401);
+    let r = Agent::new().sign_in(&server, "unverified-carol").await;
+    assert_eq!(r.status(), 403);
+    let carol = server
+        .ledger
+        .login("unverified-carol@idp.example")
+        .unwrap()
+        .unwrap();
+    assert!(!carol.verified && carol.password_hash.is_some());
+
+    // Someone signed up with dave's address and a password but could not confirm it; dave
+    // signs in through the provider, which verified the address: the account is his, and the
+    // squatter's password no longer opens it.
+    let password = "squatter password";
+    let hash = tollgate::auth::password::hash(password).unwrap();
+    server.ledger.sign_up("dave@idp.example", &hash).unwrap();
+    let dave = Agent::new();
+    let r = dave.sign_in(&server, "dave").await;
+    assert_eq!(r.url().path(), "/");
+    let (status, me) = dave.account(&server).await;
+    assert_eq!(
+        (status, me["data"]["email"].clone()),
+        (200, json!("dave@idp.example"))
+    );
+    let r = reqwest::Client::new()
+        .post(server.url("/api/v1/auth/signin"))
+        .json(&json!({"email": "dave@idp.example", "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the squatter's password is gone");
 }
 
 #[tokio::test]

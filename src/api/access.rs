@@ -127,6 +127,20 @@ impl RateLimits {
     }
 }
 
+/// The key a client address is throttled under: IPv4 addresses as they are, IPv6 addresses by
+/// their /64 prefix (one subscriber's allocation), so rotating within it buys nothing.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
 /// Per-client-address limit of the public endpoints (`/v1/models*`, `/v1/openapi.json`,
 /// `/mcp`), which need no key.
 pub struct PublicLimits {
@@ -148,18 +162,20 @@ impl PublicLimits {
         }
     }
 
-    /// Count one request from `ip`.
+    /// Count one request from `ip` (under its [`client_key`]).
     ///
     /// # Errors
     /// `PublicRateLimited` when the address is over its quota.
     pub fn check(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.limiter.check_key(&ip).map_err(|not_until| {
-            let wait = not_until.wait_time_from(self.clock.now());
-            ApiError::PublicRateLimited {
-                limit: self.rpm,
-                retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
-            }
-        })
+        self.limiter
+            .check_key(&client_key(ip))
+            .map_err(|not_until| {
+                let wait = not_until.wait_time_from(self.clock.now());
+                ApiError::PublicRateLimited {
+                    limit: self.rpm,
+                    retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                }
+            })
     }
 
     /// Forget addresses whose quota is full again (bounds memory; called each minute).

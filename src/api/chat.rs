@@ -22,7 +22,8 @@ use super::request::{self, ChatRequest};
 #[allow(unused_imports)]
 // ChatCompletionRequest and ErrorBody: named by the OpenAPI attribute.
 use super::schema::{
-    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ErrorBody, ServiceCost, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, ErrorBody, ServiceCost,
+    SseEvent, Usage,
 };
 use super::{AppState, RequestId};
 use crate::api::access::Payer;
@@ -91,7 +92,7 @@ pub(super) fn finish_str(f: &FinishReason) -> &'static str {
     responses(
         (status = 200, description = "The completion (`application/json`), or with `stream: true` server-sent events of `chat.completion.chunk` objects ending with `data: [DONE]`",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics")),
-            content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
+            content((ChatCompletion = "application/json"), (SseEvent = "text/event-stream"))),
         (status = 400, description = "Malformed JSON, a parameter the service does not implement or the model does not support, an image for a text-only model, a prompt longer than the context, `Idempotency-Key` with `stream: true`; `param` names it", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),

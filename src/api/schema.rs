@@ -154,6 +154,21 @@ pub struct ChatCompletion {
     pub service: ServiceCost,
 }
 
+/// One server-sent event of a streamed completion (the `text/event-stream` body is a sequence
+/// of these, as OpenAPI 3.2's SSE item model describes them).
+#[derive(Debug, Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct SseEvent {
+    /// A JSON `chat.completion.chunk` (the last one with `finish_reason` carries `service`; with
+    /// `stream_options.include_usage` a final one has `usage` and `service`), a JSON
+    /// `{"error": ...}` if generation fails after the stream started, or `[DONE]`.
+    data: String,
+    /// The event type, when sent (SSE default: `message`).
+    event: Option<String>,
+    id: Option<String>,
+    retry: Option<u64>,
+}
+
 /// The single choice served.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Choice {

@@ -20,7 +20,8 @@ use openidconnect::{
 
 /// How long a started sign-in may take before its `state` is forgotten.
 pub const FLOW_TTL: Duration = Duration::from_secs(600);
-/// Most sign-ins in progress at once (bounds memory against floods of `start`).
+/// Most sign-ins in progress at once (bounds memory against floods of `start`; past it the
+/// oldest is forgotten, so a flood cannot lock out new sign-ins).
 pub const MAX_PENDING: usize = 10_000;
 /// How long discovery metadata and the provider's keys are reused.
 const METADATA_TTL: Duration = Duration::from_secs(3600);
@@ -47,8 +48,6 @@ pub enum OidcError {
     Discovery(String),
     #[error("this sign-in attempt is unknown or expired; start again")]
     UnknownState,
-    #[error("too many sign-ins are in progress; try again in a minute")]
-    Busy,
     #[error("the identity provider did not accept the sign-in: {0}")]
     Exchange(String),
     #[error("the identity provider's answer failed verification: {0}")]
@@ -118,11 +117,17 @@ impl Oidc {
         &self.cfg.label
     }
 
-    async fn client(&self, redirect: RedirectUrl) -> Result<CoreClientFor, OidcError> {
+    /// A client for the provider's metadata (cached for an hour; `refresh` fetches it anew,
+    /// e.g. after the provider rotated its signing keys).
+    async fn client(
+        &self,
+        redirect: RedirectUrl,
+        refresh: bool,
+    ) -> Result<CoreClientFor, OidcError> {
         let metadata = {
             let mut cached = self.metadata.lock().await;
             match cached.as_ref() {
-                Some((m, at)) if at.elapsed() < METADATA_TTL => m.clone(),
+                Some((m, at)) if !refresh && at.elapsed() < METADATA_TTL => m.clone(),
                 _ => {
                     let m = CoreProviderMetadata::discover_async(self.issuer.clone(), &self.http)
                         .await
@@ -145,11 +150,11 @@ impl Oidc {
     /// cookie); the PKCE verifier and nonce stay here.
     ///
     /// # Errors
-    /// `Config` (bad redirect URL), `Discovery`, `Busy`.
+    /// `Config` (bad redirect URL), `Discovery`.
     pub async fn begin(&self, redirect_url: &str) -> Result<(String, String), OidcError> {
         let redirect = RedirectUrl::new(redirect_url.to_owned())
             .map_err(|e| OidcError::Config(e.to_string()))?;
-        let client = self.client(redirect.clone()).await?;
+        let client = self.client(redirect.clone(), false).await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let (url, state, nonce) = client
             .authorize_url(
@@ -163,7 +168,13 @@ impl Oidc {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending.retain(|_, p| p.started.elapsed() < FLOW_TTL);
         if pending.len() >= MAX_PENDING {
-            return Err(OidcError::Busy);
+            let oldest = pending
+                .iter()
+                .min_by_key(|(_, p)| p.started)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                pending.remove(&k);
+            }
         }
         pending.insert(
             state.secret().clone(),
@@ -193,7 +204,7 @@ impl Oidc {
             .remove(state)
             .filter(|p| p.started.elapsed() < FLOW_TTL)
             .ok_or(OidcError::UnknownState)?;
-        let client = self.client(flow.redirect).await?;
+        let client = self.client(flow.redirect.clone(), false).await?;
         let token = client
             .exchange_code(AuthorizationCode::new(code))
             .map_err(|e| OidcError::Discovery(e.to_string()))?
@@ -204,9 +215,19 @@ impl Oidc {
         let id_token = token
             .id_token()
             .ok_or_else(|| OidcError::Verification("no ID token in the token response".into()))?;
-        let claims = id_token
-            .claims(&client.id_token_verifier(), &flow.nonce)
-            .map_err(|e| OidcError::Verification(error_chain(&e)))?;
+        // A failure may be a key the provider rotated in since the metadata was cached: fetch
+        // it again once and verify with the fresh keys.
+        let refreshed;
+        let (client, claims) = match id_token.claims(&client.id_token_verifier(), &flow.nonce) {
+            Ok(c) => (&client, c),
+            Err(_) => {
+                refreshed = self.client(flow.redirect, true).await?;
+                let c = id_token
+                    .claims(&refreshed.id_token_verifier(), &flow.nonce)
+                    .map_err(|e| OidcError::Verification(error_chain(&e)))?;
+                (&refreshed, c)
+            }
+        };
         let subject = claims.subject().clone();
         let mut email = claims.email().map(|e| e.to_string());
         let mut email_verified = claims.email_verified().unwrap_or(false);

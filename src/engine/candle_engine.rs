@@ -197,6 +197,24 @@ impl CandleEngine {
     }
 }
 
+/// The chat template rendered and tokenized, with BOS where the model wants one.
+fn prompt_ids(f: &Front, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
+    let text = f
+        .template
+        .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
+        .map_err(EngineError::Template)?;
+    let mut ids = f
+        .tokenizer
+        .encode(&text)
+        .map_err(|e| EngineError::Tokenize(e.to_string()))?;
+    if let Some(bos) = f.tokenizer.bos_id.filter(|_| f.tokenizer.add_bos) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    Ok(ids)
+}
+
 fn load(
     id: &str,
     path: &std::path::Path,
@@ -274,24 +292,17 @@ impl Engine for CandleEngine {
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
         let (_, f) = self.ensure_loaded(model)?;
         f.last_used.store(self.now_ms(), Ordering::Relaxed);
-        let text = f
-            .template
-            .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
-            .map_err(EngineError::Template)?;
-        let mut ids = f
-            .tokenizer
-            .encode(&text)
-            .map_err(|e| EngineError::Tokenize(e.to_string()))?;
-        if let Some(bos) = f.tokenizer.bos_id.filter(|_| f.tokenizer.add_bos) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
+        let ids = prompt_ids(&f, messages)?;
         Ok(Prompt {
             model: model.to_owned(),
             token_ids: ids,
             context_length: f.context_length,
         })
+    }
+
+    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize> {
+        let (_, f) = self.front(model)?;
+        prompt_ids(&f, messages).ok().map(|ids| ids.len())
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {

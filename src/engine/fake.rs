@@ -95,6 +95,12 @@ impl Engine for FakeEngine {
         })
     }
 
+    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize> {
+        self.prepare(model, messages)
+            .ok()
+            .map(|p| p.token_ids.len())
+    }
+
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
         let fault = self.fault();
         if fault == FakeFault::Overloaded {

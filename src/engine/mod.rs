@@ -181,6 +181,10 @@ pub trait Engine: Send + Sync + 'static {
     /// # Errors
     /// `ModelNotLoaded`, `Template`, `Tokenize`.
     fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError>;
+    /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is
+    /// loaded now: never loads a model and does not count as a use (for cost estimates).
+    /// `None` when the model is not loaded or its template fails. CPU-bound like `prepare`.
+    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize>;
     /// Queue a generation; never blocks.
     ///
     /// # Errors

@@ -21,34 +21,27 @@ pub struct ExternalIdentity {
     pub email_verified: bool,
 }
 
-/// Which account an identity signs in to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IdentitySignIn {
-    /// A verified account: start a session for it.
-    Account(AccountId),
-    /// An account whose address nobody has verified yet (the provider did not vouch for it):
-    /// no session; a verification link must go to `email`.
-    Unverified { account: AccountId, email: String },
-}
-
 impl Ledger {
-    /// Resolve a provider-verified identity to an account, in one transaction:
-    /// 1. an identity seen before opens its linked account;
-    /// 2. otherwise, an account with the same address is linked to it, but only when the
-    ///    provider verified the address (`UnverifiedLink` if not: whoever controls an
-    ///    unverified claim must not take over an existing account);
-    /// 3. otherwise a new account without a password is made and linked.
+    /// Resolve an identity to the account it signs in to, in one transaction:
+    /// 1. an identity seen before opens its linked account (links are made only from addresses
+    ///    the provider verified);
+    /// 2. otherwise the provider must have verified the address (`UnverifiedIdentity` if not:
+    ///    an unverified claim neither opens nor creates anything);
+    /// 3. the account with that address is linked, or a new one without a password is made.
     ///
-    /// An address the provider verified counts as verified here too: the account is marked so
-    /// and, the first time only, granted `starter_micros` (as e-mail verification does).
+    /// The account counts as verified from then on and, the first time only, is granted
+    /// `starter_micros` (as e-mail verification does). If the existing account was still
+    /// unverified, whoever signed it up had not proven the address, while the provider has: its
+    /// password is removed and its sessions and e-mailed links end, so a squatter who
+    /// registered someone else's address cannot sign in to it afterwards.
     ///
     /// # Errors
-    /// `UnverifiedLink`, database errors.
+    /// `UnverifiedIdentity`, database errors.
     pub fn sign_in_identity(
         &self,
         id: &ExternalIdentity,
         starter_micros: i64,
-    ) -> Result<IdentitySignIn, LedgerError> {
+    ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let linked: Option<AccountId> = tx
                 .query_row(
@@ -57,42 +50,42 @@ impl Ledger {
                     |r| r.get(0),
                 )
                 .optional()?;
-            let account = match linked {
-                Some(a) => a,
-                None => {
-                    let existing: Option<AccountId> = tx
-                        .query_row(
-                            "SELECT id FROM accounts WHERE email = ?1",
-                            [&id.email],
-                            |r| r.get(0),
-                        )
-                        .optional()?;
-                    let account = match existing {
-                        Some(_) if !id.email_verified => {
-                            return Err(LedgerError::UnverifiedLink(id.email.clone()))
-                        }
-                        Some(a) => a,
-                        None => insert_account(tx, &id.email, None, false)?,
-                    };
+            if let Some(account) = linked {
+                return Ok(account);
+            }
+            if !id.email_verified {
+                return Err(LedgerError::UnverifiedIdentity(id.email.clone()));
+            }
+            let existing: Option<(AccountId, bool)> = tx
+                .query_row(
+                    "SELECT id, verified_at IS NOT NULL FROM accounts WHERE email = ?1",
+                    [&id.email],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let account = match existing {
+                Some((account, true)) => account,
+                Some((account, false)) => {
+                    let t = now();
                     tx.execute(
-                        "INSERT INTO identities (issuer, subject, account_id, created_at) VALUES (?1, ?2, ?3, ?4)",
-                        params![id.issuer, id.subject, account, now()],
+                        "UPDATE accounts SET password_hash = NULL WHERE id = ?1",
+                        [account],
+                    )?;
+                    tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account])?;
+                    tx.execute(
+                        "UPDATE email_tokens SET used_at = ?1 WHERE account_id = ?2 AND used_at IS NULL",
+                        params![t, account],
                     )?;
                     account
                 }
+                None => insert_account(tx, &id.email, None, false)?,
             };
-            let (email, verified): (String, bool) = tx.query_row(
-                "SELECT email, verified_at IS NOT NULL FROM accounts WHERE id = ?1",
-                [account],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+            tx.execute(
+                "INSERT INTO identities (issuer, subject, account_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![id.issuer, id.subject, account, now()],
             )?;
-            // The provider vouches only for the address it sent, not for one the account had.
-            if verified || (id.email_verified && email == id.email) {
-                mark_verified(tx, account, starter_micros)?;
-                Ok(IdentitySignIn::Account(account))
-            } else {
-                Ok(IdentitySignIn::Unverified { account, email })
-            }
+            mark_verified(tx, account, starter_micros)?;
+            Ok(account)
         })
     }
 }
@@ -114,61 +107,78 @@ mod tests {
     #[test]
     fn a_new_verified_identity_makes_one_account_and_grants_once() {
         let (_d, l) = temp_ledger();
-        let IdentitySignIn::Account(a) = l
-            .sign_in_identity(&id("s1", "n@example.com", true), 500)
-            .unwrap()
-        else {
-            panic!("expected a verified account")
-        };
-        let again = l
+        let a = l
             .sign_in_identity(&id("s1", "n@example.com", true), 500)
             .unwrap();
-        assert_eq!(again, IdentitySignIn::Account(a));
-        let acc = l.account(a).unwrap();
-        assert_eq!(acc.balance_micros, 500, "starter granted once");
-        assert!(l
-            .login("n@example.com")
-            .unwrap()
-            .unwrap()
-            .password_hash
-            .is_none());
+        assert_eq!(
+            l.sign_in_identity(&id("s1", "n@example.com", true), 500)
+                .unwrap(),
+            a
+        );
+        assert_eq!(
+            l.account(a).unwrap().balance_micros,
+            500,
+            "starter granted once"
+        );
+        let login = l.login("n@example.com").unwrap().unwrap();
+        assert!(login.verified && login.password_hash.is_none());
     }
 
     #[test]
-    fn an_existing_address_links_only_when_the_provider_verified_it() {
+    fn an_unverified_claim_opens_and_creates_nothing() {
         let (_d, l) = temp_ledger();
+        assert!(matches!(
+            l.sign_in_identity(&id("s3", "u@example.com", false), 500),
+            Err(LedgerError::UnverifiedIdentity(_))
+        ));
+        assert!(l.login("u@example.com").unwrap().is_none());
         let a = l
             .sign_up("p@example.com", "$argon2id$stub-hash-for-test")
             .unwrap();
-        assert!(matches!(
-            l.sign_in_identity(&id("s2", "p@example.com", false), 500),
-            Err(LedgerError::UnverifiedLink(_))
-        ));
+        assert!(l
+            .sign_in_identity(&id("s2", "p@example.com", false), 500)
+            .is_err());
         assert_eq!(
-            l.sign_in_identity(&id("s2", "p@example.com", true), 500)
-                .unwrap(),
-            IdentitySignIn::Account(a.id)
+            l.login("p@example.com")
+                .unwrap()
+                .unwrap()
+                .password_hash
+                .as_deref(),
+            Some("$argon2id$stub-hash-for-test")
         );
-        // Linked now: the subject opens it even if the address claim changes later.
-        assert_eq!(
-            l.sign_in_identity(&id("s2", "other@example.com", true), 500)
-                .unwrap(),
-            IdentitySignIn::Account(a.id)
-        );
-        assert_eq!(l.account(a.id).unwrap().balance_micros, 500);
+        assert_eq!(l.account(a.id).unwrap().balance_micros, 0);
     }
 
     #[test]
-    fn an_unverified_new_address_needs_the_e_mail_link() {
+    fn a_verified_claim_takes_an_unconfirmed_address_back_from_a_squatter() {
         let (_d, l) = temp_ledger();
-        let out = l
-            .sign_in_identity(&id("s3", "u@example.com", false), 500)
+        // Someone signed up with another person's address and a password, never confirmed.
+        let squat = l.sign_up("v@example.com", "$argon2id$squatter").unwrap();
+        l.insert_session(b"squatter-session-hash", squat.id)
             .unwrap();
-        let IdentitySignIn::Unverified { account, email } = out else {
-            panic!("expected an unverified account")
-        };
-        assert_eq!(email, "u@example.com");
-        assert_eq!(l.account(account).unwrap().balance_micros, 0);
-        assert!(!l.login("u@example.com").unwrap().unwrap().verified);
+        let a = l
+            .sign_in_identity(&id("s4", "v@example.com", true), 500)
+            .unwrap();
+        assert_eq!(a, squat.id);
+        let login = l.login("v@example.com").unwrap().unwrap();
+        assert!(login.verified);
+        assert!(
+            login.password_hash.is_none(),
+            "the squatter's password is gone"
+        );
+        assert!(l.session(b"squatter-session-hash").unwrap().is_none());
+        // A verified account keeps its password when it gains a linked identity.
+        let owner = l.sign_up("o@example.com", "$argon2id$owner").unwrap();
+        l.write(|tx| mark_verified(tx, owner.id, 0)).unwrap();
+        l.sign_in_identity(&id("s5", "o@example.com", true), 500)
+            .unwrap();
+        assert_eq!(
+            l.login("o@example.com")
+                .unwrap()
+                .unwrap()
+                .password_hash
+                .as_deref(),
+            Some("$argon2id$owner")
+        );
     }
 }

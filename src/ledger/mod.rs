@@ -30,7 +30,7 @@ pub use accounts::{Account, EntryRow, UsageRecord, UsageStatus};
 pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
-pub use identities::{ExternalIdentity, IdentitySignIn};
+pub use identities::ExternalIdentity;
 pub use keys::{ApiKeyRecord, KeyState};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
@@ -62,8 +62,8 @@ pub enum LedgerError {
     EmailTaken(String),
     #[error("no pending top-up `{0}` with that amount and currency")]
     NoSuchTopup(String),
-    #[error("the address `{0}` has an account; the identity provider has not verified it, so it is not linked")]
-    UnverifiedLink(String),
+    #[error("the identity provider has not verified the address `{0}`")]
+    UnverifiedIdentity(String),
     #[error("the link is unknown, used or expired")]
     BadToken,
     #[error("the code is unknown or already redeemed")]

@@ -276,14 +276,37 @@ impl ServerHandler for TollgateMcp {
     }
 }
 
+/// Origins (`http` and `https`, any port) of the allowed hosts: a browser page elsewhere cannot
+/// call `/mcp`; clients that send no `Origin` (assistants, SDKs) are not affected.
+pub fn allowed_origins(allowed_hosts: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for h in allowed_hosts {
+        let v6 = h.parse::<std::net::Ipv6Addr>().is_ok();
+        // `host:port` entries allow that port only; bare hosts any port.
+        let with_port = !v6 && h.contains(':');
+        let h = if v6 { format!("[{h}]") } else { h.clone() };
+        for scheme in ["http", "https"] {
+            out.push(format!("{scheme}://{h}"));
+            if !with_port {
+                out.push(format!("{scheme}://{h}:*"));
+            }
+        }
+    }
+    out
+}
+
 /// The streamable HTTP transport for `/mcp`: a tower service (mount with `nest_service`).
-/// Requests whose `Host` is not in `allowed_hosts` (an entry without a port matches any port)
-/// get 403: rmcp's protection against DNS rebinding.
+/// Requests whose `Host` is not in `allowed_hosts` (an entry without a port matches any port),
+/// or whose `Origin` is not one of those hosts, get 403: rmcp's protection against DNS
+/// rebinding and cross-site calls.
 pub fn http_service(
     data: Arc<McpData>,
     allowed_hosts: Vec<String>,
 ) -> StreamableHttpService<TollgateMcp, LocalSessionManager> {
-    let config = StreamableHttpServerConfig::default().with_allowed_hosts(allowed_hosts);
+    let origins = allowed_origins(&allowed_hosts);
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts)
+        .with_allowed_origins(origins);
     StreamableHttpService::new(
         move || Ok(TollgateMcp::new(data.clone())),
         Arc::new(LocalSessionManager::default()),

@@ -13,6 +13,11 @@ use crate::catalog::{ModelEntry, PricePerMTok};
 use crate::engine::{ChatMessage, Role};
 use crate::reference;
 
+/// Most characters of prompt text `estimate_cost` counts (the API's body limit is 4 MiB).
+pub const MAX_ESTIMATE_CHARS: usize = 1 << 20;
+/// Most characters of a `search_reference` query.
+pub const MAX_QUERY_CHARS: usize = 256;
+
 /// The ledger's rounding rule, stated in every cost answer.
 pub const COST_RULE: &str = "cost_micros = ceil((prompt_tokens * input_micros_per_mtok + completion_tokens * output_micros_per_mtok) / 1_000_000), in integers; 1 micro = 1e-6 USD";
 
@@ -423,6 +428,10 @@ impl McpData {
                         content: msg.content.clone(),
                     });
                 }
+                let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
+                if chars > MAX_ESTIMATE_CHARS {
+                    return Err(format!("The prompt is {chars} characters; at most {MAX_ESTIMATE_CHARS} are counted. Give `prompt_tokens` instead."));
+                }
                 self.count(m, &chat, language.as_deref().unwrap_or("eng"))
             }
         };
@@ -453,18 +462,12 @@ impl McpData {
         language: &str,
     ) -> (u64, String, Option<String>) {
         let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        if let Some(engine) = self
+        if let Some(n) = self
             .engine
             .as_ref()
-            .filter(|e| e.loaded().iter().any(|l| l.id == m.id))
+            .and_then(|e| e.count_prompt_tokens(&m.id, chat))
         {
-            if let Ok(p) = engine.prepare(&m.id, chat) {
-                return (
-                    as_u64(p.token_ids.len()),
-                    "chat template + tokenizer".into(),
-                    None,
-                );
-            }
+            return (as_u64(n), "chat template + tokenizer".into(), None);
         }
         if let Some((source, n)) = self.tokenizer_count(m, chat) {
             return (as_u64(n), "tokenizer".into(), Some(source));
@@ -541,10 +544,11 @@ impl McpData {
         })
     }
 
-    /// `search_reference`.
+    /// `search_reference`: the first [`MAX_QUERY_CHARS`] characters of the query.
     pub fn search_reference(&self, a: &SearchArgs) -> SearchResults {
+        let query: String = a.query.chars().take(MAX_QUERY_CHARS).collect();
         SearchResults {
-            results: reference::search(&a.query, a.limit.unwrap_or(5).clamp(1, 20))
+            results: reference::search(&query, a.limit.unwrap_or(5).clamp(1, 20))
                 .into_iter()
                 .map(|h| SearchHit {
                     id: h.id.into(),

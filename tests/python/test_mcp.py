@@ -144,7 +144,7 @@ def test_mcp_over_stdio():
     asyncio.run(run())
 
 
-def test_a_foreign_host_header_is_refused():
+def test_a_foreign_host_or_origin_is_refused():
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                        "clientInfo": {"name": "rebinding-test", "version": "0"}}}
@@ -154,3 +154,8 @@ def test_a_foreign_host_header_is_refused():
     assert evil.status_code == 403
     ok = httpx.post(MCP_URL, json=body, headers={**headers, "Host": f"localhost:{port}"})
     assert ok.status_code == 200
+    # A page on another site cannot call it from a browser either.
+    cross = httpx.post(MCP_URL, json=body, headers={**headers, "Origin": "https://evil.example"})
+    assert cross.status_code == 403
+    same = httpx.post(MCP_URL, json=body, headers={**headers, "Origin": ORIGIN})
+    assert same.status_code == 200

@@ -162,7 +162,7 @@ pub async fn sign_up(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.sign_up_ip,
-        &peer.ip().to_string(),
+        &crate::api::access::client_key(peer.ip()).to_string(),
         "sign-up",
     )?;
     let email = normalize_email(&c.email)?;
@@ -244,7 +244,11 @@ pub async fn sign_in(
         )
     })?;
     let t = &state.throttles;
-    t.check(&t.sign_in_ip, &peer.ip().to_string(), "sign-in")?;
+    t.check(
+        &t.sign_in_ip,
+        &crate::api::access::client_key(peer.ip()).to_string(),
+        "sign-in",
+    )?;
     t.check(&t.sign_in_email, &email, "sign-in")?;
     let ledger = state.ledger.clone();
     let account = blocking(move || {
@@ -336,7 +340,7 @@ pub async fn request_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &peer.ip().to_string(),
+        &crate::api::access::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     let email = normalize_email(&b.email)?;
@@ -371,7 +375,7 @@ pub async fn confirm_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &peer.ip().to_string(),
+        &crate::api::access::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     password::check_policy(&b.password).map_err(|e| weak_password(&e))?;

@@ -160,10 +160,10 @@ impl From<LedgerError> for DashError {
                 "email_taken",
                 "An account with this e-mail address already exists; sign in or reset the password.",
             ),
-            LedgerError::UnverifiedLink(_) => Self::new(
-                StatusCode::CONFLICT,
-                "identity_not_linked",
-                "An account already uses this e-mail address, and the identity provider has not verified the address, so it was not linked. Sign in with your password.",
+            LedgerError::UnverifiedIdentity(_) => Self::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified_by_provider",
+                "Your identity provider has not verified your e-mail address, so it cannot sign you in here. Verify the address with the provider, or sign up with e-mail and a password.",
             ),
             LedgerError::BadToken => Self::bad_request(
                 "invalid_token",

@@ -13,11 +13,11 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::account::{base_url, normalize_email, send_link, start_session};
+use super::account::{base_url, normalize_email, start_session};
 use super::{blocking, ok};
 use crate::api::AppState;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
-use crate::ledger::{ExternalIdentity, IdentitySignIn, TokenPurpose};
+use crate::ledger::ExternalIdentity;
 
 /// The cookie that binds a sign-in in progress to the browser that started it.
 const STATE_COOKIE: &str = "tollgate_oidc";
@@ -46,7 +46,11 @@ pub async fn start(
         return not_configured();
     };
     let t = &state.throttles;
-    if let Err(e) = t.check(&t.sign_in_ip, &peer.ip().to_string(), "sign-in") {
+    if let Err(e) = t.check(
+        &t.sign_in_ip,
+        &crate::api::access::client_key(peer.ip()).to_string(),
+        "sign-in",
+    ) {
         return page(e.status, "Too many attempts", &e.message);
     }
     let redirect = format!("{}{CALLBACK_PATH}", base_url(&state, &headers));
@@ -61,9 +65,6 @@ pub async fn start(
                 .max_age(cookie::time::Duration::seconds(FLOW_TTL.as_secs() as i64))
                 .build();
             (jar.add(cookie), Redirect::to(&url)).into_response()
-        }
-        Err(e @ OidcError::Busy) => {
-            page(StatusCode::SERVICE_UNAVAILABLE, "Try again", &e.to_string())
         }
         Err(e) => {
             tracing::warn!(error = %e, "OpenID Connect sign-in could not start");
@@ -87,7 +88,6 @@ pub struct CallbackQuery {
 /// `GET /auth/oidc/callback`: on success a new session and 303 to `/#/keys`.
 pub async fn callback(
     State(state): State<AppState>,
-    headers: HeaderMap,
     jar: CookieJar,
     Query(q): Query<CallbackQuery>,
 ) -> Response {
@@ -168,39 +168,14 @@ pub async fn callback(
         email,
         email_verified: claims.email_verified,
     };
-    let (ledger, outbox, starter) = (
-        state.ledger.clone(),
-        state.mail.clone(),
-        state.dashboard.starter_micros,
-    );
-    let base = base_url(&state, &headers);
-    let resolved = blocking(move || {
-        let out = ledger.sign_in_identity(&identity, starter)?;
-        if let IdentitySignIn::Unverified { account, email } = &out {
-            send_link(
-                &ledger,
-                &outbox,
-                *account,
-                email.clone(),
-                TokenPurpose::Verify,
-                &base,
-            )?;
-        }
-        Ok(out)
-    })
-    .await;
+    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
+    let resolved = blocking(move || Ok(ledger.sign_in_identity(&identity, starter)?)).await;
     match resolved {
-        Ok(IdentitySignIn::Account(account)) => match start_session(&state, jar, account).await {
+        Ok(account) => match start_session(&state, jar, account).await {
             Ok(jar) => (jar, Redirect::to("/#/keys")).into_response(),
             Err(e) => page(e.status, "Sign-in failed", &e.message),
         },
-        Ok(IdentitySignIn::Unverified { .. }) => fail(
-            jar,
-            StatusCode::FORBIDDEN,
-            "Confirm your address",
-            "Your identity provider has not verified your e-mail address, so we sent a link to it. Open the link, then sign in again.",
-        ),
-        Err(e) => fail(jar, e.status, "Sign-in failed", &e.message),
+        Err(e) => fail(jar, e.status, "Sign-in refused", &e.message),
     }
 }
 
