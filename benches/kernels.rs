@@ -1,5 +1,6 @@
 //! Quantized matmul throughput in GMAC/s per weight type, shape and batch rows `m`: our AVX2
-//! kernels, our portable kernels, and candle 0.11's `QMatMul` on the same weights as the
+//! kernels on the file layout ("ours"), our AVX-512 VNNI kernel on the interleaved layout
+//! ("packed"; the same as "ours" on a CPU without it), our portable kernels, and candle 0.11's `QMatMul` on the same weights as the
 //! baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
 //! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
 //! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).
@@ -37,7 +38,7 @@ fn main() {
         rayon::current_num_threads(),
         Isa::detect()
     );
-    println!("type  n x k        m   ours GMAC/s  portable  candle   ours/candle");
+    println!("type  n x k        m   ours GMAC/s  packed   portable  candle   ours/candle  packed/candle");
     let types = [
         ("Q4_0", GgmlDType::Q4_0),
         ("Q4_1", GgmlDType::Q4_1),
@@ -64,6 +65,8 @@ fn main() {
             let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, g).unwrap();
             let ours = QuantMatrix::from_qtensor(&q).unwrap().unwrap();
+            // The interleaved AVX-512 layout, where this CPU has it (else the same matrix).
+            let packed = ours.clone().packed();
             let candle = QMatMul::from_qtensor(q).unwrap();
             for m in [1usize, 4, 16, 64] {
                 let x: Vec<f32> = (0..m * k)
@@ -73,6 +76,9 @@ fn main() {
                 let macs = (m * n * k) as f64 / 1e9;
                 let t_ours = time(|| {
                     std::hint::black_box(ours.matmul(&x, m));
+                });
+                let t_packed = time(|| {
+                    std::hint::black_box(packed.matmul(&x, m));
                 });
                 let t_port = if m <= 16 {
                     time(|| {
@@ -85,11 +91,13 @@ fn main() {
                     std::hint::black_box(candle.forward(&xt).unwrap());
                 });
                 println!(
-                    "{name:5} {n:5}x{k:<5} {m:3} {:10.1} {:9.1} {:8.1}   {:6.2}x",
+                    "{name:5} {n:5}x{k:<5} {m:3} {:10.1} {:9.1} {:9.1} {:8.1}   {:6.2}x      {:6.2}x",
                     macs / t_ours,
+                    macs / t_packed,
                     macs / t_port,
                     macs / t_candle,
-                    t_candle / t_ours
+                    t_candle / t_ours,
+                    t_candle / t_packed
                 );
             }
         }

@@ -13,13 +13,21 @@
 //! differ). The block's contribution to a dot product with activation block `a = da * qa` is
 //! `da * (s0 * Σ_{e<16} q·qa + s1 * Σ_{e>=16} q·qa + min * Σ qa)`.
 //!
-//! Dispatch: AVX2+FMA+F16C when the CPU has them (checked once at run time), else the portable
-//! code, which the tests compare the SIMD path against. Block layouts: ggml `ggml-common.h`.
-//! Uses `std::arch`, `half` and `rayon` only.
+//! Dispatch (checked once at run time): with AVX-512 F/BW and VNNI, every type but Q6_K is
+//! re-laid out at load into 16-row interleaved groups (`packed.rs`, same integers, no
+//! requantization) and runs on `vpdpbusd` (`avx512.rs`); otherwise, and for Q6_K, the file
+//! layout runs on AVX2+FMA+F16C (`x86.rs`) or the portable code, which the tests compare every
+//! SIMD path against. Block layouts: ggml `ggml-common.h`. Uses `std::arch`, `half` and
+//! `rayon` only.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod packed;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+use packed::{Packed, COLS};
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use rayon::prelude::*;
@@ -71,7 +79,8 @@ impl WeightType {
     }
 }
 
-/// A weight matrix `[n][k]` in its GGUF block layout, row after row.
+/// A weight matrix `[n][k]`: in its GGUF block layout, row after row, or (after `packed`)
+/// in the interleaved layout of the AVX-512 kernel.
 #[derive(Clone)]
 pub struct QuantMatrix {
     pub wtype: WeightType,
@@ -79,8 +88,11 @@ pub struct QuantMatrix {
     pub n: usize,
     /// Input features (columns); a multiple of the type's block size.
     pub k: usize,
+    /// The file layout; empty once packed.
     data: Vec<u8>,
     row_bytes: usize,
+    /// The interleaved layout (boxed: most matrices on most CPUs have none).
+    packed: Option<Box<Packed>>,
 }
 
 impl QuantMatrix {
@@ -107,7 +119,7 @@ impl QuantMatrix {
     /// Wrap raw bytes; `None` when the sizes do not match the type's blocks.
     pub fn from_bytes(wtype: WeightType, n: usize, k: usize, data: Vec<u8>) -> Option<Self> {
         let (be, bb) = wtype.block();
-        if k % be != 0 || data.len() != n * (k / be) * bb {
+        if !k.is_multiple_of(be) || data.len() != n * (k / be) * bb {
             return None;
         }
         Some(Self {
@@ -116,7 +128,33 @@ impl QuantMatrix {
             k,
             data,
             row_bytes: (k / be) * bb,
+            packed: None,
         })
+    }
+
+    /// The layout this CPU runs fastest: the interleaved one when it has AVX-512 VNNI (see
+    /// `Isa::detect`) and the type has one scale per 32-block (all but Q6_K), which replaces
+    /// the file bytes; otherwise unchanged.
+    #[must_use]
+    pub fn packed(self) -> Self {
+        self.packed_for(Isa::detect())
+    }
+
+    /// As `packed`, for a chosen instruction set (tests and benches).
+    #[must_use]
+    pub fn packed_for(mut self, isa: Isa) -> Self {
+        if isa != Isa::Avx512 || self.packed.is_some() {
+            return self;
+        }
+        let rows = self.row_bytes;
+        let data = &self.data;
+        if let Some(p) = Packed::pack(self.wtype, self.n, self.k, |j| {
+            &data[j * rows..(j + 1) * rows]
+        }) {
+            self.packed = Some(Box::new(p));
+            self.data = Vec::new();
+        }
+        self
     }
 
     /// Stack matrices with the same type and `k` into one `[Σn][k]` (row `j` of part `p`
@@ -130,13 +168,30 @@ impl QuantMatrix {
         {
             return None;
         }
+        if first.packed.is_some() {
+            let packs: Option<Vec<(&Packed, usize)>> = parts
+                .iter()
+                .map(|p| p.packed.as_deref().map(|q| (q, p.n)))
+                .collect();
+            return Some(Self {
+                wtype: first.wtype,
+                n: parts.iter().map(|p| p.n).sum(),
+                k: first.k,
+                data: Vec::new(),
+                row_bytes: first.row_bytes,
+                packed: Some(Box::new(Packed::concat(&packs?)?)),
+            });
+        }
+        if parts.iter().any(|p| p.packed.is_some()) {
+            return None;
+        }
         let data: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
         Self::from_bytes(first.wtype, parts.iter().map(|p| p.n).sum(), first.k, data)
     }
 
     /// Bytes of weights.
     pub fn size_in_bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.packed.as_deref().map_or(0, Packed::size_in_bytes)
     }
 
     fn row(&self, j: usize) -> &[u8] {
@@ -159,6 +214,12 @@ impl QuantMatrix {
         assert_eq!(x.len(), m * self.k, "activation shape");
         assert!(isa.supported(), "{isa:?} is not supported here");
         let acts = Q8Acts::quantize(x, m, self.k);
+        if let Some(p) = &self.packed {
+            assert_eq!(isa, Isa::Avx512, "a packed matrix runs on AVX-512 only");
+            return self.matmul_packed(p, &acts);
+        }
+        // The file layout's SIMD kernels are AVX2 ones.
+        let isa = if isa == Isa::Avx512 { Isa::Avx2 } else { isa };
         // Enough chunks to balance the pool, each at least 8 rows.
         let threads = rayon::current_num_threads().max(1);
         let chunk = (self.n / (threads * 4)).clamp(8, 256);
@@ -227,6 +288,45 @@ impl QuantMatrix {
         y
     }
 
+    /// `matmul` on the interleaved layout: each task takes a run of 16-row groups, and for
+    /// each group every tile of activation rows (the group's weights stay in L1 between
+    /// tiles); outputs are written straight into their rows of `y` (`[m][n]`).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_packed(&self, p: &Packed, acts: &Q8Acts) -> Vec<f32> {
+        let (m, n) = (acts.m, self.n);
+        let mut y = vec![0.0f32; m * n];
+        let out = OutPtr(y.as_mut_ptr());
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = (p.groups / (threads * 4)).max(1);
+        let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
+        starts.into_par_iter().for_each(|g0| {
+            let mut local = [0.0f32; TILE * COLS];
+            for g in g0..(g0 + chunk).min(p.groups) {
+                let cols = COLS.min(n - g * COLS);
+                for i0 in (0..m).step_by(TILE) {
+                    let rows = TILE.min(m - i0);
+                    // SAFETY: `matmul_with` checked AVX-512 F/BW/VNNI; `g`, `i0 + rows` and
+                    // `local` are in range, and `acts` was quantized for this `k`.
+                    unsafe { avx512::group(p, g, acts, i0, rows, &mut local) };
+                    for r in 0..rows {
+                        // SAFETY: `y` has `m * n` elements and outlives the loop; this task
+                        // alone writes columns `16g..16g + cols` (groups are disjoint).
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(out.at((i0 + r) * n + g * COLS), cols)
+                        };
+                        dst.copy_from_slice(&local[r * COLS..r * COLS + cols]);
+                    }
+                }
+            }
+        });
+        y
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn matmul_packed(&self, _p: &Packed, _acts: &Q8Acts) -> Vec<f32> {
+        unreachable!("matrices are packed only where AVX-512 runs")
+    }
+
     /// Dot products of one weight row with every activation row, into `out[m]`.
     fn row_dot(&self, isa: Isa, row: &[u8], acts: &Q8Acts, out: &mut [f32]) {
         for i0 in (0..acts.m).step_by(TILE) {
@@ -265,21 +365,34 @@ pub enum Isa {
     Portable,
     /// AVX2 + FMA + F16C (x86-64 since Haswell).
     Avx2,
+    /// AVX2's set plus AVX-512 F/BW and VNNI (Ice Lake, Zen 4 and later).
+    Avx512,
 }
 
 impl Isa {
-    /// The best instruction set this CPU runs (checked once). `TOLLGATE_ISA=portable` in the
-    /// environment forces the portable kernels (for debugging and for testing that path on a
-    /// machine with AVX2).
+    /// Whether this set includes AVX2 + FMA + F16C (the AVX2 paths of other modules, such as
+    /// attention, run on it).
+    pub fn has_avx2(self) -> bool {
+        matches!(self, Self::Avx2 | Self::Avx512)
+    }
+
+    /// The best instruction set this CPU runs (checked once). `TOLLGATE_ISA=portable` or
+    /// `TOLLGATE_ISA=avx2` in the environment caps it (for debugging and for running those
+    /// paths on a machine with more).
     pub fn detect() -> Self {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
-            let forced = std::env::var("TOLLGATE_ISA").is_ok_and(|v| v == "portable");
-            if !forced && Isa::Avx2.supported() {
-                Isa::Avx2
-            } else {
-                Isa::Portable
-            }
+            let cap = std::env::var("TOLLGATE_ISA").unwrap_or_default();
+            let order: &[Isa] = match cap.as_str() {
+                "portable" => &[],
+                "avx2" => &[Isa::Avx2],
+                _ => &[Isa::Avx512, Isa::Avx2],
+            };
+            order
+                .iter()
+                .copied()
+                .find(|i| i.supported())
+                .unwrap_or(Isa::Portable)
         })
     }
 
@@ -293,8 +406,15 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => {
+                Self::Avx2.supported()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Self::Avx2 => false,
+            Self::Avx2 | Self::Avx512 => false,
         }
     }
 }
@@ -327,7 +447,7 @@ impl Q8Acts {
         match Isa::detect() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: detected AVX2; the slices have the sizes `quantize` documents.
-            Isa::Avx2 => unsafe { x86::quantize(x, &mut q, &mut d, &mut sum) },
+            Isa::Avx2 | Isa::Avx512 => unsafe { x86::quantize(x, &mut q, &mut d, &mut sum) },
             _ => quantize_portable(x, &mut q, &mut d, &mut sum),
         }
         let mut dsum = vec![0.0f32; m * blocks];

@@ -92,7 +92,7 @@ pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
             let qs_at = if t == WeightType::Q4K { 16 } else { 48 };
             let chunk = &blk[qs_at + 32 * (sub / 2)..qs_at + 32 * (sub / 2) + 32];
             for (l, o) in q.iter_mut().enumerate() {
-                let nib = if sub % 2 == 0 {
+                let nib = if sub.is_multiple_of(2) {
                     chunk[l] & 0x0F
                 } else {
                     chunk[l] >> 4

@@ -94,7 +94,7 @@ fn check(got: &[f32], want: &[f64], what: &str) {
 #[test]
 fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
     let mut rng = StdRng::seed_from_u64(11);
-    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2]
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
         .into_iter()
         .filter(|i| i.supported())
         .collect();
@@ -107,10 +107,12 @@ fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
         for &k in ks {
             for n in [1, 7, 33] {
                 let (mat, deq) = make(&mut rng, g, n, k);
+                let packed = mat.clone().packed_for(Isa::Avx512);
                 for m in [1, 2, 3, 7, 8, 9, 16, 33, 64] {
                     let x = random(&mut rng, m * k, 0.0);
                     let want = reference(&deq, &Q8Acts::quantize(&x, m, k), n, k);
                     for &isa in &isas {
+                        let mat = if isa == Isa::Avx512 { &packed } else { &mat };
                         let got = mat.matmul_with(&x, m, isa);
                         check(&got, &want, &format!("{t:?} {isa:?} n={n} k={k} m={m}"));
                     }
@@ -143,4 +145,41 @@ fn shapes_that_do_not_fit_the_blocks_are_refused() {
     assert!(QuantMatrix::from_bytes(WeightType::Q8_0, 2, 48, vec![0; 68]).is_none());
     assert!(QuantMatrix::from_bytes(WeightType::Q4K, 1, 256, vec![0; 143]).is_none());
     assert!(QuantMatrix::from_bytes(WeightType::Q4K, 1, 256, vec![0; 144]).is_some());
+}
+
+#[test]
+fn packed_rows_are_bit_identical_alone_and_in_a_batch_and_fused_parts_match() {
+    if !Isa::Avx512.supported() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI, so nothing is packed here");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(5);
+    for (g, _) in TYPES {
+        let k = 512;
+        let (a, _) = make(&mut rng, g, 32, k);
+        let (b, _) = make(&mut rng, g, 7, k);
+        let (pa, pb) = (
+            a.clone().packed_for(Isa::Avx512),
+            b.clone().packed_for(Isa::Avx512),
+        );
+        let fused = QuantMatrix::concat(&[&pa, &pb]).expect("same type and k");
+        let m = 11;
+        let x = random(&mut rng, m * k, 0.0);
+        let batch = fused.matmul_with(&x, m, Isa::Avx512);
+        let (ya, yb) = (
+            pa.matmul_with(&x, m, Isa::Avx512),
+            pb.matmul_with(&x, m, Isa::Avx512),
+        );
+        for i in 0..m {
+            let alone = fused.matmul_with(&x[i * k..(i + 1) * k], 1, Isa::Avx512);
+            let row = &batch[i * 39..(i + 1) * 39];
+            assert_eq!(
+                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{g:?} row {i}"
+            );
+            assert_eq!(&row[..32], &ya[i * 32..(i + 1) * 32], "{g:?} part a");
+            assert_eq!(&row[32..], &yb[i * 7..(i + 1) * 7], "{g:?} part b");
+        }
+    }
 }

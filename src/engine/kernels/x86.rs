@@ -136,7 +136,7 @@ unsafe fn unpack_parts(t: WeightType, row: &[u8], b: usize) -> (__m256i, f32, f3
             let qs_at = if t == WeightType::Q4K { 16 } else { 48 };
             let raw = _mm256_loadu_si256(p.add(at + qs_at + 32 * (sub / 2)).cast());
             let low = _mm256_set1_epi8(0x0F);
-            let mut q = if sub % 2 == 0 {
+            let mut q = if sub.is_multiple_of(2) {
                 _mm256_and_si256(raw, low)
             } else {
                 _mm256_and_si256(_mm256_srli_epi16(raw, 4), low)

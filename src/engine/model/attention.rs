@@ -196,7 +196,7 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
     }
     let mut out = vec![0f32; q.len()];
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::engine::kernels::Isa::detect() == crate::engine::kernels::Isa::Avx2;
+    let avx2 = crate::engine::kernels::Isa::detect().has_avx2();
     // One task per (token, KV head): the `group` query heads sharing a KV head read each cached
     // key and value row once. With few tasks (a decode step of one or two sequences) that
     // leaves the pool unbalanced, so then each query head is its own task. Either way each

@@ -1,5 +1,6 @@
 //! `Matmul`: a weight matrix for `y = x · Wᵀ`. On CPU, GGUF types we have kernels for run in
-//! their stored format through `engine::kernels` (batched, quantized activations); float
+//! their stored format through `engine::kernels` (batched, quantized activations; re-laid out
+//! without requantizing where the CPU has AVX-512 VNNI); float
 //! weights and other types (and every type on CUDA) go through candle's `QMatMul`.
 
 use candle_core::quantized::{QMatMul, QTensor};
@@ -23,7 +24,7 @@ impl Matmul {
     pub fn new(q: QTensor, device: &Device) -> candle_core::Result<Self> {
         if device.is_cpu() {
             if let Some(m) = QuantMatrix::from_qtensor(&q)? {
-                return Ok(Self::Ours(m));
+                return Ok(Self::Ours(m.packed()));
             }
         }
         Ok(Self::Candle(QMatMul::from_qtensor(q)?))

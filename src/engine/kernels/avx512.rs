@@ -1,0 +1,102 @@
+//! AVX-512 (F, BW) + VNNI kernel on the interleaved layout of `packed.rs`: for a group of 16
+//! weight rows and a tile of up to `TILE` activation rows, each 32-block is 8 `vpdpbusd`
+//! per activation row (16 output lanes x 4 weights each), accumulated exactly in i32, then
+//! one conversion and one FMA with `s[16] * da`, and one FMA with the offsets
+//! `min'[16] * (da Σ qa)` into the row's f32 accumulator.
+//!
+//! Each activation row's lanes see the same operations in the same order whatever the tile
+//! size, so a row gets bit-identical results alone (decode) and inside a batch.
+
+use std::arch::x86_64::*;
+
+use super::packed::{Packed, COLS};
+use super::{Q8Acts, TILE};
+
+/// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW and AVX-512 VNNI; `g < p.groups`,
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
+pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
+    debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
+    if p.nibbles {
+        group_n::<true>(p, g, acts, i0, rows, out);
+    } else {
+        group_n::<false>(p, g, acts, i0, rows, out);
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn group_n<const NIB: bool>(
+    p: &Packed,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    match rows {
+        1 => tile::<1, NIB>(p, g, acts, i0, out),
+        2 => tile::<2, NIB>(p, g, acts, i0, out),
+        3 => tile::<3, NIB>(p, g, acts, i0, out),
+        4 => tile::<4, NIB>(p, g, acts, i0, out),
+        5 => tile::<5, NIB>(p, g, acts, i0, out),
+        6 => tile::<6, NIB>(p, g, acts, i0, out),
+        7 => tile::<7, NIB>(p, g, acts, i0, out),
+        _ => tile::<TILE, NIB>(p, g, acts, i0, out),
+    }
+}
+
+/// `R` activation rows against group `g`; accumulators stay in registers.
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
+#[inline(always)]
+unsafe fn tile<const R: usize, const NIB: bool>(
+    p: &Packed,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    out: &mut [f32],
+) {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let bb = p.block_bytes();
+    let low = _mm512_set1_epi8(0x0F);
+    for b in 0..p.blocks {
+        let at = g * p.blocks + b;
+        let wp = p.q.as_ptr().add(at * bb);
+        let mut w = [_mm512_setzero_si512(); 8];
+        if NIB {
+            for h in 0..4 {
+                let v = _mm512_loadu_si512(wp.add(64 * h).cast());
+                w[h] = _mm512_and_si512(v, low);
+                w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+            }
+        } else {
+            for (h, wh) in w.iter_mut().enumerate() {
+                *wh = _mm512_loadu_si512(wp.add(64 * h).cast());
+            }
+        }
+        let s = _mm512_loadu_ps(p.scale.as_ptr().add(at * COLS));
+        let mn = _mm512_loadu_ps(p.min.as_ptr().add(at * COLS));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let ab = (i0 + r) * acts.blocks + b;
+            let x = acts.q.as_ptr().add(ab * 32).cast::<i32>();
+            // Two independent chains of four, so the dot products overlap.
+            let mut d0 = _mm512_setzero_si512();
+            let mut d1 = _mm512_setzero_si512();
+            for h in 0..4 {
+                let x0 = _mm512_set1_epi32(x.add(2 * h).read_unaligned());
+                let x1 = _mm512_set1_epi32(x.add(2 * h + 1).read_unaligned());
+                d0 = _mm512_dpbusd_epi32(d0, w[2 * h], x0);
+                d1 = _mm512_dpbusd_epi32(d1, w[2 * h + 1], x1);
+            }
+            let dots = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
+            let sc = _mm512_mul_ps(s, _mm512_set1_ps(*acts.d.get_unchecked(ab)));
+            *a = _mm512_fmadd_ps(dots, sc, *a);
+            let dsum = _mm512_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
+            *a = _mm512_fmadd_ps(mn, dsum, *a);
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(out.as_mut_ptr().add(r * COLS), *a);
+    }
+}

@@ -1,0 +1,167 @@
+//! Weights re-laid out (not requantized) for the AVX-512 VNNI kernel (`avx512.rs`): 16 weight
+//! rows (output columns) interleaved per 32-block, so one 64-byte vector holds 4 consecutive
+//! weights of each of the 16 rows, the operand shape of `vpdpbusd` (16 lanes, each a dot of 4
+//! unsigned bytes with 4 signed bytes).
+//!
+//! Every type but Q6_K (whose two 16-element halves of a block have different scales) is one
+//! formula per 32-block, `w[e] = s * q[e] + min`. Stored here as unsigned `u = q + c` with the
+//! type's centre `c` (8 for Q4_0, 16 for Q5_0, 128 for Q8_0, 0 for the types with an offset),
+//! so `w[e] = s * u[e] + (min - s * c)`: the centre moves into the offset term, which the
+//! kernel already applies as `min' * (da * Σ qa)`. The values `u` are the file's own integers;
+//! nothing is rounded again.
+//!
+//! Layout per (group of 16 rows, block): 4-bit types (Q4_0, Q4_1, Q4_K) keep two values per
+//! byte, 256 bytes: vector `h` (0..4) holds quad `h` (weights `4h..4h+4` of each row) in its
+//! low nibbles and quad `h + 4` in its high nibbles; other types one byte per value, 512
+//! bytes, vector `h` (0..8) holds quad `h`. Within a vector, bytes `4c..4c+4` belong to row
+//! `c` of the group. Scales and offsets are f32, `[group][block][16]`. Rows past `n` in the
+//! last group are zeros (their outputs are computed and dropped).
+
+use super::portable::unpack;
+use super::WeightType;
+
+/// Weight rows per group (the lanes of one 512-bit vector of i32).
+pub const COLS: usize = 16;
+
+/// A `[n][k]` weight matrix in the interleaved layout.
+#[derive(Clone)]
+pub struct Packed {
+    /// Groups of `COLS` rows: `ceil(n / 16)`.
+    pub groups: usize,
+    /// 32-blocks per row (`k / 32`).
+    pub blocks: usize,
+    /// Two 4-bit values per byte (Q4_0, Q4_1, Q4_K) or one value per byte.
+    pub nibbles: bool,
+    /// `[group][block][block_bytes]`.
+    pub q: Vec<u8>,
+    /// `[group][block][16]` scales `s`.
+    pub scale: Vec<f32>,
+    /// `[group][block][16]` offsets `min - s * c`.
+    pub min: Vec<f32>,
+}
+
+impl Packed {
+    /// Whether a type has one scale per 32-block (all but Q6_K).
+    pub fn packable(t: WeightType) -> bool {
+        t != WeightType::Q6K
+    }
+
+    /// Bytes of one (group, block): 256 for 4-bit types, 512 otherwise.
+    pub fn block_bytes(&self) -> usize {
+        Self::block_bytes_for(self.nibbles)
+    }
+
+    const fn block_bytes_for(nibbles: bool) -> usize {
+        if nibbles {
+            256
+        } else {
+            512
+        }
+    }
+
+    /// Re-lay `n` rows of `k` weights of type `t` (`row(j)` gives row `j` in its file layout).
+    /// `None` for Q6_K.
+    pub fn pack<'a>(
+        t: WeightType,
+        n: usize,
+        k: usize,
+        row: impl Fn(usize) -> &'a [u8],
+    ) -> Option<Self> {
+        if !Self::packable(t) {
+            return None;
+        }
+        let centre: i16 = match t {
+            WeightType::Q4_0 => 8,
+            WeightType::Q5_0 => 16,
+            WeightType::Q8_0 => 128,
+            _ => 0,
+        };
+        let nibbles = matches!(t, WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q4K);
+        let (groups, blocks) = (n.div_ceil(COLS), k / 32);
+        let bb = Self::block_bytes_for(nibbles);
+        let mut p = Packed {
+            groups,
+            blocks,
+            nibbles,
+            q: vec![0u8; groups * blocks * bb],
+            scale: vec![0.0; groups * blocks * COLS],
+            min: vec![0.0; groups * blocks * COLS],
+        };
+        let mut q = [0i8; 32];
+        let mut u = [[0u8; 32]; COLS];
+        for g in 0..groups {
+            for b in 0..blocks {
+                let at = g * blocks + b;
+                for (c, uc) in u.iter_mut().enumerate() {
+                    let j = g * COLS + c;
+                    if j >= n {
+                        *uc = [0; 32];
+                        continue;
+                    }
+                    let s = unpack(t, row(j), b, &mut q);
+                    for (o, v) in uc.iter_mut().zip(q) {
+                        // In 0..=255 by the choice of centre.
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let byte = (i16::from(v) + centre) as u8;
+                        *o = byte;
+                    }
+                    p.scale[at * COLS + c] = s.s0;
+                    p.min[at * COLS + c] = s.min - s.s0 * f32::from(centre);
+                }
+                let out = &mut p.q[at * bb..(at + 1) * bb];
+                for (c, uc) in u.iter().enumerate() {
+                    for e in 0..4 {
+                        if nibbles {
+                            for h in 0..4 {
+                                out[(h * COLS + c) * 4 + e] =
+                                    uc[4 * h + e] | (uc[4 * (h + 4) + e] << 4);
+                            }
+                        } else {
+                            for h in 0..8 {
+                                out[(h * COLS + c) * 4 + e] = uc[4 * h + e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(p)
+    }
+
+    /// Stack matrices with the same layout and `k` (every part but the last must have a
+    /// multiple of 16 rows, so no padding lands between parts); `None` otherwise.
+    pub fn concat(parts: &[(&Packed, usize)]) -> Option<Self> {
+        let (first, _) = parts.first()?;
+        let last = parts.len() - 1;
+        for (i, (p, n)) in parts.iter().enumerate() {
+            if p.blocks != first.blocks || p.nibbles != first.nibbles {
+                return None;
+            }
+            if i < last && n % COLS != 0 {
+                return None;
+            }
+        }
+        let cat = |f: fn(&Packed) -> &[f32]| -> Vec<f32> {
+            parts
+                .iter()
+                .flat_map(|(p, _)| f(p).iter().copied())
+                .collect()
+        };
+        Some(Packed {
+            groups: parts.iter().map(|(p, _)| p.groups).sum(),
+            blocks: first.blocks,
+            nibbles: first.nibbles,
+            q: parts
+                .iter()
+                .flat_map(|(p, _)| p.q.iter().copied())
+                .collect(),
+            scale: cat(|p| &p.scale),
+            min: cat(|p| &p.min),
+        })
+    }
+
+    /// Bytes held.
+    pub fn size_in_bytes(&self) -> usize {
+        self.q.len() + 4 * (self.scale.len() + self.min.len())
+    }
+}
