@@ -27,7 +27,9 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use packed::{Packed, COLS};
+use packed::Packed;
+#[cfg(target_arch = "x86_64")]
+use packed::COLS;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use rayon::prelude::*;
@@ -143,7 +145,7 @@ impl QuantMatrix {
     /// As `packed`, for a chosen instruction set (tests and benches).
     #[must_use]
     pub fn packed_for(mut self, isa: Isa) -> Self {
-        if isa != Isa::Avx512 || self.packed.is_some() {
+        if isa != Isa::Avx512 || !isa.supported() || self.packed.is_some() {
             return self;
         }
         let rows = self.row_bytes;
@@ -294,6 +296,11 @@ impl QuantMatrix {
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
+        // The kernel's bounds rest on these; checked once per call, in release builds too.
+        assert!(
+            acts.blocks == p.blocks && p.groups * COLS >= n,
+            "packed matrix and activations disagree"
+        );
         let mut y = vec![0.0f32; m * n];
         let out = OutPtr(y.as_mut_ptr());
         let threads = rayon::current_num_threads().max(1);

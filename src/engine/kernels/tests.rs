@@ -183,3 +183,46 @@ fn packed_rows_are_bit_identical_alone_and_in_a_batch_and_fused_parts_match() {
         }
     }
 }
+
+/// The interleaved layout, read back in plain Rust on any CPU: every weight rebuilt from
+/// `Packed` (`scale * u + min'`) equals candle's dequantization of the file layout, up to f32
+/// rounding of the moved centre. Catches layout and centre errors where no AVX-512 runs.
+#[test]
+fn the_packed_layout_rebuilds_every_weight_on_any_cpu() {
+    use super::packed::{Packed, COLS};
+    let mut rng = StdRng::seed_from_u64(23);
+    for (g, t) in TYPES {
+        let (k, n) = (if t.block().0 == 256 { 512 } else { 96 }, 37);
+        let (mat, deq) = make(&mut rng, g, n, k);
+        let Some(p) = Packed::pack(t, n, k, |j| mat.row(j)) else {
+            assert_eq!(t, WeightType::Q6K, "only Q6_K stays in the file layout");
+            continue;
+        };
+        assert_eq!((p.groups, p.blocks), (n.div_ceil(COLS), k / 32));
+        let bb = p.block_bytes();
+        for j in 0..n {
+            let (grp, c) = (j / COLS, j % COLS);
+            for e in 0..k {
+                let (b, h, i) = (e / 32, (e % 32) / 4, e % 4);
+                let at = grp * p.blocks + b;
+                let u = if p.nibbles {
+                    let byte = p.q[at * bb + ((h % 4) * COLS + c) * 4 + i];
+                    if h < 4 {
+                        byte & 0x0F
+                    } else {
+                        byte >> 4
+                    }
+                } else {
+                    p.q[at * bb + (h * COLS + c) * 4 + i]
+                };
+                let w = p.scale[at * COLS + c] * f32::from(u) + p.min[at * COLS + c];
+                let want = deq[j * k + e];
+                let tol = 1e-5 * (want.abs() + p.scale[at * COLS + c].abs() * 256.0);
+                assert!(
+                    (w - want).abs() <= tol,
+                    "{t:?} row {j} element {e}: {w} from the packed layout, {want} dequantized"
+                );
+            }
+        }
+    }
+}
