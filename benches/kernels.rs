@@ -1,7 +1,7 @@
 //! Quantized matmul throughput in GMAC/s per weight type, shape and batch rows `m`: our AVX2
 //! kernels on the file layout ("ours"), our AVX-512 VNNI kernel on the interleaved layout
-//! ("packed"; the same as "ours" on a CPU without it), our portable kernels, and candle 0.11's `QMatMul` on the same weights as the
-//! baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
+//! ("packed"; the same as "ours" on a CPU without it), our portable kernels, and candle 0.11's
+//! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
 //! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
 //! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).
 

@@ -148,11 +148,7 @@ impl QuantMatrix {
         if isa != Isa::Avx512 || !isa.supported() || self.packed.is_some() {
             return self;
         }
-        let rows = self.row_bytes;
-        let data = &self.data;
-        if let Some(p) = Packed::pack(self.wtype, self.n, self.k, |j| {
-            &data[j * rows..(j + 1) * rows]
-        }) {
+        if let Some(p) = Packed::pack(self.wtype, self.n, self.k, |j| self.row(j)) {
             self.packed = Some(Box::new(p));
             self.data = Vec::new();
         }
