@@ -54,10 +54,11 @@ fn main() {
     for i in 0..N {
         let rid = format!("req_bench_{i}");
         ledger
-            .reserve(
+            .admit_request(
                 &rid,
                 account.id,
                 tollgate::billing::hold_micros(&pricing, 30, 100),
+                None,
             )
             .expect("reserve");
         let m = tollgate::billing::Metered {
@@ -68,8 +69,9 @@ fn main() {
             pricing,
             started: Instant::now(),
         };
-        tollgate::billing::close(&ledger, &m, 30, 10, tollgate::billing::Ending::Completed)
-            .expect("settle");
+        let usage =
+            tollgate::billing::usage_record(&m, 30, 10, tollgate::billing::Ending::Completed);
+        ledger.settle_request(&usage, None).expect("settle");
     }
     let hold_cycle = per_op(t.elapsed(), N);
 

@@ -169,8 +169,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
 pub fn open_ledger(path: &Path) -> anyhow::Result<Ledger> {
     let ledger = Ledger::open(path)
         .with_context(|| format!("failed to open the ledger `{}`", path.display()))?;
-    let released = ledger.release_all_open()?;
-    let cleared = ledger.clear_running_idempotency()?;
+    let (released, cleared) = crate::metering::Meter::recover(&ledger)?;
     if released + cleared > 0 {
         tracing::warn!(
             released_holds = released,
@@ -188,6 +187,7 @@ pub fn state_with(
     ledger: Arc<Ledger>,
     rate_limit_rpm: u32,
 ) -> AppState {
+    let (ledger_for_meter, engine_for_meter) = (ledger.clone(), engine.clone());
     AppState {
         engine,
         catalog: Arc::new(catalog),
@@ -208,6 +208,10 @@ pub fn state_with(
         oidc: None,
         public_limits: Arc::new(api::access::PublicLimits::new(DEFAULT_PUBLIC_RPM)),
         mcp: Arc::new(crate::mcp::McpSettings::default()),
+        meter: Arc::new(crate::metering::Meter::new(
+            ledger_for_meter,
+            engine_for_meter,
+        )),
     }
 }
 

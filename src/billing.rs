@@ -1,5 +1,7 @@
-//! Billing rules: the cost of a request from its token counts and the model's list prices.
-//! May use: `catalog` (prices). Never: HTTP, SQL, candle.
+//! Billing rules: the cost of a request from its token counts and the model's list prices, the
+//! hold reserved at admission, and the usage record written at settlement.
+//! May use: `catalog` (prices), `ledger`'s record types (never its database calls). Never: HTTP,
+//! SQL, candle.
 //!
 //! Rounding rule: `cost_micros = ceil((prompt_tokens * input_price + completion_tokens *
 //! output_price) / 1_000_000)`, all in integers, with prices in micro-USD per 1M tokens. A
@@ -70,38 +72,29 @@ pub enum Ending {
     Failed,
 }
 
-/// Close the hold of `m`: settle the actual cost (`Completed`, `Cancelled`) or release it
-/// (`Failed`), and record usage. Returns the micros charged. Blocking (SQLite).
-///
-/// # Errors
-/// Ledger errors.
-pub fn close(
-    ledger: &crate::ledger::Ledger,
+/// The usage record of `m` after `prompt_tokens` in and `completion_tokens` out, ended as
+/// `ending`, costed by `cost_micros` (the ledger clamps the charge to the hold and charges 0
+/// for a `Failed` ending). Pure: writes nothing.
+pub fn usage_record(
     m: &Metered,
     prompt_tokens: usize,
     completion_tokens: usize,
     ending: Ending,
-) -> Result<i64, crate::ledger::LedgerError> {
+) -> crate::ledger::UsageRecord {
     use crate::ledger::{UsageRecord, UsageStatus};
-    let cost = cost_micros(&m.pricing, prompt_tokens as u64, completion_tokens as u64);
-    let record = UsageRecord {
+    UsageRecord {
         request_id: m.request_id.clone(),
         account_id: m.account_id,
         key_id: m.key_id,
         model: m.model.clone(),
         prompt_tokens: i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::try_from(completion_tokens).unwrap_or(i64::MAX),
-        cost_micros: cost,
+        cost_micros: cost_micros(&m.pricing, prompt_tokens as u64, completion_tokens as u64),
         status: match ending {
             Ending::Completed => UsageStatus::Ok,
             Ending::Cancelled => UsageStatus::Cancelled,
             Ending::Failed => UsageStatus::Failed,
         },
         latency_ms: i64::try_from(m.started.elapsed().as_millis()).unwrap_or(i64::MAX),
-    };
-    let outcome = match ending {
-        Ending::Failed => ledger.release(&record)?,
-        Ending::Completed | Ending::Cancelled => ledger.settle(&record)?,
-    };
-    Ok(outcome.charged_micros)
+    }
 }

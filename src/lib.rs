@@ -1,11 +1,16 @@
 //! tollgate: an OpenAI-compatible chat-completions server that runs open-weight models
 //! in-process with candle and meters them against a prepaid balance.
 //!
-//! Layers (dependencies point inward): `api` (axum) -> `billing` -> `ledger` (SQLite);
-//! `api` -> `auth` -> `ledger`; `api` -> `engine` (candle, tokenizers, minijinja); `api` ->
-//! `mcp` (rmcp) -> `engine`, `billing`, `catalog`, `reference`; `catalog` and `reference` are
-//! plain data. `engine` and `ledger` never import each other or `api`. `app` is the composition
-//! root; `cli` the command line; `main.rs` is thin.
+//! Layers (dependencies point inward; `scripts/check-layers` checks them in CI):
+//! `api` (axum) -> `metering` -> {`billing`, `ledger` (SQLite), `engine` (candle, tokenizers,
+//! minijinja)}; `api` -> `auth` -> `ledger`; `api` -> `engine` for prompt preparation only;
+//! `api` -> `mcp` (rmcp) -> `engine`, `billing`, `catalog`, `reference`; `billing` uses
+//! `ledger`'s record types, never its database calls; `catalog` and `reference` are plain data.
+//! `metering`, `engine` and `ledger` never import axum or HTTP types; `engine` and `ledger`
+//! never import each other; no handler file imports another. Known breaches that predate the
+//! check (handlers that use the ledger directly, import circles through `mod.rs` files) are
+//! listed in `scripts/check-layers.allow`. `app` is the composition root; `cli` the command
+//! line; `main.rs` is thin.
 
 pub mod api;
 pub mod app;
@@ -17,5 +22,6 @@ pub mod engine;
 pub mod ledger;
 pub mod mail;
 pub mod mcp;
+pub mod metering;
 pub mod payments;
 pub mod reference;

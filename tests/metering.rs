@@ -251,11 +251,31 @@ async fn idempotent_retries_replay_and_are_charged_once() {
 
 #[tokio::test]
 async fn concurrent_duplicates_give_one_200_and_409s() {
-    let (s, _) = fake_server();
+    let (s, fake) = fake_server();
     let before = balance(&s, s.account);
     let b = body("");
-    let h = [("idempotency-key", "dup-1")];
-    let results = futures::future::join_all((0..6).map(|_| s.post(CHAT, &b, &h))).await;
+    // The first execution waits at the fake engine's gate until every duplicate has its answer,
+    // so the duplicates meet it in flight however busy the machine is.
+    fake.close_gate();
+    let s = std::sync::Arc::new(s);
+    let mut pending: futures::stream::FuturesUnordered<_> = (0..6)
+        .map(|_| {
+            let (s, b) = (s.clone(), b.clone());
+            async move { s.post(CHAT, &b, &[("idempotency-key", "dup-1")]).await }
+        })
+        .collect();
+    let mut results = Vec::new();
+    while results.len() < 5 {
+        results.push(futures::StreamExt::next(&mut pending).await.unwrap());
+    }
+    assert!(
+        results.iter().all(|r| r.0 == 409),
+        "{:?}",
+        results.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
+    fake.open_gate();
+    results.push(futures::StreamExt::next(&mut pending).await.unwrap());
+    drop(pending);
     let ok: Vec<_> = results.iter().filter(|r| r.0 == 200).collect();
     let conflicts: Vec<_> = results.iter().filter(|r| r.0 == 409).collect();
     assert_eq!(

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::schema::{ErrorBody, ErrorObject};
+use crate::metering::MeterError;
 
 /// One field that failed validation (422 `details.errors[]`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -113,8 +114,8 @@ impl ApiError {
         }
     }
 
-    /// The envelope as JSON (without `request_id`; the request-id layer adds it to 5xx bodies).
-    pub fn body(&self) -> Value {
+    /// The envelope `{"error": {...}}`, with `request_id` when given (5xx bodies carry it).
+    pub fn envelope(&self, request_id: Option<String>) -> ErrorBody {
         let (_, kind, code, param) = self.parts();
         let details = match self {
             ApiError::Validation(errors) => Some(json!({ "errors": errors })),
@@ -130,24 +131,28 @@ impl ApiError {
             })),
             _ => None,
         };
-        json!(ErrorBody {
+        ErrorBody {
             error: ErrorObject {
                 message: self.to_string(),
                 kind,
                 param,
                 code,
                 details,
-                request_id: None,
-            }
-        })
+                request_id,
+            },
+        }
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    /// The envelope as JSON, without `request_id`.
+    pub fn body(&self) -> Value {
+        serde_json::to_value(self.envelope(None)).unwrap_or_default()
+    }
+
+    /// Log a server-side failure (5xx) with its detail; client errors are not logged here.
+    pub fn log(&self) {
         let (status, ..) = self.parts();
         if status.is_server_error() {
-            let detail = match &self {
+            let detail = match self {
                 ApiError::EngineFailed(d)
                 | ApiError::Internal(d)
                 | ApiError::ModelUnavailable(d) => d.as_str(),
@@ -155,7 +160,48 @@ impl IntoResponse for ApiError {
             };
             tracing::error!(status = status.as_u16(), "{self}: {detail}");
         }
-        let mut resp = (status, axum::Json(self.body())).into_response();
+    }
+}
+
+impl From<MeterError> for ApiError {
+    fn from(e: MeterError) -> Self {
+        match e {
+            MeterError::InsufficientBalance {
+                required,
+                available,
+            } => Self::InsufficientBalance {
+                required,
+                available,
+            },
+            MeterError::IdempotencyInFlight { retry_after_s } => {
+                Self::IdempotencyInFlight { retry_after_s }
+            }
+            MeterError::IdempotencyMismatch => Self::IdempotencyMismatch,
+            MeterError::StreamWithIdempotency => Self::BadRequest {
+                param: Some("stream".into()),
+                code: "idempotency_key_with_stream",
+                message: "The Idempotency-Key header cannot be combined with `stream: true`."
+                    .into(),
+            },
+            MeterError::Overloaded(model) => Self::Overloaded(model),
+            MeterError::EngineFailed(d) => Self::EngineFailed(d),
+            e @ (MeterError::Storage(_) | MeterError::NotRecorded(_) | MeterError::Internal(_)) => {
+                Self::Internal(e.to_string())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    /// The status, the envelope, and the variant's headers. The envelope also rides in the
+    /// response's extensions, so the request-id layer can add `request_id` to a 5xx body
+    /// without parsing it.
+    fn into_response(self) -> Response {
+        let (status, ..) = self.parts();
+        self.log();
+        let envelope = self.envelope(None);
+        let mut resp = (status, axum::Json(&envelope)).into_response();
+        resp.extensions_mut().insert(envelope);
         let h = resp.headers_mut();
         match &self {
             ApiError::Overloaded(_) | ApiError::NoCapacity(_) => {

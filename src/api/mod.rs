@@ -5,11 +5,14 @@
 
 pub mod access;
 mod chat;
+mod completion;
 pub mod dashboard;
 pub mod error;
+mod headers;
 mod metrics;
 mod models;
 pub mod openapi;
+mod paid;
 pub mod schema;
 mod sse;
 mod web;
@@ -20,7 +23,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -68,6 +71,8 @@ pub struct AppState {
     pub public_limits: Arc<access::PublicLimits>,
     /// `/mcp` settings (allowed Host names, reference tokenizers).
     pub mcp: Arc<crate::mcp::McpSettings>,
+    /// The metering service every paid endpoint admits its requests through.
+    pub meter: Arc<crate::metering::Meter>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
@@ -138,16 +143,21 @@ async fn fallback(req: Request) -> ApiError {
 }
 
 /// Gives every request a `req_...` id: in request extensions, in the `x-request-id` response
-/// header, and as `error.request_id` inside 5xx error bodies.
+/// header, and as `error.request_id` inside `ApiError` 5xx bodies (rendered again from the
+/// typed envelope the error left in the response's extensions; no body is parsed).
 async fn request_id_layer(mut req: Request, next: Next) -> Response {
     let id = format!("req_{}", random_id(24));
     req.extensions_mut().insert(RequestId(id.clone()));
-    let resp = next.run(req).await;
-    let mut resp = if resp.status().is_server_error() {
-        add_request_id(resp, &id).await
-    } else {
-        resp
-    };
+    let mut resp = next.run(req).await;
+    if resp.status().is_server_error() {
+        if let Some(mut envelope) = resp.extensions_mut().remove::<schema::ErrorBody>() {
+            envelope.error.request_id = Some(id.clone());
+            let (mut parts, _) = resp.into_parts();
+            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+            let body = serde_json::to_vec(&envelope).unwrap_or_default();
+            resp = Response::from_parts(parts, Body::from(body));
+        }
+    }
     // An idempotent replay keeps the original request's id; everything else gets this one.
     if !resp.headers().contains_key("x-request-id") {
         if let Ok(v) = HeaderValue::from_str(&id) {
@@ -155,20 +165,4 @@ async fn request_id_layer(mut req: Request, next: Next) -> Response {
         }
     }
     resp
-}
-
-async fn add_request_id(resp: Response, id: &str) -> Response {
-    let (parts, body) = resp.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
-    };
-    let mut parts = parts;
-    match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(mut v) if v.get("error").is_some_and(serde_json::Value::is_object) => {
-            v["error"]["request_id"] = serde_json::json!(id);
-            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-            Response::from_parts(parts, Body::from(v.to_string()))
-        }
-        _ => Response::from_parts(parts, Body::from(bytes)),
-    }
 }

@@ -26,6 +26,7 @@ use super::{chat, models, AppState};
         models::get_model,
         models::get_languages
     ),
+    components(schemas(super::schema::ChatCompletionChunk)),
     modifiers(&Security),
     tags(
         (name = "chat", description = "Chat completions (metered)"),

@@ -154,14 +154,61 @@ pub struct ChatCompletion {
     pub service: ServiceCost,
 }
 
+/// One `data:` payload of a streamed completion (OpenAI's `chat.completion.chunk`): a role
+/// chunk, content chunks, a finish chunk (with `finish_reason` and `service`), and with
+/// `stream_options.include_usage` a last chunk with `choices: []`, `usage` and `service`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletionChunk {
+    /// The completion's id, the same on every chunk.
+    pub id: String,
+    /// Always `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds, the same on every chunk.
+    pub created: u64,
+    pub model: String,
+    /// Always null.
+    #[schema(value_type = Option<String>)]
+    pub system_fingerprint: Option<()>,
+    /// One choice, or none on the usage chunk.
+    pub choices: Vec<ChunkChoice>,
+    /// Only with `stream_options.include_usage`: null on every chunk but the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Usage>)]
+    pub usage: Option<Option<Usage>>,
+    /// On the finish chunk and the usage chunk: what the request cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceCost>,
+}
+
+/// The choice of a chunk.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: ChunkDelta,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<()>,
+    /// Null until the finish chunk: `stop` or `length`.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// What a chunk adds to the message: the role (first chunk) and text.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChunkDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
 /// One server-sent event of a streamed completion (the `text/event-stream` body is a sequence
 /// of these, as OpenAPI 3.2's SSE item model describes them).
 #[derive(Debug, Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct SseEvent {
-    /// A JSON `chat.completion.chunk` (the last one with `finish_reason` carries `service`; with
+    /// A JSON `ChatCompletionChunk` (the last one with `finish_reason` carries `service`; with
     /// `stream_options.include_usage` a final one has `usage` and `service`), a JSON
-    /// `{"error": ...}` if generation fails after the stream started, or `[DONE]`.
+    /// `ErrorBody` if generation fails after the stream started, or `[DONE]`.
     data: String,
     /// The event type, when sent (SSE default: `message`).
     event: Option<String>,
@@ -213,13 +260,13 @@ pub struct ServiceCost {
 }
 
 /// Every `/v1` error: `{"error": {...}}` (interface.md, "Errors").
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorObject,
 }
 
 /// The error object.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorObject {
     /// Human-readable.
     pub message: String,

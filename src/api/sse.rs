@@ -1,17 +1,24 @@
-//! Server-sent events for streamed chat completions, framed as OpenAI sends them.
+//! Server-sent events for streamed chat completions, framed as OpenAI sends them: a role chunk,
+//! content chunks, a finish chunk (with `service`), an optional usage chunk (`choices: []`,
+//! with `service`), then `data: [DONE]`. Every payload is a typed struct (`schema.rs`).
+//!
+//! Dropping the body (client gone) drops the engine's event receiver, which cancels the
+//! sequence before its next step; metering's settlement still charges the tokens produced.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::stream::{self, Stream};
-use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use serde::Serialize;
+use tokio::sync::mpsc;
 
-use super::chat::{finish_str, Meta, Settled};
+use super::completion::{finish_reason, CompletionMeta};
 use super::error::ApiError;
-use super::request::ChatRequest;
+use super::schema::ChunkDelta;
 use crate::engine::GenerationEvent;
+use crate::metering::Settlement;
 
 enum Phase {
     Role,
@@ -20,35 +27,33 @@ enum Phase {
 }
 
 struct StreamState {
-    meta: Meta,
+    meta: CompletionMeta,
     events: mpsc::UnboundedReceiver<GenerationEvent>,
-    settled: Option<oneshot::Receiver<Result<Settled, ApiError>>>,
+    settlement: Option<Settlement>,
     include_usage: bool,
     phase: Phase,
-    queue: std::collections::VecDeque<Event>,
+    queue: VecDeque<Event>,
 }
 
-fn data(v: &Value) -> Event {
-    Event::default().data(v.to_string())
+fn data(v: &impl Serialize) -> Event {
+    Event::default().data(serde_json::to_string(v).unwrap_or_default())
 }
 
-/// SSE as OpenAI sends it: a role chunk, content chunks, a finish chunk (with `service`), an
-/// optional usage chunk (`choices: []`, with `service`), then `data: [DONE]`. Dropping the body
-/// (client gone) drops the engine receiver, which cancels the sequence before its next step;
-/// the detached settlement still charges the tokens produced.
-pub(super) fn stream_response(
-    meta: Meta,
-    req: &ChatRequest,
+/// The SSE response of a streamed completion: `events` as chunks, then the settlement's
+/// charge (or its error, as an `ErrorBody` with `request_id`).
+pub fn stream_response(
+    meta: CompletionMeta,
+    include_usage: bool,
     events: mpsc::UnboundedReceiver<GenerationEvent>,
-    settled: oneshot::Receiver<Result<Settled, ApiError>>,
+    settlement: Settlement,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let st = StreamState {
         meta,
         events,
-        settled: Some(settled),
-        include_usage: req.include_usage,
+        settlement: Some(settlement),
+        include_usage,
         phase: Phase::Role,
-        queue: Default::default(),
+        queue: VecDeque::new(),
     };
     let s = stream::unfold(st, |mut st| async move {
         loop {
@@ -59,16 +64,23 @@ pub(super) fn stream_response(
                 Phase::Done => return None,
                 Phase::Role => {
                     st.phase = Phase::Events;
-                    let c = st.meta.chunk(
-                        json!({"role": "assistant", "content": ""}),
-                        None,
-                        st.include_usage,
-                    );
+                    let delta = ChunkDelta {
+                        role: Some("assistant"),
+                        content: Some(String::new()),
+                    };
+                    let c = st.meta.chunk(delta, None, st.include_usage);
                     st.queue.push_back(data(&c));
                 }
                 Phase::Events => match st.events.recv().await {
                     Some(GenerationEvent::Delta(d)) => {
-                        let c = st.meta.chunk(json!({"content": d}), None, st.include_usage);
+                        let c = st.meta.chunk(
+                            ChunkDelta {
+                                role: None,
+                                content: Some(d),
+                            },
+                            None,
+                            st.include_usage,
+                        );
                         st.queue.push_back(data(&c));
                     }
                     Some(GenerationEvent::Started) => {}
@@ -88,37 +100,34 @@ pub(super) fn stream_response(
 }
 
 async fn finish_stream(st: &mut StreamState) {
-    let Some(settled) = st.settled.take() else {
+    let Some(settlement) = st.settlement.take() else {
         return;
     };
-    let s = match settled.await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let mut body = e.body();
-            body["error"]["request_id"] = json!(st.meta.request_id);
-            st.queue.push_back(data(&body));
-            return;
-        }
-        Err(_) => {
-            let mut body =
-                ApiError::Internal("settlement task ended without a result".into()).body();
-            body["error"]["request_id"] = json!(st.meta.request_id);
-            st.queue.push_back(data(&body));
+    let charge = match settlement.wait().await {
+        Ok(c) => c,
+        Err(e) => {
+            let e = ApiError::from(e);
+            e.log();
+            st.queue
+                .push_back(data(&e.envelope(Some(st.meta.request_id.clone()))));
             return;
         }
     };
-    let (usage, service) = st.meta.usage(&s);
+    let (usage, service) = st.meta.usage(&charge);
     let mut c = st.meta.chunk(
-        json!({}),
-        Some(finish_str(&s.outcome.finish)),
+        ChunkDelta {
+            role: None,
+            content: None,
+        },
+        Some(finish_reason(&charge.finish)),
         st.include_usage,
     );
-    c["service"] = json!(service);
+    c.service = Some(service.clone());
     st.queue.push_back(data(&c));
     if st.include_usage {
-        let m = &st.meta;
-        st.queue.push_back(data(&json!({"id": m.id, "object": "chat.completion.chunk", "created": m.created,
-            "model": m.model, "system_fingerprint": null, "choices": [], "usage": usage, "service": service})));
+        let mut u = st.meta.empty_chunk(Some(Some(usage)));
+        u.service = Some(service);
+        st.queue.push_back(data(&u));
     }
     st.queue.push_back(Event::default().data("[DONE]"));
 }

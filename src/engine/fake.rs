@@ -37,6 +37,38 @@ pub struct FakeEngine {
     pub token_delay: Duration,
     running: Arc<AtomicUsize>,
     fault: std::sync::Mutex<FakeFault>,
+    gate: Arc<Gate>,
+}
+
+/// Holds every generation before its first token while closed, so a test can have requests
+/// in flight for as long as it needs, whatever the machine's speed.
+#[derive(Default)]
+struct Gate {
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn set(&self, closed: bool) {
+        *self
+            .closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = closed;
+        self.opened.notify_all();
+    }
+
+    fn wait_open(&self) {
+        let mut closed = self
+            .closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *closed {
+            closed = self
+                .opened
+                .wait(closed)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
 }
 
 impl FakeEngine {
@@ -50,7 +82,24 @@ impl FakeEngine {
             token_delay,
             running: Arc::new(AtomicUsize::new(0)),
             fault: std::sync::Mutex::new(FakeFault::None),
+            gate: Arc::default(),
         }
+    }
+
+    /// Close the gate: generations submitted from now on wait before their first token until
+    /// `open_gate` (those already past it go on).
+    pub fn close_gate(&self) {
+        self.gate.set(true);
+    }
+
+    /// Open the gate: waiting generations go on.
+    pub fn open_gate(&self) {
+        self.gate.set(false);
+    }
+
+    /// Generations submitted and not yet finished (waiting at the gate included).
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
     }
 
     /// Inject a fault for the following requests.
@@ -110,8 +159,10 @@ impl Engine for FakeEngine {
         let (otx, outcome) = tokio::sync::oneshot::channel();
         let delay = self.token_delay;
         let running = self.running.clone();
+        let gate = self.gate.clone();
         running.fetch_add(1, Ordering::Relaxed);
         std::thread::spawn(move || {
+            gate.wait_open();
             let mut stop = StopMatcher::new(request.stop.clone());
             let words: Vec<&str> = FAKE_REPLY.split(' ').collect();
             let mut generated = 0;

@@ -44,15 +44,18 @@ pub enum UsageStatus {
     Ok,
     Cancelled,
     Failed,
+    /// Charged (the work was done) but the client had gone before the answer was written.
+    Undelivered,
 }
 
 impl UsageStatus {
-    /// The stored name: `ok`, `cancelled` or `failed`.
+    /// The stored name: `ok`, `cancelled`, `failed` or `undelivered`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Cancelled => "cancelled",
             Self::Failed => "failed",
+            Self::Undelivered => "undelivered",
         }
     }
 }
@@ -132,6 +135,7 @@ fn row_to_usage(
         status: match status.as_str() {
             "ok" => UsageStatus::Ok,
             "cancelled" => UsageStatus::Cancelled,
+            "undelivered" => UsageStatus::Undelivered,
             _ => UsageStatus::Failed,
         },
         latency_ms: r.get(at + 8)?,

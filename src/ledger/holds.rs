@@ -36,29 +36,7 @@ impl Ledger {
         account: AccountId,
         amount: i64,
     ) -> Result<Reservation, LedgerError> {
-        if amount < 0 {
-            return Err(LedgerError::BadAmount);
-        }
-        self.write(|tx| {
-            let available: i64 = tx
-                .query_row(
-                    "SELECT a.balance_micros - COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
-                     FROM accounts a WHERE a.id = ?1",
-                    [account],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
-            if available < amount {
-                return Err(LedgerError::InsufficientBalance { required: amount, available });
-            }
-            tx.execute(
-                "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
-                params![request_id, account, amount, now()],
-            )?;
-            insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
-            Ok(Reservation { reserved_micros: amount, available_after: available - amount })
-        })
+        self.write(|tx| reserve_in(tx, request_id, account, amount))
     }
 
     /// Charge the actual cost (never more than reserved) and release the rest; records usage.
@@ -80,44 +58,7 @@ impl Ledger {
     }
 
     fn close(&self, usage: &UsageRecord, charge: bool) -> Result<HoldOutcome, LedgerError> {
-        self.write(|tx| {
-            let hold: Option<(AccountId, i64, String)> = tx
-                .query_row(
-                    "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
-                    [&usage.request_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()?;
-            let Some((account, reserved, state)) = hold else {
-                return Ok(HoldOutcome { charged_micros: 0, applied: false });
-            };
-            if state != "open" {
-                return Ok(HoldOutcome { charged_micros: 0, applied: false });
-            }
-            let cost = if charge { usage.cost_micros.clamp(0, reserved) } else { 0 };
-            if cost < usage.cost_micros && charge {
-                tracing::warn!(request_id = %usage.request_id, cost = usage.cost_micros, reserved, "cost above the hold; charged the hold");
-            }
-            if cost > 0 {
-                add_balance(tx, account, -cost)?;
-                insert_entry(tx, account, "settle", -cost, Some(&usage.request_id), None)?;
-            }
-            if reserved - cost > 0 {
-                insert_entry(tx, account, "release", reserved - cost, Some(&usage.request_id), None)?;
-            }
-            tx.execute(
-                "UPDATE holds SET state = ?1, settled_micros = ?2, closed_at = ?3 WHERE request_id = ?4",
-                params![if charge { "settled" } else { "released" }, cost, now(), usage.request_id],
-            )?;
-            let mut record = usage.clone();
-            record.account_id = account;
-            record.cost_micros = cost;
-            if !charge && record.status == UsageStatus::Ok {
-                record.status = UsageStatus::Failed;
-            }
-            insert_usage(tx, &record)?;
-            Ok(HoldOutcome { charged_micros: cost, applied: true })
-        })
+        self.write(|tx| close_hold(tx, usage, charge))
     }
 
     /// Release every open hold (start-up after a crash: the clients got no complete response,
@@ -139,6 +80,114 @@ impl Ledger {
             Ok(open.len())
         })
     }
+}
+
+/// Close the hold of `usage.request_id` inside `tx`: charge `usage.cost_micros` (clamped to the
+/// hold) and release the rest when `charge`, else release it all; records the usage row. A hold
+/// that is missing or already closed changes nothing (`applied: false`).
+pub(super) fn close_hold(
+    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    usage: &UsageRecord,
+    charge: bool,
+) -> Result<HoldOutcome, LedgerError> {
+    let hold: Option<(AccountId, i64, String)> = tx
+        .query_row(
+            "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
+            [&usage.request_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let Some((account, reserved, state)) = hold else {
+        return Ok(HoldOutcome {
+            charged_micros: 0,
+            applied: false,
+        });
+    };
+    if state != "open" {
+        return Ok(HoldOutcome {
+            charged_micros: 0,
+            applied: false,
+        });
+    }
+    let cost = if charge {
+        usage.cost_micros.clamp(0, reserved)
+    } else {
+        0
+    };
+    if cost < usage.cost_micros && charge {
+        tracing::warn!(request_id = %usage.request_id, cost = usage.cost_micros, reserved, "cost above the hold; charged the hold");
+    }
+    if cost > 0 {
+        add_balance(tx, account, -cost)?;
+        insert_entry(tx, account, "settle", -cost, Some(&usage.request_id), None)?;
+    }
+    if reserved - cost > 0 {
+        insert_entry(
+            tx,
+            account,
+            "release",
+            reserved - cost,
+            Some(&usage.request_id),
+            None,
+        )?;
+    }
+    tx.execute(
+        "UPDATE holds SET state = ?1, settled_micros = ?2, closed_at = ?3 WHERE request_id = ?4",
+        params![
+            if charge { "settled" } else { "released" },
+            cost,
+            now(),
+            usage.request_id
+        ],
+    )?;
+    let mut record = usage.clone();
+    record.account_id = account;
+    record.cost_micros = cost;
+    if !charge && record.status == UsageStatus::Ok {
+        record.status = UsageStatus::Failed;
+    }
+    insert_usage(tx, &record)?;
+    Ok(HoldOutcome {
+        charged_micros: cost,
+        applied: true,
+    })
+}
+
+/// Insert an open hold of `amount` micros for `request_id` if `balance - open holds >= amount`,
+/// inside `tx`.
+pub(super) fn reserve_in(
+    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    request_id: &str,
+    account: AccountId,
+    amount: i64,
+) -> Result<Reservation, LedgerError> {
+    if amount < 0 {
+        return Err(LedgerError::BadAmount);
+    }
+    let available: i64 = tx
+        .query_row(
+            "SELECT a.balance_micros - COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
+             FROM accounts a WHERE a.id = ?1",
+            [account],
+            |r| r.get(0),
+        )
+        .optional()?
+        .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
+    if available < amount {
+        return Err(LedgerError::InsufficientBalance {
+            required: amount,
+            available,
+        });
+    }
+    tx.execute(
+        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
+        params![request_id, account, amount, now()],
+    )?;
+    insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
+    Ok(Reservation {
+        reserved_micros: amount,
+        available_after: available - amount,
+    })
 }
 
 #[cfg(test)]

@@ -44,34 +44,12 @@ impl Ledger {
         fingerprint: &[u8],
         request_id: &str,
     ) -> Result<Claim, LedgerError> {
-        self.write(|tx| {
-            let t = now();
-            tx.execute(
-                "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND created_at < ?4",
-                params![account, route, key, t - IDEMPOTENCY_TTL_S],
-            )?;
-            let row: Option<Row> = tx
-                .query_row(
-                    "SELECT fingerprint, state, status, body, created_at FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",
-                    params![account, route, key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-                )
-                .optional()?;
-            match row {
-                None => {
-                    tx.execute(
-                        "INSERT INTO idempotency (account_id, route, key, fingerprint, state, request_id, created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
-                        params![account, route, key, fingerprint, request_id, t],
-                    )?;
-                    Ok(Claim::New)
-                }
-                Some((fp, _, _, _, _)) if fp != fingerprint => Ok(Claim::Mismatch),
-                Some((_, state, Some(status), Some(body), _)) if state == "done" => {
-                    Ok(Claim::Replay(IdempotencyRecord { status: u16::try_from(status).unwrap_or(500), body }))
-                }
-                Some((_, _, _, _, created)) => Ok(Claim::InFlight { age_s: t - created }),
-            }
-        })
+        let scope = super::IdempotencyScope {
+            account,
+            route: route.to_owned(),
+            key: key.to_owned(),
+        };
+        self.write(|tx| claim_in(tx, &scope, fingerprint, request_id))
     }
 
     /// Store the executed outcome of a claimed key.
@@ -117,6 +95,45 @@ impl Ledger {
     /// Database errors.
     pub fn clear_running_idempotency(&self) -> Result<usize, LedgerError> {
         self.write(|tx| Ok(tx.execute("DELETE FROM idempotency WHERE state = 'running'", [])?))
+    }
+}
+
+/// Claim `scope` for a body with `fingerprint` inside `tx` (see `Ledger::claim_idempotency`).
+pub(super) fn claim_in(
+    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    scope: &super::IdempotencyScope,
+    fingerprint: &[u8],
+    request_id: &str,
+) -> Result<Claim, LedgerError> {
+    let (account, route, key) = (scope.account, scope.route.as_str(), scope.key.as_str());
+    let t = now();
+    tx.execute(
+        "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND created_at < ?4",
+        params![account, route, key, t - IDEMPOTENCY_TTL_S],
+    )?;
+    let row: Option<Row> = tx
+        .query_row(
+            "SELECT fingerprint, state, status, body, created_at FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",
+            params![account, route, key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    match row {
+        None => {
+            tx.execute(
+                "INSERT INTO idempotency (account_id, route, key, fingerprint, state, request_id, created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                params![account, route, key, fingerprint, request_id, t],
+            )?;
+            Ok(Claim::New)
+        }
+        Some((fp, _, _, _, _)) if fp != fingerprint => Ok(Claim::Mismatch),
+        Some((_, state, Some(status), Some(body), _)) if state == "done" => {
+            Ok(Claim::Replay(IdempotencyRecord {
+                status: u16::try_from(status).unwrap_or(500),
+                body,
+            }))
+        }
+        Some((_, _, _, _, created)) => Ok(Claim::InFlight { age_s: t - created }),
     }
 }
 

@@ -16,6 +16,7 @@ mod holds;
 mod idempotency;
 mod identities;
 mod keys;
+mod requests;
 mod sessions;
 mod topups;
 
@@ -32,16 +33,18 @@ pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
 pub use keys::{ApiKeyRecord, KeyState};
+pub use requests::{Admitted, IdempotencyScope, StoredResponse};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
     include_str!("migrations/0004_roles.sql"),
     include_str!("migrations/0005_identities.sql"),
+    include_str!("migrations/0006_undelivered.sql"),
 ];
 
 /// Account id.
@@ -82,7 +85,14 @@ pub enum LedgerError {
 #[derive(Clone)]
 pub struct Ledger {
     pool: r2d2::Pool<SqliteConnectionManager>,
+    /// `PRAGMA max_page_count` applied before every write; `NO_PAGE_CAP` = never set.
+    page_cap: Arc<std::sync::atomic::AtomicI64>,
 }
+
+/// `page_cap` when `cap_pages` was never called (no pragma is sent).
+const NO_PAGE_CAP: i64 = -1;
+/// SQLite's largest `max_page_count`, which lifts a cap.
+const MAX_PAGES: i64 = 4_294_967_294;
 
 /// Unix time in seconds.
 pub fn now() -> i64 {
@@ -110,7 +120,10 @@ impl Ledger {
             .max_size(8)
             .min_idle(Some(1))
             .build(manager)?;
-        let ledger = Self { pool };
+        let ledger = Self {
+            pool,
+            page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
+        };
         ledger.migrate()?;
         Ok(ledger)
     }
@@ -141,6 +154,12 @@ impl Ledger {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, LedgerError>,
     ) -> Result<T, LedgerError> {
         let mut conn = self.pool.get()?;
+        let cap = self.page_cap.load(std::sync::atomic::Ordering::Relaxed);
+        if cap != NO_PAGE_CAP {
+            // Per connection, so set on whichever pooled connection runs this write.
+            let _: i64 =
+                conn.query_row(&format!("PRAGMA max_page_count = {cap}"), [], |r| r.get(0))?;
+        }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
@@ -153,6 +172,27 @@ impl Ledger {
     ) -> Result<T, LedgerError> {
         let conn = self.pool.get()?;
         f(&conn)
+    }
+
+    /// Cap the database at its current size (`Some(0)`), at `n` pages (`Some(n)`, never below
+    /// the current size), or lift the cap (`None`): SQLite's `PRAGMA max_page_count`, applied
+    /// before every later write. A write that needs more pages then fails with `SQLITE_FULL`,
+    /// exactly as on a full disk; the disk-full tests use it. Returns the cap in pages.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn cap_pages(&self, pages: Option<u32>) -> Result<i64, LedgerError> {
+        let cap = match pages {
+            None => MAX_PAGES,
+            Some(n) => {
+                let conn = self.pool.get()?;
+                let current: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                current.max(i64::from(n))
+            }
+        };
+        self.page_cap
+            .store(cap, std::sync::atomic::Ordering::Relaxed);
+        Ok(cap)
     }
 
     /// Run blocking ledger work on tokio's blocking pool.

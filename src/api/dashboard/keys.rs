@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::account::account_json;
+use super::common::account_json;
 use super::{blocking, ok, Body, DashError, Session};
 use crate::api::AppState;
 use crate::auth::create_key;

@@ -13,6 +13,7 @@
 
 mod account;
 mod admin;
+mod common;
 mod keys;
 mod oidc;
 mod topups;

@@ -13,7 +13,7 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::account::{base_url, normalize_email, start_session};
+use super::common::{base_url, normalize_email, start_session};
 use super::{blocking, ok};
 use crate::api::AppState;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
@@ -200,7 +200,7 @@ fn page(status: StatusCode, title: &str, message: &str) -> Response {
         .into_response();
     r.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(crate::api::web::CSP),
+        HeaderValue::from_static(crate::api::headers::CSP),
     );
     r
 }

@@ -49,7 +49,7 @@ pub async fn create(
         DashError::bad_request(code, format!("{e}."))
     })?;
     let currency = b.currency.trim().to_lowercase();
-    let base = super::account::base_url(&state, &headers);
+    let base = super::common::base_url(&state, &headers);
     let ledger = state.ledger.clone();
     let account = s.principal.account_id;
     let checkout = blocking(move || {

@@ -9,14 +9,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::headers::CSP;
 use super::AppState;
 
 const INDEX: &str = include_str!("index.html");
 const APP_JS: &str = include_str!("app.js");
 const APP_CSS: &str = include_str!("app.css");
-
-/// Content-Security-Policy of every page and asset.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 fn asset(body: impl Into<axum::body::Body>, content_type: &'static str) -> Response {
     let mut r = body.into().into_response();

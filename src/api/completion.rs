@@ -1,0 +1,121 @@
+//! Wire shapes of one chat completion: its identity (`CompletionMeta`), the whole
+//! `chat.completion` body and the `chat.completion.chunk`s of a stream, built from metering's
+//! `Charge`. Typed structs from `schema.rs` only; shared by the chat handler and `sse`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::schema::{
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, ChunkDelta,
+    ServiceCost, Usage,
+};
+use crate::engine::FinishReason;
+use crate::metering::{Charge, StoredResponse};
+
+/// Identity of one completion, shared by all its chunks.
+#[derive(Debug, Clone)]
+pub struct CompletionMeta {
+    /// `chatcmpl-` + 24 alphanumerics.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub model: String,
+    /// The request's `req_` id (`service.request_id`).
+    pub request_id: String,
+}
+
+impl CompletionMeta {
+    /// A new completion of `model` for request `request_id`, created now.
+    pub fn new(model: &str, request_id: &str) -> Self {
+        Self {
+            id: format!("chatcmpl-{}", super::random_id(24)),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            model: model.to_owned(),
+            request_id: request_id.to_owned(),
+        }
+    }
+
+    /// `usage` and `service` of a settled charge.
+    pub fn usage(&self, c: &Charge) -> (Usage, ServiceCost) {
+        (
+            Usage {
+                prompt_tokens: c.prompt_tokens,
+                completion_tokens: c.completion_tokens,
+                total_tokens: c.prompt_tokens + c.completion_tokens,
+            },
+            ServiceCost {
+                cost_micros: c.cost_micros,
+                cost_usd: crate::billing::micros_to_usd(c.cost_micros),
+                request_id: self.request_id.clone(),
+            },
+        )
+    }
+
+    /// The whole `chat.completion` with `text`, as the 200 response to store and send.
+    pub fn completion(&self, c: &Charge, text: String) -> StoredResponse {
+        let (usage, service) = self.usage(c);
+        let body = ChatCompletion {
+            id: self.id.clone(),
+            object: "chat.completion",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: None,
+            choices: vec![Choice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: text,
+                    refusal: None,
+                },
+                logprobs: None,
+                finish_reason: finish_reason(&c.finish),
+            }],
+            usage,
+            service,
+        };
+        StoredResponse {
+            status: 200,
+            body: serde_json::to_string(&body).unwrap_or_default(),
+        }
+    }
+
+    /// A chunk with one choice; `usage: null` when the client asked for usage.
+    pub fn chunk(
+        &self,
+        delta: ChunkDelta,
+        finish: Option<&'static str>,
+        include_usage: bool,
+    ) -> ChatCompletionChunk {
+        let mut c = self.empty_chunk(include_usage.then_some(None));
+        c.choices.push(ChunkChoice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish,
+        });
+        c
+    }
+
+    /// A chunk with no choice (the usage chunk) carrying `usage`.
+    pub fn empty_chunk(&self, usage: Option<Option<Usage>>) -> ChatCompletionChunk {
+        ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: None,
+            choices: Vec::new(),
+            usage,
+            service: None,
+        }
+    }
+}
+
+/// OpenAI's `finish_reason`: `length` when `max_tokens` or the context ended it, else `stop`.
+pub fn finish_reason(f: &FinishReason) -> &'static str {
+    match f {
+        FinishReason::Length => "length",
+        _ => "stop",
+    }
+}

@@ -1,0 +1,207 @@
+//! What every paid endpoint does around `metering`: the payer and its rate limit, the JSON body
+//! and its `Content-Type`, the `Idempotency-Key` header and the body's fingerprint, the model's
+//! catalogue checks, prompt preparation, the context check, and turning metering's results and
+//! errors into responses. Shared by the paid handlers (chat completions now; Responses and
+//! audio next), so no handler imports another.
+//! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::access::{self, Payer, RateInfo};
+use super::error::ApiError;
+use super::AppState;
+use crate::catalog::ModelEntry;
+use crate::engine::{ChatMessage, EngineError, Prompt};
+use crate::ledger::IdempotencyScope;
+use crate::metering::{Idempotency, StoredResponse};
+
+/// The payer of a paid request and its rate-limit state (keys and playground sessions have
+/// separate limits: interface.md, Limits 1).
+///
+/// # Errors
+/// The 401 or 429 response, ready to send (a 429 with its `x-ratelimit-*` headers).
+pub async fn payer(state: &AppState, headers: &HeaderMap) -> Result<(Payer, RateInfo), Response> {
+    let payer = access::authenticate_payer(state, headers)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let checked = match payer {
+        Payer::Key(k) => state.limits.check(k.key_id),
+        Payer::Session(s) => state.session_limits.check(s.account_id),
+    };
+    match checked {
+        Ok(info) => Ok((payer, info)),
+        Err((info, e)) => {
+            let mut r = e.into_response();
+            info.apply(r.headers_mut());
+            Err(r)
+        }
+    }
+}
+
+/// The body, if it fit in the limit and is declared JSON (or undeclared).
+///
+/// # Errors
+/// 413 `request_too_large`; 400 `unsupported_content_type`.
+pub fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, ApiError> {
+    let body = body.map_err(|_| ApiError::TooLarge)?;
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("").trim_start().to_ascii_lowercase();
+        if !ct.starts_with("application/json") {
+            return Err(ApiError::BadRequest {
+                param: None,
+                code: "unsupported_content_type",
+                message: "Content-Type must be application/json.".into(),
+            });
+        }
+    }
+    Ok(body)
+}
+
+/// The request's `Idempotency-Key` (1-255 visible ASCII characters), scoped to the payer's
+/// account and `route`, with the body's fingerprint; `None` without the header.
+///
+/// # Errors
+/// 400 `invalid_idempotency_key`; 400 `idempotency_key_with_stream` when `stream` is set.
+pub fn idempotency(
+    headers: &HeaderMap,
+    body: &[u8],
+    stream: bool,
+    route: &str,
+    payer: &Payer,
+) -> Result<Option<Idempotency>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || ApiError::BadRequest {
+        param: Some("Idempotency-Key".into()),
+        code: "invalid_idempotency_key",
+        message: "The Idempotency-Key header must be 1 to 255 visible ASCII characters.".into(),
+    };
+    let key = v.to_str().map_err(|_| bad())?;
+    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    if stream {
+        return Err(ApiError::BadRequest {
+            param: Some("stream".into()),
+            code: "idempotency_key_with_stream",
+            message: "The Idempotency-Key header cannot be combined with `stream: true`.".into(),
+        });
+    }
+    Ok(Some(Idempotency {
+        scope: IdempotencyScope {
+            account: payer.account_id(),
+            route: route.to_owned(),
+            key: key.to_owned(),
+        },
+        fingerprint: fingerprint(body),
+    }))
+}
+
+/// SHA-256 of the canonical JSON body (object keys sorted, no whitespace), so a retry that
+/// reorders keys still matches (reliability.md, 1.2).
+fn fingerprint(body: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    let canonical = serde_json::from_slice::<serde_json::Value>(body)
+        .map_or_else(|_| body.to_vec(), |v| v.to_string().into_bytes());
+    sha2::Sha256::digest(&canonical).to_vec()
+}
+
+/// The catalogue entry of `model`, if it exists and may be served commercially. Checked before
+/// anything is tokenized: a model we may not serve is never loaded or fetched.
+///
+/// # Errors
+/// 404 `model_not_found`; 403 `model_license_forbids_commercial_use`.
+pub fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
+    let entry = state
+        .catalog
+        .get(model)
+        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
+    if !entry.commercial_use {
+        return Err(ApiError::NotLicensed(model.to_owned()));
+    }
+    Ok(entry.clone())
+}
+
+/// Render and tokenize `messages` with `model`'s chat template, off the async threads.
+///
+/// # Errors
+/// 502 `model_unavailable` (not loaded, cannot load), 400 `invalid_messages` (the template
+/// refuses them), 503 `model_capacity`, 500.
+pub async fn prepare(
+    state: &AppState,
+    model: &str,
+    messages: &[ChatMessage],
+) -> Result<Prompt, ApiError> {
+    let engine = state.engine.clone();
+    let (model, messages) = (model.to_owned(), messages.to_vec());
+    tokio::task::spawn_blocking(move || engine.prepare(&model, &messages))
+        .await
+        .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?
+        .map_err(|e| match e {
+            EngineError::ModelNotLoaded(m) => ApiError::ModelUnavailable(format!(
+                "The model `{m}` is in the catalogue but not loaded on this server."
+            )),
+            EngineError::Template(t) => ApiError::BadRequest {
+                param: Some("messages".into()),
+                code: "invalid_messages",
+                message: format!(
+                    "The messages cannot be rendered with the model's chat template: {t}"
+                ),
+            },
+            e @ (EngineError::Unavailable { .. } | EngineError::Load { .. }) => {
+                ApiError::ModelUnavailable(e.to_string())
+            }
+            e @ EngineError::NoRoom { .. } => ApiError::NoCapacity(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        })
+}
+
+/// Tokens the request may generate: its limit, else the rest of the context.
+///
+/// # Errors
+/// 400 `context_length_exceeded`, naming the field (`max_tokens`, `max_completion_tokens` or
+/// `messages`).
+pub fn max_new_tokens(
+    prompt: &Prompt,
+    max_tokens: Option<(usize, &'static str)>,
+) -> Result<usize, ApiError> {
+    let (n, ctx) = (prompt.token_ids.len(), prompt.context_length);
+    let exceeded = |param: &str, asked: usize| {
+        ApiError::BadRequest {
+        param: Some(param.into()),
+        code: "context_length_exceeded",
+        message: format!("This model's maximum context length is {ctx} tokens. However, you requested {} tokens ({n} in the messages, {asked} in the completion). Please reduce the length of the messages or completion.", n.saturating_add(asked)),
+    }
+    };
+    match max_tokens {
+        Some((m, param)) if n.checked_add(m).is_none_or(|t| t > ctx) => Err(exceeded(param, m)),
+        Some((m, _)) => Ok(m),
+        None if n >= ctx => Err(exceeded("messages", 1)),
+        None => Ok(ctx - n),
+    }
+}
+
+/// A stored response as it is sent: its status and JSON body, `x-request-id` from the body's
+/// `service.request_id`, and `Idempotent-Replayed: true` when `replayed`.
+pub fn stored(r: StoredResponse, replayed: bool) -> Response {
+    let request_id = serde_json::from_str::<serde_json::Value>(&r.body)
+        .ok()
+        .and_then(|v| v["service"]["request_id"].as_str().map(str::to_owned));
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
+    let mut resp = (status, [(header::CONTENT_TYPE, "application/json")], r.body).into_response();
+    if replayed {
+        resp.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        if let Some(v) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            resp.headers_mut().insert("x-request-id", v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,54 @@
+//! `MeterError`: why a paid request was not run or not charged. `api` maps each variant to the
+//! interface's status, `type` and `code`; this module knows nothing of HTTP.
+
+use crate::ledger::LedgerError;
+
+/// Failures of `Meter::admit` and of a request's settlement.
+#[derive(Debug, thiserror::Error)]
+pub enum MeterError {
+    /// The balance minus open holds does not cover the hold (micros). Nothing was written.
+    #[error("insufficient balance: {required} micros required, {available} available")]
+    InsufficientBalance { required: i64, available: i64 },
+    /// The same `Idempotency-Key` and body are running; retry after about this many seconds.
+    #[error("a request with this idempotency key is still running")]
+    IdempotencyInFlight { retry_after_s: u64 },
+    /// The `Idempotency-Key` was used with another body.
+    #[error("the idempotency key was used with another body")]
+    IdempotencyMismatch,
+    /// A streamed request cannot carry an idempotency key (it cannot be replayed).
+    #[error("an idempotency key cannot be combined with streaming")]
+    StreamWithIdempotency,
+    /// The model's queue is full (the hold was released).
+    #[error("the model `{0}` is at capacity")]
+    Overloaded(String),
+    /// The engine refused or failed the request (the hold was released, nothing charged).
+    #[error("the engine failed: {0}")]
+    EngineFailed(String),
+    /// The ledger could not take the hold (storage full or failing); nothing was charged.
+    #[error("the ledger could not record the request: {0}")]
+    Storage(String),
+    /// The generation ran but its charge could not be recorded; the hold is being released in
+    /// the background, so the request is not charged.
+    #[error("the charge could not be recorded: {0}")]
+    NotRecorded(String),
+    /// A metering task died (a bug); nothing is charged.
+    #[error("metering failed: {0}")]
+    Internal(String),
+}
+
+impl MeterError {
+    /// Map a failure of the admission transaction.
+    pub(super) fn from_admission(e: LedgerError) -> Self {
+        match e {
+            LedgerError::InsufficientBalance {
+                required,
+                available,
+            } => Self::InsufficientBalance {
+                required,
+                available,
+            },
+            LedgerError::Join(m) => Self::Internal(m),
+            other => Self::Storage(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Metering: the money lifecycle of every paid request, one call for every paid endpoint.
+//!
+//! Owns: admission (the `Idempotency-Key` claim and the hold, one ledger transaction),
+//! submission to the engine, settlement (charge, usage record and the stored idempotent
+//! response, one transaction), voiding holds that cannot be charged (retried in the background
+//! until it commits), and marking answers nobody received `undelivered`.
+//! May use: `billing` (costs, usage records), `ledger`, `engine`, `catalog` (prices).
+//! Never: axum or any HTTP type, wire formats (the caller renders the response it wants
+//! stored), `api`.
+//!
+//! Protocol of one request (`Meter::admit`):
+//! 1. `ledger.admit_request`: claim + hold in one transaction. A replay, a claim in flight or
+//!    a reused key returns before anything is reserved; a 402 writes nothing.
+//! 2. `engine.submit`. A full queue or a refused request voids the hold (and the claim).
+//! 3. A settlement task, spawned before `admit` returns, so it runs even when the caller is
+//!    dropped: it waits for the engine's `Outcome`, which resolves exactly once (a dropped
+//!    engine counts as a failure), and then
+//!    - `Failed`: voids the hold, answers `EngineFailed`;
+//!    - otherwise renders the response (`Mode::Complete`) and settles: charge, usage and stored
+//!      response commit together. If the commit fails three times (disk full, I/O), the
+//!      caller gets `NotRecorded` and the hold is voided in the background, retried until it
+//!      commits: a request whose charge cannot be recorded is not charged, and no hold
+//!      outlives its request while the server runs.
+//! 4. `Mode::Complete` without an idempotency claim cancels the generation when the caller
+//!    goes away (tokens produced so far are charged, `cancelled`); with a claim it runs to the
+//!    end so a retry can replay it. An answer that was settled but could not be handed to its
+//!    caller is marked `undelivered` (still charged: the work was done).
+//!
+//! After a crash, `recover` (start-up, before listening) releases every open hold and forgets
+//! every running claim: step 3's single transaction means a claim is only ever `done` together
+//! with its charge.
+
+mod error;
+mod settle;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+pub use self::error::MeterError;
+pub use self::settle::{Charge, Completion, Render, Settlement};
+use crate::billing::{self, Metered};
+use crate::catalog::Pricing;
+use crate::engine::{EngineError, GenerateRequest, GenerationEvent, SharedEngine};
+pub use crate::ledger::{AccountId, KeyId, StoredResponse};
+use crate::ledger::{Admitted, Claim, IdempotencyScope, Ledger, LedgerError};
+
+/// The metering service: admits paid requests against the ledger and the engine.
+#[derive(Clone)]
+pub struct Meter {
+    ledger: Arc<Ledger>,
+    engine: SharedEngine,
+}
+
+/// A client's `Idempotency-Key` for a request: where it lives and the body's fingerprint.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    pub scope: IdempotencyScope,
+    /// SHA-256 of the canonical request body; the same key with another body is refused.
+    pub fingerprint: Vec<u8>,
+}
+
+/// One paid request, ready to run.
+pub struct PaidRequest {
+    /// `req_` + 24 alphanumerics; names the hold and the usage record.
+    pub request_id: String,
+    /// The account that pays.
+    pub account: AccountId,
+    /// The API key that made the request (`None` for the playground's session path).
+    pub key: Option<KeyId>,
+    /// Catalogue id of the model.
+    pub model: String,
+    /// List prices at admission (the charge uses these, whatever changes meanwhile).
+    pub pricing: Pricing,
+    /// What to generate: prompt token ids, sampling, `max_new_tokens`, stop strings.
+    pub generate: GenerateRequest,
+    /// The client's idempotency key, if any (never with `Mode::Stream`).
+    pub idempotency: Option<Idempotency>,
+    /// When the request arrived (usage latency, ms).
+    pub started: Instant,
+}
+
+/// How the caller consumes the generation.
+pub enum Mode {
+    /// Streamed: the caller gets the events; dropping them cancels the generation.
+    Stream,
+    /// Whole: metering collects the text and settles with `Render`'s response.
+    Complete(Render),
+}
+
+/// The result of `Meter::admit`.
+pub enum Admission {
+    /// The key's request finished before: this is its stored response. Nothing new is charged.
+    Replay(StoredResponse),
+    /// `Mode::Stream`: the events, and the settlement that resolves exactly once after them.
+    Streaming(mpsc::UnboundedReceiver<GenerationEvent>, Settlement),
+    /// `Mode::Complete`: resolves once with the settled charge and the stored response.
+    Completing(Completion),
+}
+
+impl Meter {
+    /// A metering service over `ledger` and `engine`.
+    pub fn new(ledger: Arc<Ledger>, engine: SharedEngine) -> Self {
+        Self { ledger, engine }
+    }
+
+    /// Start-up recovery after a crash, before the server listens: release every open hold
+    /// (those clients got no complete response; nothing is charged) and forget every running
+    /// claim (none of them was charged, see the module doc), so retries run once. Returns
+    /// (holds released, claims forgotten).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn recover(ledger: &Ledger) -> Result<(usize, usize), LedgerError> {
+        Ok((
+            ledger.release_all_open()?,
+            ledger.clear_running_idempotency()?,
+        ))
+    }
+
+    /// Admit `req`: claim and reserve, submit, and start its settlement (module doc, steps
+    /// 1-3). Runs to the end of admission even if the caller is dropped meanwhile.
+    ///
+    /// # Errors
+    /// `InsufficientBalance`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Overloaded`,
+    /// `EngineFailed`, `StreamWithIdempotency`, `Storage` (the ledger could not take the
+    /// hold; nothing is charged), `Internal`.
+    pub async fn admit(&self, req: PaidRequest, mode: Mode) -> Result<Admission, MeterError> {
+        if matches!(mode, Mode::Stream) && req.idempotency.is_some() {
+            return Err(MeterError::StreamWithIdempotency);
+        }
+        tokio::spawn(self.clone().admit_detached(req, mode))
+            .await
+            .unwrap_or_else(|e| Err(MeterError::Internal(format!("admission task: {e}"))))
+    }
+
+    async fn admit_detached(self, req: PaidRequest, mode: Mode) -> Result<Admission, MeterError> {
+        let prompt_tokens = req.generate.prompt.token_ids.len();
+        let max_new = req.generate.max_new_tokens;
+        let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new);
+        let (rid, account) = (req.request_id.clone(), req.account);
+        let claim = req.idempotency.clone();
+        let admitted = self
+            .ledger
+            .run(move |l| {
+                l.admit_request(
+                    &rid,
+                    account,
+                    hold,
+                    claim.as_ref().map(|c| (&c.scope, c.fingerprint.as_slice())),
+                )
+            })
+            .await
+            .map_err(MeterError::from_admission)?;
+        let in_flight_for_s = match admitted {
+            Admitted::Reserved(_) => None,
+            Admitted::Claimed(Claim::Replay(r)) => {
+                return Ok(Admission::Replay(StoredResponse {
+                    status: r.status,
+                    body: r.body,
+                }))
+            }
+            Admitted::Claimed(Claim::Mismatch) => return Err(MeterError::IdempotencyMismatch),
+            Admitted::Claimed(Claim::InFlight { age_s }) => Some(age_s),
+            // `admit_request` never answers `New`; treat it as in flight rather than run twice.
+            Admitted::Claimed(Claim::New) => Some(0),
+        };
+        if let Some(age_s) = in_flight_for_s {
+            // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
+            let estimate = u64::try_from(max_new / 50)
+                .unwrap_or(120)
+                .saturating_sub(u64::try_from(age_s).unwrap_or(0));
+            return Err(MeterError::IdempotencyInFlight {
+                retry_after_s: estimate.clamp(1, 120),
+            });
+        }
+        let ctx = settle::Context {
+            ledger: self.ledger.clone(),
+            metered: Metered {
+                request_id: req.request_id.clone(),
+                account_id: req.account,
+                key_id: req.key,
+                model: req.model.clone(),
+                pricing: req.pricing,
+                started: req.started,
+            },
+            prompt_tokens,
+            claim: req.idempotency.map(|c| c.scope),
+        };
+        let generation = match self.engine.submit(req.generate) {
+            Ok(g) => g,
+            Err(e) => {
+                settle::void(&ctx, 0).await;
+                return Err(match e {
+                    EngineError::Overloaded => MeterError::Overloaded(req.model),
+                    other => MeterError::EngineFailed(other.to_string()),
+                });
+            }
+        };
+        Ok(match mode {
+            Mode::Stream => {
+                let (settlement, tx) = Settlement::channel();
+                tokio::spawn(settle::after_stream(ctx, generation.outcome, tx));
+                Admission::Streaming(generation.events, settlement)
+            }
+            Mode::Complete(render) => {
+                let (completion, tx) = Completion::channel();
+                tokio::spawn(settle::after_completion(ctx, generation, render, tx));
+                Admission::Completing(completion)
+            }
+        })
+    }
+}

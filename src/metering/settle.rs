@@ -1,0 +1,286 @@
+//! Settlement tasks of admitted requests (module doc of `metering`, steps 3 and 4): wait for
+//! the engine's outcome, then settle or void the hold, retrying a void in the background until
+//! it commits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::MeterError;
+use crate::billing::{self, Ending, Metered};
+use crate::engine::{FinishReason, Generation, GenerationEvent, Outcome};
+use crate::ledger::{IdempotencyScope, Ledger, StoredResponse};
+
+/// Attempts at a settle before giving up on charging (SQLite's busy timeout already covers
+/// lock waits; this covers short I/O hiccups).
+const SETTLE_ATTEMPTS: u32 = 3;
+/// First and largest wait between background void attempts.
+const VOID_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// Renders the response to keep and send once the charge is known: the charge and the whole
+/// generated text in, status and JSON body out.
+pub type Render = Box<dyn FnOnce(&Charge, String) -> StoredResponse + Send>;
+
+/// What a settled request cost, as billed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// Input tokens billed.
+    pub prompt_tokens: usize,
+    /// Output tokens billed (a final EOS included).
+    pub completion_tokens: usize,
+    /// Micro-USD charged (`billing::cost_micros`, never above the hold).
+    pub cost_micros: i64,
+    /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`).
+    pub finish: FinishReason,
+}
+
+/// The settlement of a streamed request; resolves exactly once.
+pub struct Settlement(oneshot::Receiver<Result<Charge, MeterError>>);
+
+/// The sending half of a `Settlement`.
+pub(super) type SettlementTx = oneshot::Sender<Result<Charge, MeterError>>;
+
+impl Settlement {
+    pub(super) fn channel() -> (Self, SettlementTx) {
+        let (tx, rx) = oneshot::channel();
+        (Self(rx), tx)
+    }
+
+    /// Wait for the charge (after the last event).
+    ///
+    /// # Errors
+    /// `EngineFailed` (nothing charged), `NotRecorded` (the charge could not be written; the
+    /// hold is voided in the background), `Internal` if the settlement task died.
+    pub async fn wait(self) -> Result<Charge, MeterError> {
+        self.0.await.unwrap_or_else(|_| {
+            Err(MeterError::Internal(
+                "settlement task ended without a result".into(),
+            ))
+        })
+    }
+}
+
+/// The outcome of a whole (non-streamed) request; resolves exactly once.
+pub struct Completion(oneshot::Receiver<Result<(Charge, StoredResponse), MeterError>>);
+
+/// The sending half of a `Completion`.
+pub(super) type CompletionTx = oneshot::Sender<Result<(Charge, StoredResponse), MeterError>>;
+
+impl Completion {
+    pub(super) fn channel() -> (Self, CompletionTx) {
+        let (tx, rx) = oneshot::channel();
+        (Self(rx), tx)
+    }
+
+    /// Wait for the settled charge and the response stored with it.
+    ///
+    /// # Errors
+    /// As `Settlement::wait`.
+    pub async fn wait(self) -> Result<(Charge, StoredResponse), MeterError> {
+        self.0.await.unwrap_or_else(|_| {
+            Err(MeterError::Internal(
+                "completion task ended without a result".into(),
+            ))
+        })
+    }
+}
+
+/// What a settlement needs to know about its request.
+pub(super) struct Context {
+    pub(super) ledger: Arc<Ledger>,
+    pub(super) metered: Metered,
+    /// Prompt tokens, for an outcome that never arrives.
+    pub(super) prompt_tokens: usize,
+    /// The idempotency claim to store the response under, or forget on failure.
+    pub(super) claim: Option<IdempotencyScope>,
+}
+
+/// Wait for a streamed generation's outcome and settle it; the caller owns the events.
+pub(super) async fn after_stream(
+    ctx: Context,
+    outcome: oneshot::Receiver<Outcome>,
+    tx: SettlementTx,
+) {
+    let outcome = wait_outcome(&ctx, outcome).await;
+    let result = match charge_of(&ctx, &outcome) {
+        Err(msg) => {
+            void(&ctx, outcome.completion_tokens).await;
+            Err(MeterError::EngineFailed(msg))
+        }
+        Ok(charge) => settle(&ctx, &charge, None).await.map(|()| charge),
+    };
+    let _ = tx.send(result);
+}
+
+/// Collect a whole generation's text, wait for its outcome, render and settle it, and hand the
+/// result to the caller; marks it `undelivered` when the caller is gone.
+pub(super) async fn after_completion(
+    ctx: Context,
+    generation: Generation,
+    render: Render,
+    mut tx: CompletionTx,
+) {
+    let text = collect(generation.events, &mut tx, ctx.claim.is_some()).await;
+    let outcome = wait_outcome(&ctx, generation.outcome).await;
+    let result = match charge_of(&ctx, &outcome) {
+        Err(msg) => {
+            void(&ctx, outcome.completion_tokens).await;
+            Err(MeterError::EngineFailed(msg))
+        }
+        Ok(charge) => {
+            let response = render(&charge, text);
+            settle(&ctx, &charge, Some(&response))
+                .await
+                .map(|()| (charge, response))
+        }
+    };
+    let settled_ok = matches!(&result, Ok((c, _)) if c.finish != FinishReason::Cancelled);
+    if tx.send(result).is_err() && settled_ok {
+        let (ledger, rid) = (ctx.ledger.clone(), ctx.metered.request_id.clone());
+        if let Err(e) = ledger.run(move |l| l.mark_undelivered(&rid)).await {
+            tracing::warn!(request_id = %ctx.metered.request_id, "could not mark usage undelivered: {e}");
+        }
+    }
+}
+
+/// The text of every delta. Without a claim, stops early (dropping the events cancels the
+/// generation) when the caller goes away.
+async fn collect<T>(
+    mut events: mpsc::UnboundedReceiver<GenerationEvent>,
+    caller: &mut oneshot::Sender<T>,
+    run_to_end: bool,
+) -> String {
+    let mut text = String::new();
+    loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(GenerationEvent::Delta(d)) => text.push_str(&d),
+                Some(GenerationEvent::Started) => {}
+                None => break,
+            },
+            () = caller.closed(), if !run_to_end => break,
+        }
+    }
+    text
+}
+
+/// The engine's outcome; a dropped engine (its thread died) is a failure.
+async fn wait_outcome(ctx: &Context, outcome: oneshot::Receiver<Outcome>) -> Outcome {
+    outcome.await.unwrap_or(Outcome {
+        prompt_tokens: ctx.prompt_tokens,
+        completion_tokens: 0,
+        finish: FinishReason::Failed("the engine dropped the request".into()),
+    })
+}
+
+/// The charge of a successful outcome, or the failure message.
+fn charge_of(ctx: &Context, o: &Outcome) -> Result<Charge, String> {
+    if let FinishReason::Failed(msg) = &o.finish {
+        return Err(msg.clone());
+    }
+    let p = &ctx.metered.pricing;
+    Ok(Charge {
+        prompt_tokens: o.prompt_tokens,
+        completion_tokens: o.completion_tokens,
+        cost_micros: billing::cost_micros(p, o.prompt_tokens as u64, o.completion_tokens as u64),
+        finish: o.finish.clone(),
+    })
+}
+
+/// Charge, usage record and stored response in one transaction, tried `SETTLE_ATTEMPTS` times;
+/// then the hold is voided in the background and the caller gets `NotRecorded`.
+async fn settle(
+    ctx: &Context,
+    charge: &Charge,
+    response: Option<&StoredResponse>,
+) -> Result<(), MeterError> {
+    let ending = if charge.finish == FinishReason::Cancelled {
+        Ending::Cancelled
+    } else {
+        Ending::Completed
+    };
+    let usage = billing::usage_record(
+        &ctx.metered,
+        charge.prompt_tokens,
+        charge.completion_tokens,
+        ending,
+    );
+    let stored = ctx.claim.clone().zip(response.cloned());
+    let mut wait = Duration::from_millis(50);
+    for attempt in 1..=SETTLE_ATTEMPTS {
+        let (u, s) = (usage.clone(), stored.clone());
+        match ctx
+            .ledger
+            .run(move |l| l.settle_request(&u, s.as_ref().map(|(c, r)| (c, r))))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(request_id = %usage.request_id, model = %usage.model,
+                    prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
+                    cost_micros = usage.cost_micros, ms = usage.latency_ms, ending = ?ending, "settled");
+                return Ok(());
+            }
+            Err(e) if attempt == SETTLE_ATTEMPTS => {
+                tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
+                spawn_void(ctx, charge.completion_tokens);
+                return Err(MeterError::NotRecorded(e.to_string()));
+            }
+            Err(e) => {
+                tracing::warn!(request_id = %usage.request_id, attempt, "settle failed; retrying: {e}");
+                tokio::time::sleep(wait).await;
+                wait *= 4;
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// Release the hold free and forget the claim, once now; if that fails, keep trying in the
+/// background.
+pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
+    let usage = billing::usage_record(
+        &ctx.metered,
+        ctx.prompt_tokens,
+        completion_tokens,
+        Ending::Failed,
+    );
+    let claim = ctx.claim.clone();
+    if ctx
+        .ledger
+        .run(move |l| l.void_request(&usage, claim.as_ref()))
+        .await
+        .is_err()
+    {
+        spawn_void(ctx, completion_tokens);
+    }
+}
+
+/// Void in the background until it commits (backoff 100 ms doubling to 5 s), so a hold never
+/// outlives its request while the server runs, even through a full disk.
+fn spawn_void(ctx: &Context, completion_tokens: usize) {
+    let usage = billing::usage_record(
+        &ctx.metered,
+        ctx.prompt_tokens,
+        completion_tokens,
+        Ending::Failed,
+    );
+    let (ledger, claim) = (ctx.ledger.clone(), ctx.claim.clone());
+    tokio::spawn(async move {
+        let mut wait = VOID_BACKOFF.0;
+        loop {
+            let (u, c) = (usage.clone(), claim.clone());
+            match ledger.run(move |l| l.void_request(&u, c.as_ref())).await {
+                Ok(_) => {
+                    tracing::warn!(request_id = %usage.request_id, "hold released after a failed settle; not charged");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %usage.request_id, "void failed; retrying in {wait:?}: {e}");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(VOID_BACKOFF.1);
+                }
+            }
+        }
+    });
+}

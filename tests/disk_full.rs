@@ -1,0 +1,130 @@
+//! A full disk under load, with the deterministic FAKE engine (no model runs here): the
+//! ledger is capped at its size mid-load (`Ledger::cap_pages`, SQLite's `max_page_count`, the
+//! same `SQLITE_FULL` a full disk gives), then given room again without a restart.
+//! While full, requests fail with a clear 500 (`api_error`, `request_id`) and nothing is
+//! charged for them; afterwards no hold is left, `ledger check` passes, and every charge
+//! belongs to a request that was answered 200.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tollgate::ledger::UsageStatus;
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// Sends requests for `run_for` (every third with its own `Idempotency-Key`); returns the
+/// request ids answered 200 and the number of 500s.
+async fn load(s: &TestServer, worker: usize, run_for: Duration) -> (Vec<String>, usize) {
+    let (mut ok, mut failed) = (Vec::new(), 0);
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < run_for {
+        n += 1;
+        let body = chat_body(
+            "fake-model",
+            None,
+            &format!("worker {worker} request {n}"),
+            "",
+        );
+        let idem = format!("w{worker}-{n}");
+        let headers: Vec<(&str, &str)> = if n % 3 == 0 {
+            vec![("idempotency-key", &idem)]
+        } else {
+            vec![]
+        };
+        let (status, h, v) = s.post(CHAT, &body, &headers).await;
+        match status {
+            200 => ok.push(v["service"]["request_id"].as_str().unwrap().to_owned()),
+            500 => {
+                assert_eq!(v["error"]["type"], "api_error", "{v}");
+                let rid = v["error"]["request_id"].as_str().unwrap();
+                assert_eq!(h["x-request-id"], rid, "the body names the request");
+                failed += 1;
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    (ok, failed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_returns() {
+    let (s, _fake) = fake_server();
+    let start = s.ledger.account(s.account).unwrap().balance_micros;
+    let s = std::sync::Arc::new(s);
+    // Room is taken away 300 ms into the load and given back after 2.5 s; the load runs 4 s.
+    let capper = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            s.ledger.cap_pages(Some(0)).unwrap();
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            s.ledger.cap_pages(None).unwrap();
+        })
+    };
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move { load(&s, w, Duration::from_secs(4)).await })
+        })
+        .collect();
+    let (mut answered, mut failed) = (BTreeSet::new(), 0);
+    for w in workers {
+        let (ok, f) = w.await.unwrap();
+        answered.extend(ok);
+        failed += f;
+    }
+    capper.await.unwrap();
+    assert!(failed > 0, "the ledger never filled up");
+    // The voids of failed settles are retried in the background: wait for them, no restart.
+    let t = Instant::now();
+    while s.ledger.account(s.account).unwrap().reserved_micros != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "a hold outlived its request"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        s.ledger.check().unwrap().is_empty(),
+        "{:?}",
+        s.ledger.check()
+    );
+    let usage = s.ledger.recent_usage(s.account, 100_000).unwrap();
+    let charged: BTreeSet<_> = usage
+        .iter()
+        .filter(|u| u.cost_micros > 0)
+        .map(|u| u.request_id.clone())
+        .collect();
+    assert_eq!(
+        charged, answered,
+        "every charge belongs to a 200, every 200 was charged"
+    );
+    let spent: i64 = usage.iter().map(|u| u.cost_micros).sum();
+    assert_eq!(
+        s.ledger.account(s.account).unwrap().balance_micros,
+        start - spent
+    );
+    // Generations whose settle failed were voided after the fact: released free, recorded.
+    let voided = usage
+        .iter()
+        .filter(|u| u.status == UsageStatus::Failed && u.completion_tokens > 0)
+        .count();
+    assert!(voided > 0, "no settle failed while the ledger was full");
+    eprintln!(
+        "{} answered, {failed} failed while full, {voided} settles voided",
+        answered.len()
+    );
+    // A key whose request failed while full runs again now.
+    let (status, _, v) = s
+        .post(
+            CHAT,
+            &chat_body("fake-model", None, "after the storm", ""),
+            &[("idempotency-key", "after")],
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}
