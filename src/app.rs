@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::api::access::RateLimits;
+use crate::api::limits::{Limiter, PublicLimits, Throttles};
 use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
@@ -134,30 +134,32 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         }
     };
     let ledger = Arc::new(open_ledger(&cfg.db)?);
-    let mut state = state_with(engine, catalog, ledger, cfg.rate_limit_rpm);
-    state.weights_dir = Arc::new(cfg.weights.clone());
-    state.throttles = Arc::new(api::dashboard::Throttles::new(&cfg.dashboard));
-    state.session_limits = Arc::new(RateLimits::new(cfg.dashboard.playground_rpm));
     let p = cfg.dashboard.sessions;
-    let purged = state
-        .ledger
-        .purge_expired_sign_in(p.idle_secs, p.absolute_secs)?;
+    let purged = ledger.purge_expired_sign_in(p.idle_secs, p.absolute_secs)?;
     if purged > 0 {
         tracing::info!(rows = purged, "purged expired sessions and e-mail tokens");
     }
-    state.dashboard = Arc::new(cfg.dashboard.clone());
-    state.payments = cfg.payments.clone().map(Arc::new);
-    state.public_limits = Arc::new(api::access::PublicLimits::new(cfg.public_rpm));
-    state.mcp = Arc::new(cfg.mcp.clone());
-    if let Some(oidc) = &cfg.oidc {
-        state.oidc = Some(Arc::new(
-            crate::auth::oidc::Oidc::new(oidc.clone()).map_err(anyhow::Error::msg)?,
-        ));
-    }
-    if let Some((url, from)) = &cfg.smtp {
-        state.mail = Arc::new(crate::mail::Outbox::smtp(url, from).map_err(anyhow::Error::msg)?);
-    }
-    Ok(state)
+    let oidc = match &cfg.oidc {
+        Some(o) => Some(Arc::new(
+            crate::auth::oidc::Oidc::new(o.clone()).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
+    let mail = match &cfg.smtp {
+        Some((url, from)) => crate::mail::Outbox::smtp(url, from).map_err(anyhow::Error::msg)?,
+        None => crate::mail::Outbox::default(),
+    };
+    let settings = ApiSettings {
+        rate_limit_rpm: cfg.rate_limit_rpm,
+        public_rpm: cfg.public_rpm,
+        dashboard: cfg.dashboard.clone(),
+        weights_dir: cfg.weights.clone(),
+        mcp: cfg.mcp.clone(),
+        payments: cfg.payments.clone(),
+        oidc,
+        mail,
+    };
+    Ok(assemble(engine, catalog, ledger, settings))
 }
 
 /// Open the ledger and clean up after a process that died: release its open holds (nothing is
@@ -180,39 +182,86 @@ pub fn open_ledger(path: &Path) -> anyhow::Result<Ledger> {
     Ok(ledger)
 }
 
-/// Assemble the application state from its parts (tests use this with a `FakeEngine`).
+/// The HTTP surface's settings besides its engine, catalogue and ledger. `Default` is what the
+/// tests run with: 10,000 requests per minute per key, the default dashboard, no payments, no
+/// OpenID Connect, e-mails to the log.
+pub struct ApiSettings {
+    /// Requests per minute per API key.
+    pub rate_limit_rpm: u32,
+    /// Requests per minute per client address to the public endpoints and `/mcp`.
+    pub public_rpm: u32,
+    /// Dashboard cookies, links, sign-up grant, session lifetimes, playground limit.
+    pub dashboard: api::DashboardConfig,
+    /// Where catalogue weight paths point.
+    pub weights_dir: PathBuf,
+    /// `/mcp` settings.
+    pub mcp: crate::mcp::McpSettings,
+    /// Stripe Checkout for top-ups (`None`: codes and the CLI only).
+    pub payments: Option<crate::payments::StripeConfig>,
+    /// The OpenID Connect relying party (`None`: passwords only).
+    pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
+    /// Outgoing e-mail.
+    pub mail: crate::mail::Outbox,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            rate_limit_rpm: 10_000,
+            public_rpm: DEFAULT_PUBLIC_RPM,
+            dashboard: api::DashboardConfig::default(),
+            weights_dir: PathBuf::from("weights"),
+            mcp: crate::mcp::McpSettings::default(),
+            payments: None,
+            oidc: None,
+            mail: crate::mail::Outbox::default(),
+        }
+    }
+}
+
+/// The one constructor of `AppState`, for the server and the tests alike.
+pub fn assemble(
+    engine: SharedEngine,
+    catalog: Catalog,
+    ledger: Arc<Ledger>,
+    s: ApiSettings,
+) -> AppState {
+    AppState {
+        meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
+        engine,
+        catalog: Arc::new(catalog),
+        auth: Arc::new(Authenticator::new(ledger.clone())),
+        ledger,
+        limits: Arc::new(Limiter::new(s.rate_limit_rpm)),
+        session_limits: Arc::new(Limiter::new(s.dashboard.playground_rpm)),
+        weights_dir: Arc::new(s.weights_dir),
+        languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+        mail: Arc::new(s.mail),
+        throttles: Arc::new(Throttles::new(s.dashboard.sign_in_per_minute)),
+        dashboard: Arc::new(s.dashboard),
+        payments: s.payments.map(Arc::new),
+        oidc: s.oidc,
+        public_limits: Arc::new(PublicLimits::new(s.public_rpm)),
+        mcp: Arc::new(s.mcp),
+    }
+}
+
+/// `assemble` with the default settings but `rate_limit_rpm` per key (tests and benches).
 pub fn state_with(
     engine: SharedEngine,
     catalog: Catalog,
     ledger: Arc<Ledger>,
     rate_limit_rpm: u32,
 ) -> AppState {
-    let (ledger_for_meter, engine_for_meter) = (ledger.clone(), engine.clone());
-    AppState {
+    assemble(
         engine,
-        catalog: Arc::new(catalog),
-        auth: Arc::new(Authenticator::new(ledger.clone())),
+        catalog,
         ledger,
-        limits: Arc::new(RateLimits::new(rate_limit_rpm)),
-        session_limits: Arc::new(RateLimits::new(
-            api::dashboard::DashboardConfig::default().playground_rpm,
-        )),
-        weights_dir: Arc::new(PathBuf::from("weights")),
-        languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
-        mail: Arc::new(crate::mail::Outbox::default()),
-        throttles: Arc::new(api::dashboard::Throttles::new(
-            &api::dashboard::DashboardConfig::default(),
-        )),
-        dashboard: Arc::new(api::dashboard::DashboardConfig::default()),
-        payments: None,
-        oidc: None,
-        public_limits: Arc::new(api::access::PublicLimits::new(DEFAULT_PUBLIC_RPM)),
-        mcp: Arc::new(crate::mcp::McpSettings::default()),
-        meter: Arc::new(crate::metering::Meter::new(
-            ledger_for_meter,
-            engine_for_meter,
-        )),
-    }
+        ApiSettings {
+            rate_limit_rpm,
+            ..ApiSettings::default()
+        },
+    )
 }
 
 /// Serve the MCP server over stdin/stdout on the catalogue at `models` (no engine: token counts
@@ -294,27 +343,35 @@ fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
         .context("failed to open CUDA device 0 (build with `--features cuda`)")
 }
 
-/// Bind `addr` and serve `state` until ctrl-c / SIGTERM. Returns the bound address through
-/// `on_bound` (port 0 picks a free port).
+/// Serve `state` on `listener` until `shutdown` resolves (then finish the requests in
+/// flight); the server's and the tests' one way to serve. Starts the background upkeep (key
+/// revocations from other processes, limiter memory).
+///
+/// # Errors
+/// Serve failures.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    spawn_revocation_sync(&state);
+    let service = api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Bind `addr` and serve `state` until ctrl-c / SIGTERM; logs the bound address.
 ///
 /// # Errors
 /// Bind and serve failures.
-pub async fn serve(
-    state: AppState,
-    addr: SocketAddr,
-    on_bound: impl FnOnce(SocketAddr),
-) -> anyhow::Result<()> {
+pub async fn serve_until_signal(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("failed to bind {addr}"))?;
-    let bound = listener.local_addr()?;
-    spawn_revocation_sync(&state);
-    on_bound(bound);
-    let service = api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    Ok(())
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    serve(listener, state, shutdown_signal()).await
 }
 
 /// Spawn a server for `state` on 127.0.0.1 with a free port (for tests); returns its address.
@@ -324,12 +381,7 @@ pub async fn serve(
 pub async fn spawn_for_tests(state: AppState) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    spawn_revocation_sync(&state);
-    tokio::spawn(async move {
-        let service =
-            api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let _ = axum::serve(listener, service).await;
-    });
+    tokio::spawn(serve(listener, state, std::future::pending()));
     Ok(addr)
 }
 

@@ -42,9 +42,7 @@ fn main() -> anyhow::Result<()> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            rt.block_on(tollgate::app::serve(state, cfg.bind, |addr| {
-                tracing::info!("listening on http://{addr}")
-            }))
+            rt.block_on(tollgate::app::serve_until_signal(state, cfg.bind))
         }
         other => {
             print!("{}", tollgate::cli::run_operator(other, &cli.db)?);

@@ -216,6 +216,7 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
     let (mut cut, mut replays, mut reruns) = (0, 0, 0);
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut request_ids = std::collections::BTreeSet::new();
+    let mut answered_costs = Vec::new();
     for trial in 0..TRIALS {
         let port = free_port();
         let mut server = start(&db, port);
@@ -273,6 +274,8 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
                 }
             };
             let rid = v["service"]["request_id"].as_str().unwrap().to_owned();
+            let cost = v["service"]["cost_micros"].as_i64().unwrap();
+            answered_costs.push((rid.clone(), cost));
             assert!(
                 request_ids.insert(rid),
                 "trial {trial} {idem}: two answers name one request"
@@ -299,6 +302,13 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
         charged_ids, request_ids,
         "a key was charged twice, or an answer was not charged"
     );
+    for (rid, cost) in &answered_costs {
+        let row = usage.iter().find(|u| &u.request_id == rid).unwrap();
+        assert_eq!(
+            row.cost_micros, *cost,
+            "{rid}: the answer states what was charged"
+        );
+    }
     let spent: i64 = charged.iter().map(|u| u.cost_micros).sum();
     assert_eq!(account.balance_micros, 10_000_000 - spent);
     assert!(ledger.check().unwrap().is_empty());

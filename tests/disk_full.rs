@@ -16,9 +16,13 @@ use tollgate::ledger::UsageStatus;
 const CHAT: &str = "/v1/chat/completions";
 
 /// Sends requests for `run_for` (every third with its own `Idempotency-Key`); returns the
-/// request ids answered 200 and the number of 500s.
-async fn load(s: &TestServer, worker: usize, run_for: Duration) -> (Vec<String>, usize) {
-    let (mut ok, mut failed) = (Vec::new(), 0);
+/// request ids answered 200, the number of 500s, and the (key, body) of keyed 500s.
+async fn load(
+    s: &TestServer,
+    worker: usize,
+    run_for: Duration,
+) -> (Vec<String>, usize, Vec<(String, String)>) {
+    let (mut ok, mut failed, mut keyed_failures) = (Vec::new(), 0, Vec::new());
     let t = Instant::now();
     let mut n = 0;
     while t.elapsed() < run_for {
@@ -43,11 +47,14 @@ async fn load(s: &TestServer, worker: usize, run_for: Duration) -> (Vec<String>,
                 let rid = v["error"]["request_id"].as_str().unwrap();
                 assert_eq!(h["x-request-id"], rid, "the body names the request");
                 failed += 1;
+                if n % 3 == 0 {
+                    keyed_failures.push((idem.clone(), body.clone()));
+                }
             }
             other => panic!("unexpected {other}: {v}"),
         }
     }
-    (ok, failed)
+    (ok, failed, keyed_failures)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,11 +78,12 @@ async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_re
             tokio::spawn(async move { load(&s, w, Duration::from_secs(4)).await })
         })
         .collect();
-    let (mut answered, mut failed) = (BTreeSet::new(), 0);
+    let (mut answered, mut failed, mut keyed_failures) = (BTreeSet::new(), 0, Vec::new());
     for w in workers {
-        let (ok, f) = w.await.unwrap();
+        let (ok, f, k) = w.await.unwrap();
         answered.extend(ok);
         failed += f;
+        keyed_failures.extend(k);
     }
     capper.await.unwrap();
     assert!(failed > 0, "the ledger never filled up");
@@ -118,13 +126,18 @@ async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_re
         "{} answered, {failed} failed while full, {voided} settles voided",
         answered.len()
     );
-    // A key whose request failed while full runs again now.
-    let (status, _, v) = s
-        .post(
-            CHAT,
-            &chat_body("fake-model", None, "after the storm", ""),
-            &[("idempotency-key", "after")],
-        )
-        .await;
+    // A key whose request failed while full was released: its retry runs (not a replay).
+    let (idem, body) = keyed_failures
+        .first()
+        .expect("a keyed request failed while full");
+    let before = s.ledger.account(s.account).unwrap().balance_micros;
+    let (status, h, v) = s.post(CHAT, body, &[("idempotency-key", idem)]).await;
     assert_eq!(status, 200, "{v}");
+    assert!(!h.contains_key("idempotent-replayed"));
+    let cost = v["service"]["cost_micros"].as_i64().unwrap();
+    assert_eq!(
+        s.ledger.account(s.account).unwrap().balance_micros,
+        before - cost
+    );
+    assert!(s.ledger.check().unwrap().is_empty());
 }

@@ -19,7 +19,7 @@ use super::paid;
 use super::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use super::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
-use super::{AppState, RequestId};
+use super::state::{AppState, RequestId};
 use crate::api::access::Payer;
 use crate::engine::GenerateRequest;
 use crate::metering::{Admission, Mode, PaidRequest};

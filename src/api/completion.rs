@@ -27,7 +27,7 @@ impl CompletionMeta {
     /// A new completion of `model` for request `request_id`, created now.
     pub fn new(model: &str, request_id: &str) -> Self {
         Self {
-            id: format!("chatcmpl-{}", super::random_id(24)),
+            id: format!("chatcmpl-{}", super::state::random_id(24)),
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

@@ -1,7 +1,14 @@
 //! HTTP surface (axum): `/v1` (chat completions, models), `/health`, and the dashboard's
 //! `/api/v1` (`dashboard`) and its web pages (`web`).
 //! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
-//! May use: `engine` (trait and types), `billing`, `catalog`. Only this module uses axum/tower.
+//! May use: `metering` (paid requests), `engine` (prompt preparation, model lists), `auth`,
+//! `billing` (renderings), `catalog`. Only this module uses axum/tower.
+//!
+//! Files: this one is the router only (nothing uses it); `state.rs` (what handlers share),
+//! `error.rs`, `schema.rs`, `limits.rs` (every rate limit), `session.rs` (session cookies and the
+//! same-site rule), `access.rs` (who pays), `paid.rs` (around metering), `completion.rs` and
+//! `sse.rs` (wire shapes) are shared; the handler files (`chat.rs`, `models.rs`, `metrics.rs`,
+//! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
 
 pub mod access;
 mod chat;
@@ -9,12 +16,15 @@ mod completion;
 pub mod dashboard;
 pub mod error;
 mod headers;
+pub mod limits;
 mod metrics;
 mod models;
 pub mod openapi;
 mod paid;
 pub mod schema;
+mod session;
 mod sse;
+pub mod state;
 mod web;
 
 pub mod request;
@@ -28,68 +38,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use rand::Rng;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
-use crate::auth::Authenticator;
-use crate::catalog::Catalog;
-use crate::engine::SharedEngine;
-use crate::ledger::Ledger;
-
-/// Shared state of every handler.
-#[derive(Clone)]
-pub struct AppState {
-    /// Inference backend (`CandleEngine`, or `FakeEngine` in tests).
-    pub engine: SharedEngine,
-    /// The catalogue: model records and list prices (`/v1/models` is the price list).
-    pub catalog: Arc<Catalog>,
-    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
-    pub ledger: Arc<Ledger>,
-    /// Bearer-key authentication with its 60 s lookup cache.
-    pub auth: Arc<Authenticator>,
-    /// Per-key request rate limits.
-    pub limits: Arc<access::RateLimits>,
-    /// Per-account limits of the playground's session path, separate from the keys'.
-    pub session_limits: Arc<access::RateLimits>,
-    /// Where catalogue weight paths point (for `available` in the model list).
-    pub weights_dir: Arc<std::path::PathBuf>,
-    /// Measured per-language token costs by model id (`data/language-multipliers.json`).
-    pub languages:
-        Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
-    /// Outgoing e-mail (verification and reset links).
-    pub mail: Arc<crate::mail::Outbox>,
-    /// Dashboard settings (cookies, links, sign-up grant, session lifetimes).
-    pub dashboard: Arc<dashboard::DashboardConfig>,
-    /// Dashboard throttles against guessing (sign-in, sign-up, reset, redeem).
-    pub throttles: Arc<dashboard::Throttles>,
-    /// Stripe Checkout settings, when top-ups by card are configured.
-    pub payments: Option<Arc<crate::payments::StripeConfig>>,
-    /// The OpenID Connect relying party, when sign-in through a provider is configured.
-    pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
-    /// Per-address limit of the public endpoints and `/mcp`.
-    pub public_limits: Arc<access::PublicLimits>,
-    /// `/mcp` settings (allowed Host names, reference tokenizers).
-    pub mcp: Arc<crate::mcp::McpSettings>,
-    /// The metering service every paid endpoint admits its requests through.
-    pub meter: Arc<crate::metering::Meter>,
-}
-
-/// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
-/// Largest accepted request body, bytes.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// Random alphanumeric id of `len` characters from the thread-local CSPRNG.
-pub fn random_id(len: usize) -> String {
-    rand::rng()
-        .sample_iter(rand::distr::Alphanumeric)
-        .take(len)
-        .map(char::from)
-        .collect()
-}
+pub use self::state::{random_id, AppState, DashboardConfig, RequestId, MAX_BODY_BYTES};
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {

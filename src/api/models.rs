@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::request::ACCEPTED_PARAMETERS;
 use super::schema::{ErrorBody, LanguageCosts};
-use super::AppState;
+use super::state::AppState;
 use crate::catalog::record::{ModelList, ModelRecord};
 use crate::catalog::ModelEntry;
 

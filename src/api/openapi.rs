@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{chat, models, AppState};
+use super::state::AppState;
+use super::{chat, models};
 
 /// The `/v1` API.
 #[derive(OpenApi)]

@@ -10,9 +10,10 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::access::{self, Payer, RateInfo};
+use super::access::{self, Payer};
 use super::error::ApiError;
-use super::AppState;
+use super::limits::RateInfo;
+use super::state::AppState;
 use crate::catalog::ModelEntry;
 use crate::engine::{ChatMessage, EngineError, Prompt};
 use crate::ledger::IdempotencyScope;
@@ -28,8 +29,8 @@ pub async fn payer(state: &AppState, headers: &HeaderMap) -> Result<(Payer, Rate
         .await
         .map_err(IntoResponse::into_response)?;
     let checked = match payer {
-        Payer::Key(k) => state.limits.check(k.key_id),
-        Payer::Session(s) => state.session_limits.check(s.account_id),
+        Payer::Key(k) => state.limits.check_request(k.key_id),
+        Payer::Session(s) => state.session_limits.check_request(s.account_id),
     };
     match checked {
         Ok(info) => Ok((payer, info)),

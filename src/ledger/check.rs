@@ -3,7 +3,9 @@
 //! Invariants: (1) no negative balance; (2) each balance equals the sum of its balance-moving
 //! entries (grant, topup, redeem, adjustment, settle); (3) no hold outlives its request (no
 //! open hold: run it while the server is stopped or idle); (4) settled <= reserved for every
-//! hold; (5) for every closed hold, charged plus released equals reserved.
+//! hold; (5) for every closed hold, charged plus released equals reserved; (6) a stored
+//! idempotent response belongs to a charged request (its hold settled); (7) a claim still
+//! running belongs to a request still running (its hold open).
 
 use super::{Ledger, LedgerError};
 
@@ -47,6 +49,18 @@ impl Ledger {
                  LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'settle' GROUP BY request_id) s ON s.request_id = h.request_id
                  LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'release' GROUP BY request_id) r ON r.request_id = h.request_id
                  WHERE h.state != 'open' AND COALESCE(-s.amt, 0) + COALESCE(r.amt, 0) != h.reserved_micros",
+            )?;
+            q(
+                "a stored response belongs to a charge",
+                "SELECT 'idempotency key of request ' || i.request_id || ' is stored but its hold is ' || COALESCE(h.state, 'missing')
+                 FROM idempotency i LEFT JOIN holds h ON h.request_id = i.request_id
+                 WHERE i.state = 'done' AND COALESCE(h.state, '') != 'settled'",
+            )?;
+            q(
+                "a running claim belongs to a running request",
+                "SELECT 'idempotency key of request ' || i.request_id || ' is running but its hold is ' || COALESCE(h.state, 'missing')
+                 FROM idempotency i LEFT JOIN holds h ON h.request_id = i.request_id
+                 WHERE i.state = 'running' AND COALESCE(h.state, '') != 'open'",
             )?;
             Ok(out)
         })

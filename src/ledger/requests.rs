@@ -75,8 +75,9 @@ impl Ledger {
         })
     }
 
-    /// Charge `usage` against its hold, record it, and store `response` as the claim's replay,
-    /// in one transaction. A hold already closed changes nothing (`applied: false`).
+    /// Charge `usage` against its hold, record it, and store `response` as the claim's replay
+    /// (if the claim is still this request's), in one transaction. A hold already closed
+    /// changes nothing and stores nothing (`applied: false`).
     ///
     /// # Errors
     /// Database errors (disk full, I/O): nothing is written.
@@ -87,8 +88,8 @@ impl Ledger {
     ) -> Result<HoldOutcome, LedgerError> {
         self.write(|tx| {
             let outcome = close_hold(tx, usage, true)?;
-            if let Some((scope, r)) = response {
-                store_in(tx, scope, r)?;
+            if let (Some((scope, r)), true) = (response, outcome.applied) {
+                store_in(tx, scope, &usage.request_id, r)?;
             }
             Ok(outcome)
         })
@@ -108,7 +109,7 @@ impl Ledger {
         self.write(|tx| {
             let outcome = close_hold(tx, usage, false)?;
             if let Some(scope) = claim {
-                forget_in(tx, scope)?;
+                forget_in(tx, scope, &usage.request_id)?;
             }
             Ok(outcome)
         })
@@ -148,19 +149,24 @@ impl Ledger {
 fn store_in(
     tx: &Transaction<'_>,
     scope: &IdempotencyScope,
+    request_id: &str,
     r: &StoredResponse,
 ) -> Result<(), LedgerError> {
     tx.execute(
-        "UPDATE idempotency SET state = 'done', status = ?1, body = ?2 WHERE account_id = ?3 AND route = ?4 AND key = ?5",
-        params![i64::from(r.status), r.body, scope.account, scope.route, scope.key],
+        "UPDATE idempotency SET state = 'done', status = ?1, body = ?2 WHERE account_id = ?3 AND route = ?4 AND key = ?5 AND request_id = ?6",
+        params![i64::from(r.status), r.body, scope.account, scope.route, scope.key, request_id],
     )?;
     Ok(())
 }
 
-pub(super) fn forget_in(tx: &Transaction<'_>, scope: &IdempotencyScope) -> Result<(), LedgerError> {
+fn forget_in(
+    tx: &Transaction<'_>,
+    scope: &IdempotencyScope,
+    request_id: &str,
+) -> Result<(), LedgerError> {
     tx.execute(
-        "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND state = 'running'",
-        params![scope.account, scope.route, scope.key],
+        "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND state = 'running' AND request_id = ?4",
+        params![scope.account, scope.route, scope.key, request_id],
     )?;
     Ok(())
 }
@@ -267,6 +273,50 @@ mod tests {
         assert_eq!(
             l.usage("req_2").unwrap().unwrap().status,
             UsageStatus::Undelivered
+        );
+        assert!(l.check().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_settle_whose_response_cannot_be_stored_charges_nothing() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("t@example.com", 100).unwrap().id;
+        let scope = IdempotencyScope {
+            account: a,
+            route: "/r".into(),
+            key: "k".into(),
+        };
+        l.admit_request("req_1", a, 60, Some((&scope, b"fp")))
+            .unwrap();
+        // The response's write fails after the charge's writes, inside the same transaction.
+        l.write(|tx| {
+            tx.execute_batch(
+                "CREATE TRIGGER no_store BEFORE UPDATE ON idempotency BEGIN SELECT RAISE(ABORT, 'store failed'); END;",
+            )?;
+            Ok(())
+        })
+        .unwrap();
+        let stored = StoredResponse {
+            status: 200,
+            body: "{}".into(),
+        };
+        assert!(l
+            .settle_request(&usage("req_1", a, 7), Some((&scope, &stored)))
+            .is_err());
+        let acct = l.account(a).unwrap();
+        assert_eq!(
+            (acct.balance_micros, acct.reserved_micros),
+            (100, 60),
+            "all or nothing"
+        );
+        assert_eq!(l.usage("req_1").unwrap(), None);
+        l.write(|tx| Ok(tx.execute_batch("DROP TRIGGER no_store;")?))
+            .unwrap();
+        assert_eq!(
+            l.settle_request(&usage("req_1", a, 7), Some((&scope, &stored)))
+                .unwrap()
+                .charged_micros,
+            7
         );
         assert!(l.check().unwrap().is_empty());
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::McpData;
+use super::data::McpData;
 use crate::billing;
 use crate::catalog::record::{usd_per_million, ModelRecord};
 use crate::catalog::{ModelEntry, PricePerMTok};

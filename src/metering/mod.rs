@@ -186,6 +186,7 @@ impl Meter {
                 started: req.started,
             },
             prompt_tokens,
+            hold_micros: hold,
             claim: req.idempotency.map(|c| c.scope),
         };
         let generation = match self.engine.submit(req.generate) {

@@ -92,6 +92,8 @@ pub(super) struct Context {
     pub(super) metered: Metered,
     /// Prompt tokens, for an outcome that never arrives.
     pub(super) prompt_tokens: usize,
+    /// The hold's micros: no charge is ever above it.
+    pub(super) hold_micros: i64,
     /// The idempotency claim to store the response under, or forget on failure.
     pub(super) claim: Option<IdempotencyScope>,
 }
@@ -183,7 +185,8 @@ fn charge_of(ctx: &Context, o: &Outcome) -> Result<Charge, String> {
     Ok(Charge {
         prompt_tokens: o.prompt_tokens,
         completion_tokens: o.completion_tokens,
-        cost_micros: billing::cost_micros(p, o.prompt_tokens as u64, o.completion_tokens as u64),
+        cost_micros: billing::cost_micros(p, o.prompt_tokens as u64, o.completion_tokens as u64)
+            .min(ctx.hold_micros),
         finish: o.finish.clone(),
     })
 }
@@ -215,6 +218,14 @@ async fn settle(
             .run(move |l| l.settle_request(&u, s.as_ref().map(|(c, r)| (c, r))))
             .await
         {
+            Ok(outcome) if !outcome.applied => {
+                // Someone else closed the hold (a second process recovering this ledger): this
+                // request was not charged, so it must not be answered as if it were.
+                tracing::error!(request_id = %usage.request_id, "the hold was already closed; not charged");
+                return Err(MeterError::NotRecorded(
+                    "the hold was already closed".into(),
+                ));
+            }
             Ok(_) => {
                 tracing::info!(request_id = %usage.request_id, model = %usage.model,
                     prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
@@ -223,7 +234,9 @@ async fn settle(
             }
             Err(e) if attempt == SETTLE_ATTEMPTS => {
                 tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
-                spawn_void(ctx, charge.completion_tokens);
+                // Voided before the answer when the ledger allows it, so a retry with the same
+                // key runs at once; otherwise in the background until it commits.
+                void(ctx, charge.completion_tokens).await;
                 return Err(MeterError::NotRecorded(e.to_string()));
             }
             Err(e) => {

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::{account_json, base_url, normalize_email, start_session};
-use super::{blocking, ok, Body, DashError, Session};
-use crate::api::AppState;
+use super::common::{blocking, ok, Body, DashError, Session};
+use crate::api::state::AppState;
 use crate::auth::password;
 use crate::auth::session::{self, new_secret};
 use crate::ledger::{sha256, AccountId, Ledger, LedgerError, TokenPurpose};
@@ -100,7 +100,7 @@ pub async fn sign_up(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.sign_up_ip,
-        &crate::api::access::client_key(peer.ip()).to_string(),
+        &crate::api::limits::client_key(peer.ip()).to_string(),
         "sign-up",
     )?;
     let email = normalize_email(&c.email)?;
@@ -184,7 +184,7 @@ pub async fn sign_in(
     let t = &state.throttles;
     t.check(
         &t.sign_in_ip,
-        &crate::api::access::client_key(peer.ip()).to_string(),
+        &crate::api::limits::client_key(peer.ip()).to_string(),
         "sign-in",
     )?;
     t.check(&t.sign_in_email, &email, "sign-in")?;
@@ -257,7 +257,7 @@ pub async fn request_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &crate::api::access::client_key(peer.ip()).to_string(),
+        &crate::api::limits::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     let email = normalize_email(&b.email)?;
@@ -292,7 +292,7 @@ pub async fn confirm_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &crate::api::access::client_key(peer.ip()).to_string(),
+        &crate::api::limits::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     password::check_policy(&b.password).map_err(|e| weak_password(&e))?;

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::account_json;
-use super::{blocking, ok, Body, DashError, Session};
-use crate::api::AppState;
+use super::common::{blocking, ok, Body, DashError, Session};
+use crate::api::state::AppState;
 use crate::ledger::{Ledger, LedgerError};
 
 /// The session's account, if it is an admin.

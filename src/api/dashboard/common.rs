@@ -1,16 +1,191 @@
-//! Helpers shared by the dashboard's handler files (so none imports another): e-mail
-//! normalization, the account as JSON, the base URL of e-mailed links, and starting a session
-//! with its cookie.
+//! What the dashboard's handler files share (so none imports another, and none uses the
+//! router in `mod.rs`): the `{ok, data}` / `{ok: false, error}` envelope and `DashError`, the
+//! JSON body extractor, the `Session` extractor, the CSRF middleware, running blocking work,
+//! e-mail normalization, the account as JSON, the base URL of e-mailed links, and starting a
+//! session with its cookie.
 
-use axum::http::{header, HeaderMap};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use super::{blocking, DashError};
-use crate::api::AppState;
-use crate::auth::session;
+use crate::api::limits::Throttled;
+use crate::api::session as api_session;
+use crate::api::state::AppState;
+use crate::auth::session::{self, SessionPrincipal};
 use crate::billing::micros_to_usd;
-use crate::ledger::{Account, AccountId};
+use crate::ledger::{Account, AccountId, LedgerError};
+
+/// A dashboard failure: status, stable `code`, readable `message`.
+#[derive(Debug)]
+pub struct DashError {
+    pub(super) status: StatusCode,
+    pub(super) code: &'static str,
+    pub(super) message: String,
+    pub(super) retry_after: Option<u64>,
+}
+
+impl DashError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub(super) fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub(super) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl From<LedgerError> for DashError {
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::EmailTaken(_) => Self::new(
+                StatusCode::CONFLICT,
+                "email_taken",
+                "An account with this e-mail address already exists; sign in or reset the password.",
+            ),
+            LedgerError::UnverifiedIdentity(_) => Self::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified_by_provider",
+                "Your identity provider has not verified your e-mail address, so it cannot sign you in here. Verify the address with the provider, or sign up with e-mail and a password.",
+            ),
+            LedgerError::BadToken => Self::bad_request(
+                "invalid_token",
+                "This link is unknown, already used or expired; ask for a new one.",
+            ),
+            LedgerError::BadCode => Self::bad_request(
+                "invalid_code",
+                "This code is unknown or has already been redeemed.",
+            ),
+            LedgerError::NoSuchKey(_) => {
+                Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.")
+            }
+            other => {
+                tracing::error!(error = %other, "dashboard ledger failure");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "The server failed; try again.",
+                )
+            }
+        }
+    }
+}
+
+impl From<JsonRejection> for DashError {
+    fn from(r: JsonRejection) -> Self {
+        Self::new(r.status(), "invalid_body", r.body_text())
+    }
+}
+
+impl IntoResponse for DashError {
+    fn into_response(self) -> Response {
+        let body = json!({"ok": false, "error": {"code": self.code, "message": self.message}});
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+/// A JSON request body whose rejections use the dashboard envelope.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(DashError))]
+pub struct Body<T>(pub T);
+
+/// `{"ok": true, "data": data}` with `status`.
+pub(super) fn ok(status: StatusCode, data: Value) -> Response {
+    (status, Json(json!({"ok": true, "data": data}))).into_response()
+}
+
+/// Run blocking ledger/auth work off the async workers.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, DashError> + Send + 'static,
+) -> Result<T, DashError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        tracing::error!(error = %e, "dashboard task failed");
+        DashError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "The server failed; try again.",
+        )
+    })?
+}
+
+/// The signed-in user of a request (from the session cookie) and the cookie's value.
+pub struct Session {
+    pub principal: SessionPrincipal,
+    pub cookie: String,
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = DashError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, DashError> {
+        let cookie = api_session::cookie(&parts.headers);
+        let resolved = match cookie.clone() {
+            Some(value) => api_session::resolve(state, value).await?,
+            None => None,
+        };
+        match (resolved, cookie) {
+            (Some(principal), Some(cookie)) => Ok(Self { principal, cookie }),
+            _ if parts.headers.contains_key(header::AUTHORIZATION) => Err(DashError::new(
+                StatusCode::UNAUTHORIZED,
+                "session_required",
+                "The dashboard API takes a signed-in session, not an API key: an API key can spend but never create, list or revoke keys.",
+            )),
+            _ => Err(DashError::new(
+                StatusCode::UNAUTHORIZED,
+                "session_required",
+                "Sign in first: this needs a dashboard session.",
+            )),
+        }
+    }
+}
+
+/// Refuse cross-site writes with 403 (`session::same_site`).
+pub(super) async fn csrf(req: Request, next: Next) -> Response {
+    let headers = api_session::with_host(req.headers(), req.uri());
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        || api_session::same_site(&headers)
+    {
+        next.run(req).await
+    } else {
+        DashError::new(
+            StatusCode::FORBIDDEN,
+            "cross_site_request",
+            "Cross-site requests cannot change dashboard state.",
+        )
+        .into_response()
+    }
+}
+
+impl From<Throttled> for DashError {
+    fn from(t: Throttled) -> Self {
+        DashError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_attempts",
+            format!("Too many {} attempts; try again in {} s.", t.what, t.wait_s),
+        )
+        .retry_after(t.wait_s)
+    }
+}
 
 /// Trimmed, lower-cased address with one `@`, a dot in the domain, no spaces, at most 254
 /// bytes (RFC 5321's path limit); a deliberately plain check, the link proves the rest.

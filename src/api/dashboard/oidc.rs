@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::{base_url, normalize_email, start_session};
-use super::{blocking, ok};
-use crate::api::AppState;
+use super::common::{blocking, ok, DashError};
+use crate::api::state::AppState;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
 use crate::ledger::ExternalIdentity;
 
@@ -48,9 +48,10 @@ pub async fn start(
     let t = &state.throttles;
     if let Err(e) = t.check(
         &t.sign_in_ip,
-        &crate::api::access::client_key(peer.ip()).to_string(),
+        &crate::api::limits::client_key(peer.ip()).to_string(),
         "sign-in",
     ) {
+        let e = DashError::from(e);
         return page(e.status, "Too many attempts", &e.message);
     }
     let redirect = format!("{}{CALLBACK_PATH}", base_url(&state, &headers));

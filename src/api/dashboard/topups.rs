@@ -9,8 +9,8 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, ok, Body, DashError, Session};
-use crate::api::AppState;
+use super::common::{blocking, ok, Body, DashError, Session};
+use crate::api::state::AppState;
 use crate::billing::micros_to_usd;
 use crate::ledger::{LedgerError, NewTopup, TopupOutcome};
 use crate::payments::{self, PaymentError, MIN_FIRST_TOPUP_MICROS};

@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 
 use super::headers::CSP;
-use super::AppState;
+use super::state::AppState;
 
 const INDEX: &str = include_str!("index.html");
 const APP_JS: &str = include_str!("app.js");

@@ -9,8 +9,8 @@
 
 use std::arch::x86_64::*;
 
+use super::blocks::{Q8Acts, TILE};
 use super::packed::{Packed, COLS};
-use super::{Q8Acts, TILE};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 ///

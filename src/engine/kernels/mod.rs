@@ -22,6 +22,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod blocks;
 mod packed;
 mod portable;
 #[cfg(target_arch = "x86_64")]
@@ -31,55 +32,9 @@ use packed::Packed;
 #[cfg(target_arch = "x86_64")]
 use packed::COLS;
 
-use candle_core::quantized::{GgmlDType, QTensor};
+pub use blocks::{Q8Acts, WeightType, TILE};
+use candle_core::quantized::QTensor;
 use rayon::prelude::*;
-
-/// Activation rows processed per pass over a weight row.
-pub const TILE: usize = 8;
-
-/// A weight type with its block geometry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightType {
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Q4K,
-    Q5K,
-    Q6K,
-}
-
-impl WeightType {
-    /// Our kernel for a GGUF type, if we have one.
-    pub fn from_ggml(t: GgmlDType) -> Option<Self> {
-        Some(match t {
-            GgmlDType::Q4_0 => Self::Q4_0,
-            GgmlDType::Q4_1 => Self::Q4_1,
-            GgmlDType::Q5_0 => Self::Q5_0,
-            GgmlDType::Q5_1 => Self::Q5_1,
-            GgmlDType::Q8_0 => Self::Q8_0,
-            GgmlDType::Q4K => Self::Q4K,
-            GgmlDType::Q5K => Self::Q5K,
-            GgmlDType::Q6K => Self::Q6K,
-            _ => return None,
-        })
-    }
-
-    /// (elements, bytes) of one storage block.
-    pub const fn block(self) -> (usize, usize) {
-        match self {
-            Self::Q4_0 => (32, 18),
-            Self::Q4_1 => (32, 20),
-            Self::Q5_0 => (32, 22),
-            Self::Q5_1 => (32, 24),
-            Self::Q8_0 => (32, 34),
-            Self::Q4K => (256, 144),
-            Self::Q5K => (256, 176),
-            Self::Q6K => (256, 210),
-        }
-    }
-}
 
 /// A weight matrix `[n][k]`: in its GGUF block layout, row after row, or (after `packed`)
 /// in the interleaved layout of the AVX-512 kernel.
@@ -420,23 +375,6 @@ impl Isa {
             Self::Avx2 | Self::Avx512 => false,
         }
     }
-}
-
-/// Activations quantized per 32-element block: `x ≈ d * q`, `q` in [-127, 127], with each
-/// block's `Σ q` kept for the offset terms of Q4_1/Q5_1/K-quants.
-pub struct Q8Acts {
-    pub m: usize,
-    /// Blocks per row (`k / 32`).
-    pub blocks: usize,
-    /// `[m][k]`.
-    pub q: Vec<i8>,
-    /// `[m][blocks]` scales.
-    pub d: Vec<f32>,
-    /// `[m][blocks]` sums of `q`.
-    pub sum: Vec<i32>,
-    /// `[blocks][m]` (transposed, so a tile of rows is contiguous): `d * Σ q` per block, the
-    /// activation side of the offset term.
-    pub dsum: Vec<f32>,
 }
 
 impl Q8Acts {

@@ -17,8 +17,8 @@
 //! `c` of the group. Scales and offsets are f32, `[group][block][16]`. Rows past `n` in the
 //! last group are zeros (their outputs are computed and dropped).
 
+use super::blocks::WeightType;
 use super::portable::unpack;
-use super::WeightType;
 
 /// Weight rows per group (the lanes of one 512-bit vector of i32).
 pub const COLS: usize = 16;

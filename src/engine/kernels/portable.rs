@@ -3,7 +3,7 @@
 //! The reference the SIMD paths are tested against. Block layouts: ggml `ggml-common.h`,
 //! dequantization as in ggml `dequantize_row_*`.
 
-use super::{Q8Acts, WeightType, TILE};
+use super::blocks::{Q8Acts, WeightType, TILE};
 
 /// Scales of one unpacked 32-block: `w[e] = (e < 16 ? s0 : s1) * q[e] + min`.
 #[derive(Clone, Copy, Debug, Default)]

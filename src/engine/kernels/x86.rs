@@ -9,8 +9,8 @@
 
 use std::arch::x86_64::*;
 
+use super::blocks::{Q8Acts, WeightType, TILE};
 use super::portable::scale_min_k4;
-use super::{Q8Acts, WeightType, TILE};
 
 /// Bytes `0x10` where bit `i` of a byte is set, for 8 bits at a time (Q5 high bits).
 const BIT_TO_0X10: [u64; 256] = {

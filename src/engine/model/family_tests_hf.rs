@@ -10,7 +10,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde_json::json;
 
-use super::family_tests::{Fam, D, EPS, EXPERTS, F, H, NH, NKV, V, W, WINDOW};
+use super::family_shapes::{Fam, D, EPS, EXPERTS, F, H, NH, NKV, V, W, WINDOW};
 
 fn layer_name(f: Fam, stem: &str) -> Option<&'static str> {
     Some(match stem {

@@ -17,6 +17,8 @@
 
 pub mod attention;
 #[cfg(test)]
+mod family_shapes;
+#[cfg(test)]
 mod family_tests;
 #[cfg(test)]
 mod family_tests_hf;

@@ -1,0 +1,98 @@
+//! What every handler shares: `AppState` (built once by `app::state_with`), the request id,
+//! the body limit, the dashboard's settings. Plain data: handlers and the shared request
+//! modules use this file; it uses none of them.
+
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::limits::{KeyLimits, PublicLimits, SessionLimits, Throttles};
+use crate::auth::session::SessionPolicy;
+use crate::auth::Authenticator;
+use crate::catalog::Catalog;
+use crate::engine::SharedEngine;
+use crate::ledger::Ledger;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    /// Inference backend (`CandleEngine`, or `FakeEngine` in tests).
+    pub engine: SharedEngine,
+    /// The catalogue: model records and list prices (`/v1/models` is the price list).
+    pub catalog: Arc<Catalog>,
+    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
+    pub ledger: Arc<Ledger>,
+    /// Bearer-key authentication with its 60 s lookup cache.
+    pub auth: Arc<Authenticator>,
+    /// Per-key request rate limits.
+    pub limits: Arc<KeyLimits>,
+    /// Per-account limits of the playground's session path, separate from the keys'.
+    pub session_limits: Arc<SessionLimits>,
+    /// Where catalogue weight paths point (for `available` in the model list).
+    pub weights_dir: Arc<std::path::PathBuf>,
+    /// Measured per-language token costs by model id (`data/language-multipliers.json`).
+    pub languages:
+        Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
+    /// Outgoing e-mail (verification and reset links).
+    pub mail: Arc<crate::mail::Outbox>,
+    /// Dashboard settings (cookies, links, sign-up grant, session lifetimes).
+    pub dashboard: Arc<DashboardConfig>,
+    /// Dashboard throttles against guessing (sign-in, sign-up, reset, redeem).
+    pub throttles: Arc<Throttles>,
+    /// Stripe Checkout settings, when top-ups by card are configured.
+    pub payments: Option<Arc<crate::payments::StripeConfig>>,
+    /// The OpenID Connect relying party, when sign-in through a provider is configured.
+    pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
+    /// Per-address limit of the public endpoints and `/mcp`.
+    pub public_limits: Arc<PublicLimits>,
+    /// `/mcp` settings (allowed Host names, reference tokenizers).
+    pub mcp: Arc<crate::mcp::McpSettings>,
+    /// The metering service every paid endpoint admits its requests through.
+    pub meter: Arc<crate::metering::Meter>,
+}
+
+/// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Largest accepted request body, bytes.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Random alphanumeric id of `len` characters from the thread-local CSPRNG.
+pub fn random_id(len: usize) -> String {
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
+/// Dashboard settings.
+#[derive(Debug, Clone)]
+pub struct DashboardConfig {
+    /// Leave `Secure` off the session cookie (plain-HTTP local use only).
+    pub insecure_cookies: bool,
+    /// Granted once, when a signed-up account verifies its address (micros).
+    pub starter_micros: i64,
+    /// Base URL for links in e-mails (e.g. `https://llm.example.com`); default: `http://` + the
+    /// request's `Host`.
+    pub public_url: Option<String>,
+    pub sessions: SessionPolicy,
+    /// Sign-in attempts per minute per e-mail address (and 4x that per client IP).
+    pub sign_in_per_minute: u32,
+    /// Chat requests per minute per account through the playground's session path.
+    pub playground_rpm: u32,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        Self {
+            insecure_cookies: false,
+            starter_micros: 100_000,
+            public_url: None,
+            sessions: SessionPolicy::default(),
+            sign_in_per_minute: 5,
+            playground_rpm: 20,
+        }
+    }
+}
