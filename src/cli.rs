@@ -542,7 +542,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
         Command::Keys {
             command: KeysCommand::Revoke { id },
         } => {
-            let k = open(db)?.revoke_key(id)?;
+            let k = open(db)?.revoke_key(crate::ledger::KeyId(id))?;
             writeln!(out, "revoked key {} ({}…)", k.id, k.prefix)?;
         }
         Command::Credit {

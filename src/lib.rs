@@ -18,6 +18,7 @@ pub mod billing;
 pub mod catalog;
 pub mod cli;
 pub mod engine;
+pub mod ids;
 pub mod ledger;
 pub mod mail;
 pub mod mcp;

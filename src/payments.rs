@@ -147,7 +147,7 @@ pub struct Checkout {
 /// `Provider` with Stripe's message or the transport error.
 pub fn create_checkout(
     cfg: &StripeConfig,
-    account: i64,
+    account: crate::ids::AccountId,
     currency: &str,
     amount_minor: i64,
     success_url: &str,

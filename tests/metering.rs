@@ -18,7 +18,7 @@ fn body(extra: &str) -> String {
     chat_body("fake-model", None, "hello there", extra)
 }
 
-fn balance(s: &TestServer, account: i64) -> i64 {
+fn balance(s: &TestServer, account: tollgate::ids::AccountId) -> i64 {
     s.ledger.account(account).unwrap().balance_micros
 }
 

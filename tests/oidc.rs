@@ -187,7 +187,7 @@ async fn a_provider_verified_user_signs_in_gets_one_account_and_the_callback_can
     assert_eq!(status, 200, "{me}");
     assert_eq!(me["data"]["email"], "alice@idp.example", "{me}");
     assert_eq!(me["data"]["verified"], true, "{me}");
-    let id = me["data"]["id"].as_i64().unwrap();
+    let id = tollgate::ids::AccountId(me["data"]["id"].as_i64().unwrap());
     let starter = tollgate::api::dashboard::DashboardConfig::default().starter_micros;
     assert_eq!(server.ledger.account(id).unwrap().balance_micros, starter);
 
@@ -195,7 +195,7 @@ async fn a_provider_verified_user_signs_in_gets_one_account_and_the_callback_can
     let other = Agent::new();
     other.sign_in(&server, "alice").await;
     let (_, me2) = other.account(&server).await;
-    assert_eq!(me2["data"]["id"].as_i64(), Some(id));
+    assert_eq!(me2["data"]["id"].as_i64(), Some(id.0));
     assert_eq!(server.ledger.account(id).unwrap().balance_micros, starter);
 
     // Replaying the callback, even with its state cookie, finds the flow used up.

@@ -162,7 +162,7 @@ pub(super) fn insert_account(
         "INSERT INTO accounts (email, created_at, balance_micros, password_hash, verified_at) VALUES (?1, ?2, 0, ?3, ?4)",
         params![email, t, password_hash, verified.then_some(t)],
     )?;
-    Ok(tx.last_insert_rowid())
+    Ok(AccountId(tx.last_insert_rowid()))
 }
 
 fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<Account> {
@@ -230,7 +230,7 @@ impl Ledger {
     /// `NoSuchAccount`, database errors.
     pub fn find_account(&self, id_or_email: &str) -> Result<Account, LedgerError> {
         if let Ok(id) = id_or_email.parse::<i64>() {
-            return self.account(id);
+            return self.account(AccountId(id));
         }
         self.read(|c| {
             c.query_row(

@@ -63,7 +63,7 @@ impl Ledger {
                 "INSERT INTO api_keys (account_id, name, key_hash, prefix, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![account, name, key_hash, prefix, now()],
             )?;
-            Ok(tx.last_insert_rowid())
+            Ok(KeyId(tx.last_insert_rowid()))
         })?;
         self.key(id)
     }

@@ -47,10 +47,25 @@ const MIGRATIONS: [&str; 6] = [
     include_str!("migrations/0006_undelivered.sql"),
 ];
 
-/// Account id.
-pub type AccountId = i64;
-/// API key id.
-pub type KeyId = i64;
+pub use crate::ids::{AccountId, KeyId};
+
+/// Ids are stored as SQLite integers.
+macro_rules! sql_integer_id {
+    ($t:ty) => {
+        impl rusqlite::types::ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.0))
+            }
+        }
+        impl rusqlite::types::FromSql for $t {
+            fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                i64::column_result(v).map(Self)
+            }
+        }
+    };
+}
+sql_integer_id!(AccountId);
+sql_integer_id!(KeyId);
 
 /// Ledger failures the caller can act on.
 #[derive(Debug, thiserror::Error)]

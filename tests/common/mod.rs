@@ -30,7 +30,7 @@ pub struct TestServer {
     pub engine: SharedEngine,
     pub ledger: Arc<Ledger>,
     pub state: AppState,
-    pub account: i64,
+    pub account: tollgate::ids::AccountId,
     pub key: String,
     _dir: Arc<tempfile::TempDir>,
 }
@@ -88,7 +88,7 @@ impl TestServer {
     }
 
     /// A new account with `micros` and a key for it.
-    pub fn account_with(&self, email: &str, micros: i64) -> (i64, String) {
+    pub fn account_with(&self, email: &str, micros: i64) -> (tollgate::ids::AccountId, String) {
         let a = self.ledger.create_account(email, micros).unwrap();
         let (key, _) = tollgate::auth::create_key(&self.ledger, a.id, "test").unwrap();
         (a.id, key)

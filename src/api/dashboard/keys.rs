@@ -89,7 +89,7 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> Result<Response, DashError> {
     let not_found = || DashError::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.");
-    let id: i64 = id.parse().map_err(|_| not_found())?;
+    let id = crate::ledger::KeyId(id.parse().map_err(|_| not_found())?);
     let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
     let record = blocking(move || {
         // Someone else's key is "not found", never "forbidden" (no probing of ids).

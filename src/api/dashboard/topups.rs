@@ -174,7 +174,7 @@ pub async fn webhook(
             account_id,
             usd_micros,
         } => {
-            tracing::info!(account_id, usd_micros, "top-up credited");
+            tracing::info!(account_id = account_id.0, usd_micros, "top-up credited");
             json!({"handled": true, "credited_micros": usd_micros})
         }
         TopupOutcome::DuplicateEvent | TopupOutcome::AlreadyCredited => {
