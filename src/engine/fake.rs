@@ -38,6 +38,9 @@ pub struct FakeEngine {
     running: Arc<AtomicUsize>,
     fault: std::sync::Mutex<FakeFault>,
     gate: Arc<Gate>,
+    /// Token index at which generations wait until their receiver is dropped
+    /// (`usize::MAX`: never).
+    pause_at: Arc<AtomicUsize>,
 }
 
 /// Holds every generation before its first token while closed, so a test can have requests
@@ -83,7 +86,16 @@ impl FakeEngine {
             running: Arc::new(AtomicUsize::new(0)),
             fault: std::sync::Mutex::new(FakeFault::None),
             gate: Arc::default(),
+            pause_at: Arc::new(AtomicUsize::new(usize::MAX)),
         }
+    }
+
+    /// Make generations stop after `tokens` tokens and wait there until their client goes
+    /// away (the receiver is dropped), then end as cancelled; `None` lifts it. Lets a
+    /// cancellation test cancel at a known point however slow the machine is.
+    pub fn pause_until_cancelled_after(&self, tokens: Option<usize>) {
+        self.pause_at
+            .store(tokens.unwrap_or(usize::MAX), Ordering::Relaxed);
     }
 
     /// Close the gate: generations submitted from now on wait before their first token until
@@ -160,6 +172,7 @@ impl Engine for FakeEngine {
         let delay = self.token_delay;
         let running = self.running.clone();
         let gate = self.gate.clone();
+        let pause_at = self.pause_at.clone();
         running.fetch_add(1, Ordering::Relaxed);
         std::thread::spawn(move || {
             gate.wait_open();
@@ -170,6 +183,9 @@ impl Engine for FakeEngine {
             let finish = loop {
                 if fault == FakeFault::FailGeneration && generated == 2 {
                     break FinishReason::Failed("injected fake failure".into());
+                }
+                while generated == pause_at.load(Ordering::Relaxed) && !tx.is_closed() {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 if tx.is_closed() {
                     break FinishReason::Cancelled;

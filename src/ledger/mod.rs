@@ -58,7 +58,9 @@ macro_rules! sql_integer_id {
             }
         }
         impl rusqlite::types::FromSql for $t {
-            fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+            fn column_result(
+                v: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
                 i64::column_result(v).map(Self)
             }
         }

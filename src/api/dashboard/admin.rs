@@ -43,7 +43,10 @@ pub async fn accounts(
     let ledger = state.ledger.clone();
     let rows = blocking(move || {
         require_admin(&ledger, &s)?;
-        Ok(ledger.accounts_page(crate::ledger::AccountId(p.after.unwrap_or(0)), p.limit.unwrap_or(50).clamp(1, 500))?)
+        Ok(ledger.accounts_page(
+            crate::ledger::AccountId(p.after.unwrap_or(0)),
+            p.limit.unwrap_or(50).clamp(1, 500),
+        )?)
     })
     .await?;
     let next = rows.last().map(|a| a.id);
@@ -113,7 +116,11 @@ pub async fn adjust(
     let ledger = state.ledger.clone();
     let a = blocking(move || {
         let admin = require_admin(&ledger, &s)?;
-        match ledger.adjust(crate::ledger::AccountId(id), micros, &format!("by {admin}: {reason}")) {
+        match ledger.adjust(
+            crate::ledger::AccountId(id),
+            micros,
+            &format!("by {admin}: {reason}"),
+        ) {
             Err(LedgerError::InsufficientBalance { available, .. }) => Err(DashError::bad_request(
                 "would_go_negative",
                 format!("The debit exceeds the available balance ({available} micros)."),
