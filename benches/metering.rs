@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::catalog::Catalog;
 use tollgate::engine::fake::FakeEngine;
+use tollgate::money::Micros;
 
 const N: usize = 300;
 
@@ -24,7 +25,7 @@ fn main() {
     let ledger =
         Arc::new(tollgate::app::open_ledger(&dir.path().join("bench.db")).expect("ledger"));
     let account = ledger
-        .create_account("bench@example.com", 1_000_000_000)
+        .create_account("bench@example.com", Micros(1_000_000_000))
         .expect("account");
     let (key, _) = tollgate::auth::create_key(&ledger, account.id, "bench").expect("key");
     let bearer = format!("Bearer {key}");

@@ -8,20 +8,15 @@
 //! request is never under-charged by rounding and over-charged by less than one micro-USD.
 
 use crate::catalog::Pricing;
+use crate::money::Micros;
 
-/// Cost in micro-USD (1e-6 USD) of `prompt_tokens` input and `completion_tokens` output tokens.
-/// Saturates at `i64::MAX` (unreachable with real token counts).
-pub fn cost_micros(pricing: &Pricing, prompt_tokens: u64, completion_tokens: u64) -> i64 {
+/// Cost of `prompt_tokens` input and `completion_tokens` output tokens. Saturates at
+/// `i64::MAX` micros (unreachable with real token counts).
+pub fn cost_micros(pricing: &Pricing, prompt_tokens: u64, completion_tokens: u64) -> Micros {
     let num = i128::from(prompt_tokens) * i128::from(pricing.input.0)
         + i128::from(completion_tokens) * i128::from(pricing.output.0);
     let micros = (num + 999_999).div_euclid(1_000_000);
-    i64::try_from(micros).unwrap_or(i64::MAX)
-}
-
-/// `cost_micros` rendered as USD, for display only (`service.cost_usd`).
-#[allow(clippy::cast_precision_loss)]
-pub fn micros_to_usd(micros: i64) -> f64 {
-    micros as f64 / 1e6
+    Micros(i64::try_from(micros).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -35,12 +30,12 @@ mod tests {
             input: PricePerMTok(20_000),
             output: PricePerMTok(40_000),
         };
-        assert_eq!(cost_micros(&p, 0, 0), 0);
+        assert_eq!(cost_micros(&p, 0, 0), Micros(0));
         // 37 * 0.02 + 9 * 0.04 = 0.74 + 0.36 = 1.1 micros -> 2
-        assert_eq!(cost_micros(&p, 37, 9), 2);
+        assert_eq!(cost_micros(&p, 37, 9), Micros(2));
         // exactly 1M input tokens at 0.02 USD/M = 20_000 micros
-        assert_eq!(cost_micros(&p, 1_000_000, 0), 20_000);
-        assert_eq!(cost_micros(&p, 1, 0), 1);
+        assert_eq!(cost_micros(&p, 1_000_000, 0), Micros(20_000));
+        assert_eq!(cost_micros(&p, 1, 0), Micros(1));
     }
 }
 
@@ -57,7 +52,7 @@ pub struct Metered {
 
 /// The worst-case cost reserved at admission: every prompt token plus `max_new_tokens` output
 /// tokens, by the same rounding rule as the charge.
-pub fn hold_micros(pricing: &Pricing, prompt_tokens: usize, max_new_tokens: usize) -> i64 {
+pub fn hold_micros(pricing: &Pricing, prompt_tokens: usize, max_new_tokens: usize) -> Micros {
     cost_micros(pricing, prompt_tokens as u64, max_new_tokens as u64)
 }
 

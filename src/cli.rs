@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::app::{EngineKind, ServeConfig};
+use crate::money::Micros;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -424,23 +425,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// Parse a USD amount into micros (at most 6 decimals; a leading `-` allowed).
+/// Parse a USD amount into micros (`Micros::parse_usd`: at most 6 decimals, a leading `-`
+/// allowed).
 ///
 /// # Errors
 /// Anything else.
-pub fn usd_to_micros(s: &str) -> anyhow::Result<i64> {
-    let (neg, digits) = s.strip_prefix('-').map_or((false, s), |d| (true, d));
-    let p = crate::catalog::PricePerMTok::parse(digits).map_err(anyhow::Error::msg)?;
-    Ok(if neg { -p.0 } else { p.0 })
-}
-
-fn usd(micros: i64) -> String {
-    format!(
-        "{}${}.{:06}",
-        if micros < 0 { "-" } else { "" },
-        micros.unsigned_abs() / 1_000_000,
-        micros.unsigned_abs() % 1_000_000
-    )
+pub fn usd_to_micros(s: &str) -> anyhow::Result<Micros> {
+    Micros::parse_usd(s).map_err(anyhow::Error::msg)
 }
 
 /// Run an operator command against the ledger; returns what to print.
@@ -466,9 +457,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             writeln!(
                 out,
                 "account {} <{}> balance {}",
-                a.id,
-                a.email,
-                usd(a.balance_micros)
+                a.id, a.email, a.balance_micros
             )?;
         }
         Command::Accounts {
@@ -489,11 +478,11 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 "account {} <{}>\nbalance {} ({} micros)\nreserved {} ({} micros)\navailable {}",
                 a.id,
                 a.email,
-                usd(a.balance_micros),
                 a.balance_micros,
-                usd(a.reserved_micros),
+                a.balance_micros,
                 a.reserved_micros,
-                usd(a.available_micros())
+                a.reserved_micros,
+                a.available_micros()
             )?;
             for u in l.recent_usage(a.id, 10)? {
                 writeln!(
@@ -559,7 +548,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 usd_to_micros(&amount)?,
                 &note,
             )?;
-            writeln!(out, "account {} balance {}", a.id, usd(a.balance_micros))?;
+            writeln!(out, "account {} balance {}", a.id, a.balance_micros)?;
         }
         Command::Codes {
             command: CodesCommand::Create { usd: amount, count },

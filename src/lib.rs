@@ -23,5 +23,6 @@ pub mod ledger;
 pub mod mail;
 pub mod mcp;
 pub mod metering;
+pub mod money;
 pub mod payments;
 pub mod reference;

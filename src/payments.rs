@@ -29,7 +29,7 @@ pub struct StripeConfig {
 /// How far a webhook's signed timestamp may be from now, in seconds (Stripe's default).
 pub const SIGNATURE_TOLERANCE_SECS: i64 = 300;
 /// Smallest first top-up, in micro-USD (1.00 USD).
-pub const MIN_FIRST_TOPUP_MICROS: i64 = 1_000_000;
+pub const MIN_FIRST_TOPUP_MICROS: crate::money::Micros = crate::money::Micros(1_000_000);
 
 /// Payment failures.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -140,7 +140,7 @@ async fn sigkill_mid_generation_leaves_consistent_books() {
         .recent_usage(account.id, 1000)
         .unwrap()
         .iter()
-        .map(|u| u.cost_micros)
+        .map(|u| u.cost_micros.0)
         .sum();
     assert_eq!(account.balance_micros, 1_000_000 - charged);
     assert!(ledger.check().unwrap().is_empty());
@@ -294,7 +294,7 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
     let account = ledger.find_account(email).unwrap();
     assert_eq!(account.reserved_micros, 0, "no hold left");
     let usage = ledger.recent_usage(account.id, 100_000).unwrap();
-    let charged: Vec<_> = usage.iter().filter(|u| u.cost_micros > 0).collect();
+    let charged: Vec<_> = usage.iter().filter(|u| u.cost_micros.0 > 0).collect();
     // One charged execution per key: the answers' request ids are exactly the charged ones.
     let charged_ids: std::collections::BTreeSet<_> =
         charged.iter().map(|u| u.request_id.clone()).collect();
@@ -309,7 +309,7 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
             "{rid}: the answer states what was charged"
         );
     }
-    let spent: i64 = charged.iter().map(|u| u.cost_micros).sum();
+    let spent: i64 = charged.iter().map(|u| u.cost_micros.0).sum();
     assert_eq!(account.balance_micros, 10_000_000 - spent);
     assert!(ledger.check().unwrap().is_empty());
     assert!(cut > 0, "no kill cut a request");

@@ -7,6 +7,7 @@ mod common;
 use common::{fake_server, TestServer};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
+use tollgate::money::Micros;
 
 /// A client that keeps the session cookie by hand (it is `Secure`, which reqwest's cookie store
 /// would not send over plain HTTP) and checks every body is the dashboard envelope.
@@ -457,7 +458,9 @@ async fn password_reset_sets_a_new_password_and_ends_every_session() {
 async fn codes_redeem_once_and_errors_use_the_dashboard_envelope() {
     let (s, _fake) = fake_server();
     let mut b = signed_in(&s, "codes@example.com").await;
-    s.ledger.insert_code("TG-GIFT-1", 2_000_000).unwrap();
+    s.ledger
+        .insert_code("TG-GIFT-1", Micros(2_000_000))
+        .unwrap();
     let (st, _, v) = b.post("/api/v1/redeem", json!({"code": "TG-GIFT-1"})).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["credited_micros"], 2_000_000);
@@ -621,7 +624,7 @@ async fn admins_list_accounts_and_adjust_balances_with_a_reason() {
     assert_eq!(st, 400);
     let entry = &s.ledger.entries(plain.id, 1).unwrap()[0];
     assert_eq!(
-        (entry.kind.as_str(), entry.amount_micros),
+        (entry.kind.as_str(), entry.amount_micros.0),
         ("adjustment", 2_500_000)
     );
     assert_eq!(

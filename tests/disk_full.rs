@@ -60,7 +60,7 @@ async fn load(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_returns() {
     let (s, _fake) = fake_server();
-    let start = s.ledger.account(s.account).unwrap().balance_micros;
+    let start = s.ledger.account(s.account).unwrap().balance_micros.0;
     let s = std::sync::Arc::new(s);
     // Room is taken away 300 ms into the load and given back after 2.5 s; the load runs 4 s.
     let capper = {
@@ -104,14 +104,14 @@ async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_re
     let usage = s.ledger.recent_usage(s.account, 100_000).unwrap();
     let charged: BTreeSet<_> = usage
         .iter()
-        .filter(|u| u.cost_micros > 0)
+        .filter(|u| u.cost_micros.0 > 0)
         .map(|u| u.request_id.clone())
         .collect();
     assert_eq!(
         charged, answered,
         "every charge belongs to a 200, every 200 was charged"
     );
-    let spent: i64 = usage.iter().map(|u| u.cost_micros).sum();
+    let spent: i64 = usage.iter().map(|u| u.cost_micros.0).sum();
     assert_eq!(
         s.ledger.account(s.account).unwrap().balance_micros,
         start - spent
@@ -130,7 +130,7 @@ async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_re
     let (idem, body) = keyed_failures
         .first()
         .expect("a keyed request failed while full");
-    let before = s.ledger.account(s.account).unwrap().balance_micros;
+    let before = s.ledger.account(s.account).unwrap().balance_micros.0;
     let (status, h, v) = s.post(CHAT, body, &[("idempotency-key", idem)]).await;
     assert_eq!(status, 200, "{v}");
     assert!(!h.contains_key("idempotent-replayed"));

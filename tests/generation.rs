@@ -208,7 +208,7 @@ async fn disconnecting_client_cancels_and_frees_the_sequence() {
     assert_eq!(u.cost_micros, want);
     assert_eq!(
         s.ledger.account(s.account).unwrap().balance_micros,
-        before - want
+        before - tollgate::money::Micros(want)
     );
     assert!(s.ledger.check().unwrap().is_empty());
 }

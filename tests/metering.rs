@@ -19,7 +19,7 @@ fn body(extra: &str) -> String {
 }
 
 fn balance(s: &TestServer, account: tollgate::ids::AccountId) -> i64 {
-    s.ledger.account(account).unwrap().balance_micros
+    s.ledger.account(account).unwrap().balance_micros.0
 }
 
 #[tokio::test]
@@ -96,7 +96,7 @@ async fn a_request_is_charged_its_exact_cost_and_reports_it() {
         (
             u.prompt_tokens,
             u.completion_tokens,
-            u.cost_micros,
+            u.cost_micros.0,
             u.status
         ),
         (3, 9, 15, UsageStatus::Ok)
@@ -309,7 +309,12 @@ async fn a_402_is_not_stored_so_the_key_works_after_a_top_up() {
     let (st, _, _) = s.post(CHAT, &body(r#""max_tokens":9"#), &h).await;
     assert_eq!(st, 402);
     s.ledger
-        .credit(account, "topup", 1000, "test top-up")
+        .credit(
+            account,
+            "topup",
+            tollgate::money::Micros(1000),
+            "test top-up",
+        )
         .unwrap();
     let (st, _, _) = s.post(CHAT, &body(r#""max_tokens":9"#), &h).await;
     assert_eq!(st, 200);

@@ -46,7 +46,7 @@ impl CompletionMeta {
             },
             ServiceCost {
                 cost_micros: c.cost_micros,
-                cost_usd: crate::billing::micros_to_usd(c.cost_micros),
+                cost_usd: c.cost_micros.usd(),
                 request_id: self.request_id.clone(),
             },
         )

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::schema::{ErrorBody, ErrorObject};
 use crate::metering::MeterError;
+use crate::money::Micros;
 
 /// One field that failed validation (422 `details.errors[]`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -38,8 +39,8 @@ pub enum ApiError {
     #[error("{message}")]
     Unauthenticated { code: &'static str, message: String },
     /// 402 `INSUFFICIENT_BALANCE`: the balance does not cover the request's hold.
-    #[error("Insufficient balance: this request needs up to ${:.6} but ${:.6} is available. Top up your balance or lower `max_tokens`.", *required as f64 / 1e6, *available as f64 / 1e6)]
-    InsufficientBalance { required: i64, available: i64 },
+    #[error("Insufficient balance: this request needs up to {required} but {available} is available. Top up your balance or lower `max_tokens`.")]
+    InsufficientBalance { required: Micros, available: Micros },
     /// 403 `model_license_forbids_commercial_use`: the licence forbids commercial serving.
     #[error("The model `{0}` exists but its licence does not allow commercial serving.")]
     NotLicensed(String),
@@ -126,8 +127,8 @@ impl ApiError {
                 required,
                 available,
             } => Some(json!({
-                "required_micros": required, "required_usd": crate::billing::micros_to_usd(*required),
-                "available_micros": available, "available_usd": crate::billing::micros_to_usd(*available),
+                "required_micros": required, "required_usd": required.usd(),
+                "available_micros": available, "available_usd": available.usd(),
             })),
             _ => None,
         };

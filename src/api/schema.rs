@@ -252,7 +252,8 @@ pub struct Usage {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ServiceCost {
     /// Micro-USD charged.
-    pub cost_micros: i64,
+    #[schema(value_type = i64)]
+    pub cost_micros: crate::money::Micros,
     /// `cost_micros` / 1e6 (a rendering; the integer is exact).
     pub cost_usd: f64,
     /// `req_` + 24 alphanumerics; equals the `x-request-id` header.

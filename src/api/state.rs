@@ -73,7 +73,7 @@ pub struct DashboardConfig {
     /// Leave `Secure` off the session cookie (plain-HTTP local use only).
     pub insecure_cookies: bool,
     /// Granted once, when a signed-up account verifies its address (micros).
-    pub starter_micros: i64,
+    pub starter_micros: crate::money::Micros,
     /// Base URL for links in e-mails (e.g. `https://llm.example.com`); default: `http://` + the
     /// request's `Host`.
     pub public_url: Option<String>,
@@ -88,7 +88,7 @@ impl Default for DashboardConfig {
     fn default() -> Self {
         Self {
             insecure_cookies: false,
-            starter_micros: 100_000,
+            starter_micros: crate::money::Micros(100_000),
             public_url: None,
             sessions: SessionPolicy::default(),
             sign_in_per_minute: 5,

@@ -212,7 +212,9 @@ mod tests {
     fn revocation_purges_the_cache_at_once() {
         let (_d, l) = crate::ledger::temp_ledger();
         let l = Arc::new(l);
-        let a = l.create_account("k@example.com", 0).unwrap();
+        let a = l
+            .create_account("k@example.com", crate::money::Micros(0))
+            .unwrap();
         let (key, rec) = create_key(&l, a.id, "test").unwrap();
         let auth = Authenticator::new(l.clone());
         let bearer = format!("Bearer {key}");
@@ -237,7 +239,9 @@ mod tests {
     fn revocation_by_another_process_is_seen_after_sync() {
         let (_d, l) = crate::ledger::temp_ledger();
         let l = Arc::new(l);
-        let a = l.create_account("c@example.com", 0).unwrap();
+        let a = l
+            .create_account("c@example.com", crate::money::Micros(0))
+            .unwrap();
         let (key, rec) = create_key(&l, a.id, "cli").unwrap();
         let auth = Authenticator::new(l.clone());
         let bearer = format!("Bearer {key}");

@@ -101,7 +101,9 @@ mod tests {
     #[test]
     fn sessions_resolve_until_they_end_or_expire() {
         let (_d, l) = crate::ledger::temp_ledger();
-        let a = l.create_account("s@example.com", 0).unwrap();
+        let a = l
+            .create_account("s@example.com", crate::money::Micros(0))
+            .unwrap();
         let policy = SessionPolicy::default();
         let id = start(&l, a.id).unwrap();
         assert_eq!(id.len(), 64);

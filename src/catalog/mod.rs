@@ -19,23 +19,12 @@ impl PricePerMTok {
     /// # Errors
     /// Signs, exponents, more than 6 decimals, empty parts or overflow.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}` is not a USD amount like \"0.15\" (at most 6 decimals)");
-        let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
-        if whole.is_empty()
-            || !whole.bytes().all(|b| b.is_ascii_digit())
-            || !frac.bytes().all(|b| b.is_ascii_digit())
-            || frac.len() > 6
-            || (s.contains('.') && frac.is_empty())
-        {
-            return Err(bad());
+        match crate::money::Micros::parse_usd(s) {
+            Ok(m) if m.0 >= 0 && !s.trim_start().starts_with('-') => Ok(Self(m.0)),
+            _ => Err(format!(
+                "`{s}` is not a USD amount like \"0.15\" (at most 6 decimals)"
+            )),
         }
-        let whole: i64 = whole.parse().map_err(|_| bad())?;
-        let frac_micros: i64 = format!("{frac:0<6}").parse().map_err(|_| bad())?;
-        whole
-            .checked_mul(1_000_000)
-            .and_then(|w| w.checked_add(frac_micros))
-            .map(Self)
-            .ok_or_else(bad)
     }
 
     /// The price in USD, for display only.

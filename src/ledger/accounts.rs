@@ -2,7 +2,7 @@
 
 use r2d2_sqlite::rusqlite::{params, OptionalExtension, Transaction};
 
-use super::{now, AccountId, KeyId, Ledger, LedgerError};
+use super::{now, AccountId, KeyId, Ledger, LedgerError, Micros};
 
 /// An account and its money, in micros.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,9 +11,9 @@ pub struct Account {
     pub email: String,
     pub created_at: i64,
     /// Settled balance (sum of balance-moving entries).
-    pub balance_micros: i64,
+    pub balance_micros: Micros,
     /// Sum of open holds.
-    pub reserved_micros: i64,
+    pub reserved_micros: Micros,
     /// E-mail address confirmed (always for operator-made accounts).
     pub verified: bool,
     /// May list accounts and adjust balances on the dashboard.
@@ -22,7 +22,7 @@ pub struct Account {
 
 impl Account {
     /// What new requests may reserve: balance minus open holds.
-    pub fn available_micros(&self) -> i64 {
+    pub fn available_micros(&self) -> Micros {
         self.balance_micros - self.reserved_micros
     }
 }
@@ -32,7 +32,7 @@ impl Account {
 pub struct EntryRow {
     pub id: i64,
     pub kind: String,
-    pub amount_micros: i64,
+    pub amount_micros: Micros,
     pub request_id: Option<String>,
     pub note: Option<String>,
     pub created_at: i64,
@@ -69,7 +69,7 @@ pub struct UsageRecord {
     pub model: String,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
-    pub cost_micros: i64,
+    pub cost_micros: Micros,
     pub status: UsageStatus,
     pub latency_ms: i64,
 }
@@ -78,7 +78,7 @@ pub(super) fn insert_entry(
     tx: &Transaction<'_>,
     account: AccountId,
     kind: &str,
-    amount: i64,
+    amount: Micros,
     request_id: Option<&str>,
     note: Option<&str>,
 ) -> Result<(), LedgerError> {
@@ -93,7 +93,7 @@ pub(super) fn insert_entry(
 pub(super) fn add_balance(
     tx: &Transaction<'_>,
     account: AccountId,
-    delta: i64,
+    delta: Micros,
 ) -> Result<(), LedgerError> {
     let n = tx.execute(
         "UPDATE accounts SET balance_micros = balance_micros + ?1 WHERE id = ?2",
@@ -188,13 +188,17 @@ impl Ledger {
     ///
     /// # Errors
     /// `EmailTaken`, `BadAmount` (negative starter), database errors.
-    pub fn create_account(&self, email: &str, starter_micros: i64) -> Result<Account, LedgerError> {
-        if starter_micros < 0 {
+    pub fn create_account(
+        &self,
+        email: &str,
+        starter_micros: Micros,
+    ) -> Result<Account, LedgerError> {
+        if starter_micros < Micros::ZERO {
             return Err(LedgerError::BadAmount);
         }
         let id = self.write(|tx| {
             let id = insert_account(tx, email, None, true)?;
-            if starter_micros > 0 {
+            if starter_micros > Micros::ZERO {
                 insert_entry(
                     tx,
                     id,
@@ -291,14 +295,14 @@ impl Ledger {
     pub fn adjust(
         &self,
         account: AccountId,
-        amount_micros: i64,
+        amount_micros: Micros,
         note: &str,
     ) -> Result<Account, LedgerError> {
-        if amount_micros == 0 {
+        if amount_micros == Micros::ZERO {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
-            let (balance, held): (i64, i64) = tx
+            let (balance, held): (Micros, Micros) = tx
                 .query_row(
                     "SELECT balance_micros, COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE account_id = ?1 AND state = 'open'), 0)
                      FROM accounts WHERE id = ?1",
@@ -308,7 +312,7 @@ impl Ledger {
                 .optional()?
                 .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
             let after = balance.checked_add(amount_micros).ok_or(LedgerError::BadAmount)?;
-            if after - held < 0 {
+            if after - held < Micros::ZERO {
                 return Err(LedgerError::InsufficientBalance {
                     required: -amount_micros,
                     available: balance - held,
@@ -329,11 +333,11 @@ impl Ledger {
         &self,
         account: AccountId,
         kind: &str,
-        amount_micros: i64,
+        amount_micros: Micros,
         note: &str,
     ) -> Result<Account, LedgerError> {
         if !matches!(kind, "grant" | "topup" | "adjustment")
-            || (kind != "adjustment" && amount_micros <= 0)
+            || (kind != "adjustment" && amount_micros <= Micros::ZERO)
         {
             return Err(LedgerError::BadAmount);
         }

@@ -5,21 +5,21 @@
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::{add_balance, insert_entry, insert_usage, UsageRecord, UsageStatus};
-use super::{now, AccountId, Ledger, LedgerError};
+use super::{now, AccountId, Ledger, LedgerError, Micros};
 
 /// A successful reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
-    pub reserved_micros: i64,
+    pub reserved_micros: Micros,
     /// Balance minus all open holds, after this one.
-    pub available_after: i64,
+    pub available_after: Micros,
 }
 
 /// What closing a hold did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoldOutcome {
     /// Micros charged (0 for a release).
-    pub charged_micros: i64,
+    pub charged_micros: Micros,
     /// False when the hold was already closed (a repeated settle changes nothing).
     pub applied: bool,
 }
@@ -34,7 +34,7 @@ impl Ledger {
         &self,
         request_id: &str,
         account: AccountId,
-        amount: i64,
+        amount: Micros,
     ) -> Result<Reservation, LedgerError> {
         self.write(|tx| reserve_in(tx, request_id, account, amount))
     }
@@ -68,7 +68,7 @@ impl Ledger {
     /// Database errors.
     pub fn release_all_open(&self) -> Result<usize, LedgerError> {
         self.write(|tx| {
-            let open: Vec<(String, AccountId, i64)> = {
+            let open: Vec<(String, AccountId, Micros)> = {
                 let mut st = tx.prepare("SELECT request_id, account_id, reserved_micros FROM holds WHERE state = 'open'")?;
                 let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
                 rows.collect::<Result<_, _>>()?
@@ -90,7 +90,7 @@ pub(super) fn close_hold(
     usage: &UsageRecord,
     charge: bool,
 ) -> Result<HoldOutcome, LedgerError> {
-    let hold: Option<(AccountId, i64, String)> = tx
+    let hold: Option<(AccountId, Micros, String)> = tx
         .query_row(
             "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
             [&usage.request_id],
@@ -99,29 +99,29 @@ pub(super) fn close_hold(
         .optional()?;
     let Some((account, reserved, state)) = hold else {
         return Ok(HoldOutcome {
-            charged_micros: 0,
+            charged_micros: Micros::ZERO,
             applied: false,
         });
     };
     if state != "open" {
         return Ok(HoldOutcome {
-            charged_micros: 0,
+            charged_micros: Micros::ZERO,
             applied: false,
         });
     }
     let cost = if charge {
-        usage.cost_micros.clamp(0, reserved)
+        usage.cost_micros.clamp(Micros::ZERO, reserved)
     } else {
-        0
+        Micros::ZERO
     };
     if cost < usage.cost_micros && charge {
-        tracing::warn!(request_id = %usage.request_id, cost = usage.cost_micros, reserved, "cost above the hold; charged the hold");
+        tracing::warn!(request_id = %usage.request_id, cost = usage.cost_micros.0, reserved = reserved.0, "cost above the hold; charged the hold");
     }
-    if cost > 0 {
+    if cost > Micros::ZERO {
         add_balance(tx, account, -cost)?;
         insert_entry(tx, account, "settle", -cost, Some(&usage.request_id), None)?;
     }
-    if reserved - cost > 0 {
+    if reserved - cost > Micros::ZERO {
         insert_entry(
             tx,
             account,
@@ -159,12 +159,12 @@ pub(super) fn reserve_in(
     tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
     request_id: &str,
     account: AccountId,
-    amount: i64,
+    amount: Micros,
 ) -> Result<Reservation, LedgerError> {
-    if amount < 0 {
+    if amount < Micros::ZERO {
         return Err(LedgerError::BadAmount);
     }
-    let available: i64 = tx
+    let available: Micros = tx
         .query_row(
             "SELECT a.balance_micros - COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
              FROM accounts a WHERE a.id = ?1",
@@ -203,7 +203,7 @@ mod tests {
             model: "m".into(),
             prompt_tokens: 10,
             completion_tokens: 5,
-            cost_micros: cost,
+            cost_micros: Micros(cost),
             status: UsageStatus::Ok,
             latency_ms: 1,
         }
@@ -212,20 +212,23 @@ mod tests {
     #[test]
     fn reserve_settle_release_keep_the_books_balanced() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("a@example.com", 1000).unwrap();
-        assert_eq!(l.reserve("r1", a.id, 600).unwrap().available_after, 400);
-        let e = l.reserve("r2", a.id, 500).unwrap_err();
+        let a = l.create_account("a@example.com", Micros(1000)).unwrap();
+        assert_eq!(
+            l.reserve("r1", a.id, Micros(600)).unwrap().available_after,
+            400
+        );
+        let e = l.reserve("r2", a.id, Micros(500)).unwrap_err();
         assert!(matches!(
             e,
             LedgerError::InsufficientBalance {
-                required: 500,
-                available: 400
+                required: Micros(500),
+                available: Micros(400)
             }
         ));
         assert_eq!(
             l.settle(&usage("r1", a.id, 250)).unwrap(),
             HoldOutcome {
-                charged_micros: 250,
+                charged_micros: Micros(250),
                 applied: true
             }
         );
@@ -234,8 +237,8 @@ mod tests {
             "settle is idempotent"
         );
         let acct = l.account(a.id).unwrap();
-        assert_eq!((acct.balance_micros, acct.reserved_micros), (750, 0));
-        l.reserve("r3", a.id, 700).unwrap();
+        assert_eq!((acct.balance_micros.0, acct.reserved_micros.0), (750, 0));
+        l.reserve("r3", a.id, Micros(700)).unwrap();
         assert_eq!(l.release(&usage("r3", a.id, 99)).unwrap().charged_micros, 0);
         assert_eq!(l.account(a.id).unwrap().balance_micros, 750);
         assert_eq!(l.usage("r3").unwrap().unwrap().status, UsageStatus::Failed);
@@ -245,10 +248,10 @@ mod tests {
     #[test]
     fn settle_never_charges_more_than_reserved_and_start_up_releases_open_holds() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("b@example.com", 100).unwrap();
-        l.reserve("r1", a.id, 40).unwrap();
+        let a = l.create_account("b@example.com", Micros(100)).unwrap();
+        l.reserve("r1", a.id, Micros(40)).unwrap();
         assert_eq!(l.settle(&usage("r1", a.id, 90)).unwrap().charged_micros, 40);
-        l.reserve("r2", a.id, 30).unwrap();
+        l.reserve("r2", a.id, Micros(30)).unwrap();
         assert!(!l.check().unwrap().is_empty(), "an open hold is reported");
         assert_eq!(l.release_all_open().unwrap(), 1);
         assert_eq!(l.account(a.id).unwrap().available_micros(), 60);

@@ -141,11 +141,12 @@ pub(super) fn claim_in(
 mod tests {
     use super::*;
     use crate::ledger::temp_ledger;
+    use crate::money::Micros;
 
     #[test]
     fn claim_lifecycle() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("i@example.com", 0).unwrap().id;
+        let a = l.create_account("i@example.com", Micros(0)).unwrap().id;
         let r = "/v1/chat/completions";
         assert_eq!(
             l.claim_idempotency(a, r, "k", b"fp1", "req_1").unwrap(),

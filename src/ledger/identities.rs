@@ -6,7 +6,7 @@ use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::insert_account;
 use super::sessions::mark_verified;
-use super::{now, AccountId, Ledger, LedgerError};
+use super::{now, AccountId, Ledger, LedgerError, Micros};
 
 /// A user as an identity provider vouches for them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl Ledger {
     pub fn sign_in_identity(
         &self,
         id: &ExternalIdentity,
-        starter_micros: i64,
+        starter_micros: Micros,
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let linked: Option<AccountId> = tx
@@ -108,10 +108,10 @@ mod tests {
     fn a_new_verified_identity_makes_one_account_and_grants_once() {
         let (_d, l) = temp_ledger();
         let a = l
-            .sign_in_identity(&id("s1", "n@example.com", true), 500)
+            .sign_in_identity(&id("s1", "n@example.com", true), Micros(500))
             .unwrap();
         assert_eq!(
-            l.sign_in_identity(&id("s1", "n@example.com", true), 500)
+            l.sign_in_identity(&id("s1", "n@example.com", true), Micros(500))
                 .unwrap(),
             a
         );
@@ -128,7 +128,7 @@ mod tests {
     fn an_unverified_claim_opens_and_creates_nothing() {
         let (_d, l) = temp_ledger();
         assert!(matches!(
-            l.sign_in_identity(&id("s3", "u@example.com", false), 500),
+            l.sign_in_identity(&id("s3", "u@example.com", false), Micros(500)),
             Err(LedgerError::UnverifiedIdentity(_))
         ));
         assert!(l.login("u@example.com").unwrap().is_none());
@@ -136,7 +136,7 @@ mod tests {
             .sign_up("p@example.com", "$argon2id$stub-hash-for-test")
             .unwrap();
         assert!(l
-            .sign_in_identity(&id("s2", "p@example.com", false), 500)
+            .sign_in_identity(&id("s2", "p@example.com", false), Micros(500))
             .is_err());
         assert_eq!(
             l.login("p@example.com")
@@ -157,7 +157,7 @@ mod tests {
         l.insert_session(b"squatter-session-hash", squat.id)
             .unwrap();
         let a = l
-            .sign_in_identity(&id("s4", "v@example.com", true), 500)
+            .sign_in_identity(&id("s4", "v@example.com", true), Micros(500))
             .unwrap();
         assert_eq!(a, squat.id);
         let login = l.login("v@example.com").unwrap().unwrap();
@@ -169,8 +169,9 @@ mod tests {
         assert!(l.session(b"squatter-session-hash").unwrap().is_none());
         // A verified account keeps its password when it gains a linked identity.
         let owner = l.sign_up("o@example.com", "$argon2id$owner").unwrap();
-        l.write(|tx| mark_verified(tx, owner.id, 0)).unwrap();
-        l.sign_in_identity(&id("s5", "o@example.com", true), 500)
+        l.write(|tx| mark_verified(tx, owner.id, Micros(0)))
+            .unwrap();
+        l.sign_in_identity(&id("s5", "o@example.com", true), Micros(500))
             .unwrap();
         assert_eq!(
             l.login("o@example.com")

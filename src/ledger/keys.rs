@@ -3,7 +3,7 @@
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::{add_balance, insert_entry};
-use super::{now, sha256, AccountId, KeyId, Ledger, LedgerError};
+use super::{now, sha256, AccountId, KeyId, Ledger, LedgerError, Micros};
 
 /// Key state, as the contract names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,8 +154,8 @@ impl Ledger {
     ///
     /// # Errors
     /// `BadAmount`, database errors.
-    pub fn insert_code(&self, code: &str, amount_micros: i64) -> Result<(), LedgerError> {
-        if amount_micros <= 0 {
+    pub fn insert_code(&self, code: &str, amount_micros: Micros) -> Result<(), LedgerError> {
+        if amount_micros <= Micros::ZERO {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
@@ -171,9 +171,9 @@ impl Ledger {
     ///
     /// # Errors
     /// `BadCode` (unknown or used), database errors.
-    pub fn redeem(&self, account: AccountId, code: &str) -> Result<i64, LedgerError> {
+    pub fn redeem(&self, account: AccountId, code: &str) -> Result<Micros, LedgerError> {
         self.write(|tx| {
-            let amount: Option<i64> = tx
+            let amount: Option<Micros> = tx
                 .query_row(
                     "SELECT amount_micros FROM codes WHERE code_hash = ?1 AND redeemed_by IS NULL",
                     [sha256(code)],
@@ -195,12 +195,13 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use crate::ledger::{temp_ledger, LedgerError};
+    use crate::money::Micros;
 
     #[test]
     fn codes_redeem_once_and_atomically() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("r@example.com", 0).unwrap();
-        l.insert_code("TG-ONE", 2_500_000).unwrap();
+        let a = l.create_account("r@example.com", Micros(0)).unwrap();
+        l.insert_code("TG-ONE", Micros(2_500_000)).unwrap();
         assert_eq!(l.redeem(a.id, "TG-ONE").unwrap(), 2_500_000);
         assert!(matches!(
             l.redeem(a.id, "TG-ONE"),

@@ -48,8 +48,9 @@ const MIGRATIONS: [&str; 6] = [
 ];
 
 pub use crate::ids::{AccountId, KeyId};
+pub use crate::money::Micros;
 
-/// Ids are stored as SQLite integers.
+/// Ids and money are stored as SQLite integers.
 macro_rules! sql_integer_id {
     ($t:ty) => {
         impl rusqlite::types::ToSql for $t {
@@ -68,12 +69,13 @@ macro_rules! sql_integer_id {
 }
 sql_integer_id!(AccountId);
 sql_integer_id!(KeyId);
+sql_integer_id!(Micros);
 
 /// Ledger failures the caller can act on.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("insufficient balance: {required} micros required, {available} available")]
-    InsufficientBalance { required: i64, available: i64 },
+    #[error("insufficient balance: {required} required, {available} available")]
+    InsufficientBalance { required: Micros, available: Micros },
     #[error("no such account `{0}`")]
     NoSuchAccount(String),
     #[error("no such API key `{0}`")]

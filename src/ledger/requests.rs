@@ -16,7 +16,7 @@ use r2d2_sqlite::rusqlite::{params, OptionalExtension, Transaction};
 
 use super::holds::{close_hold, reserve_in, HoldOutcome, Reservation};
 use super::idempotency::{claim_in, Claim};
-use super::{AccountId, Ledger, LedgerError, UsageRecord};
+use super::{AccountId, Ledger, LedgerError, Micros, UsageRecord};
 
 /// Where an `Idempotency-Key` lives: `(account, route, key)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl Ledger {
         &self,
         request_id: &str,
         account: AccountId,
-        hold_micros: i64,
+        hold_micros: Micros,
         claim: Option<(&IdempotencyScope, &[u8])>,
     ) -> Result<Admitted, LedgerError> {
         self.write(|tx| {
@@ -184,7 +184,7 @@ mod tests {
             model: "m".into(),
             prompt_tokens: 3,
             completion_tokens: 2,
-            cost_micros: cost,
+            cost_micros: Micros(cost),
             status: UsageStatus::Ok,
             latency_ms: 1,
         }
@@ -193,14 +193,14 @@ mod tests {
     #[test]
     fn a_402_takes_no_claim_and_a_settle_stores_the_replay_with_the_charge() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("r@example.com", 100).unwrap().id;
+        let a = l.create_account("r@example.com", Micros(100)).unwrap().id;
         let scope = IdempotencyScope {
             account: a,
             route: "/r".into(),
             key: "k".into(),
         };
         let e = l
-            .admit_request("req_1", a, 500, Some((&scope, b"fp")))
+            .admit_request("req_1", a, Micros(500), Some((&scope, b"fp")))
             .unwrap_err();
         assert!(matches!(e, LedgerError::InsufficientBalance { .. }));
         assert_eq!(
@@ -209,12 +209,12 @@ mod tests {
             "a 402 leaves the key unused"
         );
         assert!(matches!(
-            l.admit_request("req_2", a, 50, Some((&scope, b"fp")))
+            l.admit_request("req_2", a, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Reserved(_)
         ));
         assert_eq!(
-            l.admit_request("req_3", a, 50, Some((&scope, b"fp")))
+            l.admit_request("req_3", a, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Claimed(Claim::InFlight { age_s: 0 })
         );
@@ -229,7 +229,7 @@ mod tests {
             7
         );
         assert!(matches!(
-            l.admit_request("req_4", a, 50, Some((&scope, b"fp")))
+            l.admit_request("req_4", a, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Claimed(Claim::Replay(_))
         ));
@@ -246,13 +246,13 @@ mod tests {
     #[test]
     fn void_releases_the_hold_and_forgets_the_claim() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("v@example.com", 100).unwrap().id;
+        let a = l.create_account("v@example.com", Micros(100)).unwrap().id;
         let scope = IdempotencyScope {
             account: a,
             route: "/r".into(),
             key: "k".into(),
         };
-        l.admit_request("req_1", a, 60, Some((&scope, b"fp")))
+        l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         assert_eq!(
             l.void_request(&usage("req_1", a, 9), Some(&scope))
@@ -262,12 +262,12 @@ mod tests {
         );
         assert_eq!(l.claim_owner(&scope).unwrap(), None);
         let acct = l.account(a).unwrap();
-        assert_eq!((acct.balance_micros, acct.reserved_micros), (100, 0));
+        assert_eq!((acct.balance_micros.0, acct.reserved_micros.0), (100, 0));
         assert_eq!(
             l.usage("req_1").unwrap().unwrap().status,
             UsageStatus::Failed
         );
-        l.admit_request("req_2", a, 10, None).unwrap();
+        l.admit_request("req_2", a, Micros(10), None).unwrap();
         l.settle_request(&usage("req_2", a, 4), None).unwrap();
         l.mark_undelivered("req_2").unwrap();
         assert_eq!(
@@ -280,13 +280,13 @@ mod tests {
     #[test]
     fn a_settle_whose_response_cannot_be_stored_charges_nothing() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("t@example.com", 100).unwrap().id;
+        let a = l.create_account("t@example.com", Micros(100)).unwrap().id;
         let scope = IdempotencyScope {
             account: a,
             route: "/r".into(),
             key: "k".into(),
         };
-        l.admit_request("req_1", a, 60, Some((&scope, b"fp")))
+        l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         // The response's write fails after the charge's writes, inside the same transaction.
         l.write(|tx| {
@@ -305,7 +305,7 @@ mod tests {
             .is_err());
         let acct = l.account(a).unwrap();
         assert_eq!(
-            (acct.balance_micros, acct.reserved_micros),
+            (acct.balance_micros.0, acct.reserved_micros.0),
             (100, 60),
             "all or nothing"
         );

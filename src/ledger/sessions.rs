@@ -5,7 +5,7 @@
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::{add_balance, insert_account, insert_entry};
-use super::{now, Account, AccountId, Ledger, LedgerError};
+use super::{now, Account, AccountId, Ledger, LedgerError, Micros};
 
 /// What an e-mailed one-time token is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +49,13 @@ pub struct SessionRecord {
 pub(super) fn mark_verified(
     tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
     account: AccountId,
-    starter_micros: i64,
+    starter_micros: Micros,
 ) -> Result<bool, LedgerError> {
     let newly = tx.execute(
         "UPDATE accounts SET verified_at = ?1 WHERE id = ?2 AND verified_at IS NULL",
         params![now(), account],
     )? == 1;
-    if newly && starter_micros > 0 {
+    if newly && starter_micros > Micros::ZERO {
         insert_entry(
             tx,
             account,
@@ -171,7 +171,7 @@ impl Ledger {
     pub fn verify_email(
         &self,
         token_hash: &[u8],
-        starter_micros: i64,
+        starter_micros: Micros,
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let account = Self::take_token(tx, token_hash, TokenPurpose::Verify)?;
@@ -296,6 +296,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use crate::ledger::{sha256, temp_ledger, LedgerError, TokenPurpose};
+    use crate::money::Micros;
 
     #[test]
     fn verification_grants_the_starter_balance_once_and_tokens_are_single_use() {
@@ -315,15 +316,15 @@ mod tests {
             l.reset_password(&t, "h"),
             Err(LedgerError::BadToken)
         ));
-        assert_eq!(l.verify_email(&t, 100_000).unwrap(), a.id);
+        assert_eq!(l.verify_email(&t, Micros(100_000)).unwrap(), a.id);
         assert!(matches!(
-            l.verify_email(&t, 100_000),
+            l.verify_email(&t, Micros(100_000)),
             Err(LedgerError::BadToken)
         ));
         let t2 = sha256("token-2");
         l.insert_email_token(a.id, TokenPurpose::Verify, &t2, 3600)
             .unwrap();
-        l.verify_email(&t2, 100_000).unwrap();
+        l.verify_email(&t2, Micros(100_000)).unwrap();
         let acc = l.account(a.id).unwrap();
         assert!(acc.verified);
         assert_eq!(acc.balance_micros, 100_000, "granted once");
@@ -341,7 +342,7 @@ mod tests {
     #[test]
     fn password_reset_ends_every_session() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("op@example.com", 0).unwrap();
+        let a = l.create_account("op@example.com", Micros(0)).unwrap();
         assert!(a.verified, "operator accounts count as verified");
         assert_eq!(
             l.login("op@example.com").unwrap().unwrap().password_hash,

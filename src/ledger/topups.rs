@@ -4,7 +4,7 @@
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::{add_balance, insert_entry};
-use super::{now, AccountId, Ledger, LedgerError};
+use super::{now, AccountId, Ledger, LedgerError, Micros};
 
 /// A checkout about to be paid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct NewTopup {
     /// Amount in the currency's minor unit (cents; yen for zero-decimal currencies).
     pub amount_minor: i64,
     /// What will be credited, in micro-USD.
-    pub usd_micros: i64,
+    pub usd_micros: Micros,
     /// The USD-per-unit rate used (decimal string, recorded on the ledger entry).
     pub rate: String,
 }
@@ -34,7 +34,7 @@ pub struct TopupStatus {
     /// In the currency's minor unit.
     pub amount_minor: i64,
     /// Credited (or to be credited), micro-USD.
-    pub usd_micros: i64,
+    pub usd_micros: Micros,
     /// Unix seconds of the credit, when completed.
     pub completed_at: Option<i64>,
 }
@@ -45,7 +45,7 @@ pub enum TopupOutcome {
     /// The balance was credited now.
     Credited {
         account_id: AccountId,
-        usd_micros: i64,
+        usd_micros: Micros,
     },
     /// This event id was handled before (a replay): nothing changed.
     DuplicateEvent,
@@ -59,7 +59,7 @@ impl Ledger {
     /// # Errors
     /// `BadAmount` for non-positive amounts, database errors.
     pub fn insert_topup(&self, t: &NewTopup) -> Result<(), LedgerError> {
-        if t.amount_minor <= 0 || t.usd_micros <= 0 {
+        if t.amount_minor <= 0 || t.usd_micros <= Micros::ZERO {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
@@ -138,7 +138,7 @@ impl Ledger {
             if fresh == 0 {
                 return Ok(TopupOutcome::DuplicateEvent);
             }
-            let row: Option<(i64, AccountId, i64, String, String, i64)> = tx
+            let row: Option<(i64, AccountId, Micros, String, String, i64)> = tx
                 .query_row(
                     "SELECT id, account_id, usd_micros, state, rate, amount_minor FROM topups
                      WHERE provider = ?1 AND provider_ref = ?2 AND currency = ?3",
@@ -180,14 +180,14 @@ mod tests {
     #[test]
     fn a_checkout_is_credited_once_whatever_the_events() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("pay@example.com", 0).unwrap();
+        let a = l.create_account("pay@example.com", Micros(0)).unwrap();
         l.insert_topup(&NewTopup {
             account_id: a.id,
             provider: "stripe".into(),
             provider_ref: "cs_1".into(),
             currency: "eur".into(),
             amount_minor: 1000,
-            usd_micros: 10_800_000,
+            usd_micros: Micros(10_800_000),
             rate: "1.08".into(),
         })
         .unwrap();
@@ -202,7 +202,7 @@ mod tests {
                 .unwrap(),
             TopupOutcome::Credited {
                 account_id: a.id,
-                usd_micros: 10_800_000
+                usd_micros: Micros(10_800_000)
             }
         );
         assert_eq!(

@@ -160,7 +160,8 @@ pub struct Estimate {
     /// The tokenizer used, when one was (`gguf:<file>`, `tokenizer.json:<dir>`).
     pub tokenizer: Option<String>,
     /// Micro-USD, by the ledger's rule.
-    pub cost_micros: i64,
+    #[schemars(with = "i64")]
+    pub cost_micros: crate::money::Micros,
     /// `cost_micros` / 1e6 (a rendering).
     pub cost_usd: f64,
     pub input_micros_per_mtok: i64,
@@ -443,7 +444,7 @@ impl McpData {
             counted_by,
             tokenizer,
             cost_micros: cost,
-            cost_usd: billing::micros_to_usd(cost),
+            cost_usd: cost.usd(),
             input_micros_per_mtok: m.pricing.input.0,
             output_micros_per_mtok: m.pricing.output.0,
             rule: COST_RULE,

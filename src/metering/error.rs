@@ -2,13 +2,14 @@
 //! interface's status, `type` and `code`; this module knows nothing of HTTP.
 
 use crate::ledger::LedgerError;
+use crate::money::Micros;
 
 /// Failures of `Meter::admit` and of a request's settlement.
 #[derive(Debug, thiserror::Error)]
 pub enum MeterError {
     /// The balance minus open holds does not cover the hold (micros). Nothing was written.
     #[error("insufficient balance: {required} micros required, {available} available")]
-    InsufficientBalance { required: i64, available: i64 },
+    InsufficientBalance { required: Micros, available: Micros },
     /// The same `Idempotency-Key` and body are running; retry after about this many seconds.
     #[error("a request with this idempotency key is still running")]
     IdempotencyInFlight { retry_after_s: u64 },

@@ -11,6 +11,7 @@ use super::error::MeterError;
 use crate::billing::{self, Ending, Metered};
 use crate::engine::{FinishReason, Generation, GenerationEvent, Outcome};
 use crate::ledger::{IdempotencyScope, Ledger, StoredResponse};
+use crate::money::Micros;
 
 /// Attempts at a settle before giving up on charging (SQLite's busy timeout already covers
 /// lock waits; this covers short I/O hiccups).
@@ -30,7 +31,7 @@ pub struct Charge {
     /// Output tokens billed (a final EOS included).
     pub completion_tokens: usize,
     /// Micro-USD charged (`billing::cost_micros`, never above the hold).
-    pub cost_micros: i64,
+    pub cost_micros: Micros,
     /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`).
     pub finish: FinishReason,
 }
@@ -93,7 +94,7 @@ pub(super) struct Context {
     /// Prompt tokens, for an outcome that never arrives.
     pub(super) prompt_tokens: usize,
     /// The hold's micros: no charge is ever above it.
-    pub(super) hold_micros: i64,
+    pub(super) hold_micros: Micros,
     /// The idempotency claim to store the response under, or forget on failure.
     pub(super) claim: Option<IdempotencyScope>,
 }
@@ -229,7 +230,7 @@ async fn settle(
             Ok(_) => {
                 tracing::info!(request_id = %usage.request_id, model = %usage.model,
                     prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
-                    cost_micros = usage.cost_micros, ms = usage.latency_ms, ending = ?ending, "settled");
+                    cost_micros = usage.cost_micros.0, ms = usage.latency_ms, ending = ?ending, "settled");
                 return Ok(());
             }
             Err(e) if attempt == SETTLE_ATTEMPTS => {

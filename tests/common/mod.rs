@@ -12,6 +12,7 @@ use tollgate::catalog::Catalog;
 use tollgate::engine::fake::FakeEngine;
 use tollgate::engine::{CandleEngine, EngineConfig, SharedEngine};
 use tollgate::ledger::Ledger;
+use tollgate::money::Micros;
 
 pub const SMOL: &str = "smollm2-135m-instruct";
 pub const GEMMA: &str = "gemma3-270m";
@@ -89,7 +90,7 @@ impl TestServer {
 
     /// A new account with `micros` and a key for it.
     pub fn account_with(&self, email: &str, micros: i64) -> (tollgate::ids::AccountId, String) {
-        let a = self.ledger.create_account(email, micros).unwrap();
+        let a = self.ledger.create_account(email, Micros(micros)).unwrap();
         let (key, _) = tollgate::auth::create_key(&self.ledger, a.id, "test").unwrap();
         (a.id, key)
     }
@@ -114,7 +115,7 @@ fn serve_limited(
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let ledger = Arc::new(tollgate::app::open_ledger(&dir.path().join("ledger.db")).unwrap());
     let a = ledger
-        .create_account("test@example.com", TEST_BALANCE_MICROS)
+        .create_account("test@example.com", Micros(TEST_BALANCE_MICROS))
         .unwrap();
     let (key, _) = tollgate::auth::create_key(&ledger, a.id, "test").unwrap();
     let mut state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);

@@ -11,6 +11,7 @@ use super::common::account_json;
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::AppState;
 use crate::ledger::{Ledger, LedgerError};
+use crate::money::Micros;
 
 /// The session's account, if it is an admin.
 fn require_admin(ledger: &Ledger, s: &Session) -> Result<String, DashError> {
@@ -68,21 +69,6 @@ pub struct Adjustment {
 /// overflow.
 const MAX_ADJUST_MICROS: u64 = 1_000_000_000_000;
 
-/// Parse a signed USD decimal string into micros.
-fn signed_micros(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (neg, digits) = s.strip_prefix('-').map_or((false, s), |d| (true, d));
-    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    if int.is_empty()
-        || frac.len() > 6
-        || !format!("{int}{frac}").bytes().all(|b| b.is_ascii_digit())
-    {
-        return None;
-    }
-    let micros: i64 = format!("{int}{frac:0<6}").parse().ok()?;
-    Some(if neg { -micros } else { micros })
-}
-
 /// `POST /api/v1/admin/accounts/{id}/adjust {amount_usd, reason}`: credit or debit a balance;
 /// a debit may not exceed what is available (balance minus running holds).
 pub async fn adjust(
@@ -98,8 +84,9 @@ pub async fn adjust(
             "No such account.",
         )
     })?;
-    let micros = signed_micros(&b.amount_usd)
-        .filter(|&m| m != 0 && m.unsigned_abs() <= MAX_ADJUST_MICROS)
+    let micros = Micros::parse_usd(&b.amount_usd)
+        .ok()
+        .filter(|m| m.0 != 0 && m.0.unsigned_abs() <= MAX_ADJUST_MICROS)
         .ok_or_else(|| {
             DashError::bad_request(
                 "invalid_amount",
@@ -135,19 +122,4 @@ pub async fn adjust(
     })
     .await?;
     Ok(ok(StatusCode::OK, json!({"account": account_json(&a)})))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn signed_usd_amounts_parse_exactly() {
-        use super::signed_micros;
-        assert_eq!(signed_micros("5"), Some(5_000_000));
-        assert_eq!(signed_micros("-1.25"), Some(-1_250_000));
-        assert_eq!(signed_micros("0.000001"), Some(1));
-        assert_eq!(signed_micros("1.0000001"), None);
-        assert_eq!(signed_micros("1e3"), None);
-        assert_eq!(signed_micros("--1"), None);
-        assert_eq!(signed_micros(""), None);
-    }
 }

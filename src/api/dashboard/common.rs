@@ -18,7 +18,6 @@ use crate::api::limits::Throttled;
 use crate::api::session as api_session;
 use crate::api::state::AppState;
 use crate::auth::session::{self, SessionPrincipal};
-use crate::billing::micros_to_usd;
 use crate::ledger::{Account, AccountId, LedgerError};
 
 /// A dashboard failure: status, stable `code`, readable `message`.
@@ -221,8 +220,8 @@ pub fn account_json(a: &Account) -> serde_json::Value {
         "balance_micros": a.balance_micros,
         "reserved_micros": a.reserved_micros,
         "available_micros": a.available_micros(),
-        "balance_usd": micros_to_usd(a.balance_micros),
-        "available_usd": micros_to_usd(a.available_micros()),
+        "balance_usd": a.balance_micros.usd(),
+        "available_usd": a.available_micros().usd(),
     })
 }
 

@@ -11,7 +11,6 @@ use super::common::account_json;
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::AppState;
 use crate::auth::create_key;
-use crate::billing::micros_to_usd;
 use crate::ledger::{ApiKeyRecord, KeyState};
 
 /// Longest key name, in characters.
@@ -140,7 +139,7 @@ pub async fn usage(
                 "prompt_tokens": u.prompt_tokens,
                 "completion_tokens": u.completion_tokens,
                 "cost_micros": u.cost_micros,
-                "cost_usd": micros_to_usd(u.cost_micros),
+                "cost_usd": u.cost_micros.usd(),
                 "status": u.status.as_str(),
                 "latency_ms": u.latency_ms,
                 "created_at": at,
@@ -170,14 +169,13 @@ pub async fn usage_csv(State(state): State<AppState>, s: Session) -> Result<Resp
     for (_, at, u) in &rows {
         // Model ids and request ids are [A-Za-z0-9._-]; no field needs quoting.
         out.push_str(&format!(
-            "{at},{},{},{},{},{},{}.{:06},{},{}\n",
+            "{at},{},{},{},{},{},{},{},{}\n",
             u.request_id,
             u.model,
             u.prompt_tokens,
             u.completion_tokens,
-            u.cost_micros,
-            u.cost_micros / 1_000_000,
-            u.cost_micros % 1_000_000,
+            u.cost_micros.0,
+            u.cost_micros.usd_decimal(),
             u.status.as_str(),
             u.latency_ms
         ));
@@ -243,6 +241,6 @@ pub async fn redeem(
     .await?;
     Ok(ok(
         StatusCode::OK,
-        json!({"credited_micros": credited, "credited_usd": micros_to_usd(credited), "account": account_json(&a)}),
+        json!({"credited_micros": credited, "credited_usd": credited.usd(), "account": account_json(&a)}),
     ))
 }

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::AppState;
-use crate::billing::micros_to_usd;
 use crate::ledger::{LedgerError, NewTopup, TopupOutcome};
+use crate::money::Micros;
 use crate::payments::{self, PaymentError, MIN_FIRST_TOPUP_MICROS};
 
 #[derive(Deserialize)]
@@ -48,6 +48,7 @@ pub async fn create(
         };
         DashError::bad_request(code, format!("{e}."))
     })?;
+    let usd = Micros(usd);
     let currency = b.currency.trim().to_lowercase();
     let base = super::common::base_url(&state, &headers);
     let ledger = state.ledger.clone();
@@ -57,10 +58,9 @@ pub async fn create(
             return Err(DashError::bad_request(
                 "amount_too_small",
                 format!(
-                    "The first top-up must be at least 1.00 USD; {} {} is {:.2} USD.",
+                    "The first top-up must be at least $1.00; {} {} is {usd}.",
                     b.amount.trim(),
                     currency.to_uppercase(),
-                    micros_to_usd(usd)
                 ),
             ));
         }
@@ -97,7 +97,7 @@ pub async fn create(
     Ok(ok(
         StatusCode::CREATED,
         json!({"checkout_url": checkout.url, "checkout_id": checkout.id,
-               "usd_micros": usd, "usd": micros_to_usd(usd), "state": "pending"}),
+               "usd_micros": usd, "usd": usd.usd(), "state": "pending"}),
     ))
 }
 
@@ -118,7 +118,7 @@ pub async fn status(
     Ok(ok(
         StatusCode::OK,
         json!({"state": found.state, "currency": found.currency, "amount_minor": found.amount_minor,
-               "usd_micros": found.usd_micros, "usd": micros_to_usd(found.usd_micros),
+               "usd_micros": found.usd_micros, "usd": found.usd_micros.usd(),
                "completed_at": found.completed_at}),
     ))
 }
@@ -174,7 +174,11 @@ pub async fn webhook(
             account_id,
             usd_micros,
         } => {
-            tracing::info!(account_id = account_id.0, usd_micros, "top-up credited");
+            tracing::info!(
+                account_id = account_id.0,
+                usd_micros = usd_micros.0,
+                "top-up credited"
+            );
             json!({"handled": true, "credited_micros": usd_micros})
         }
         TopupOutcome::DuplicateEvent | TopupOutcome::AlreadyCredited => {
