@@ -267,7 +267,7 @@ fn load(
     Ok((
         Runtime {
             id: id.to_owned(),
-            model,
+            model: Box::new(model),
             tokenizer,
             running,
             waiting,

@@ -32,10 +32,44 @@ use super::stop::{StopMatcher, StopStep};
 use super::tokenizer::{ModelTokenizer, StreamDecoder};
 use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome};
 
+/// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
+/// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
+/// real one).
+pub trait StepModel: Send {
+    /// The KV cache's shape: (layers, f32 values per position per layer for keys, and the
+    /// same again for values).
+    fn kv_shape(&self) -> (usize, usize);
+    /// One packed step: appends each `seqs[i].tokens` to `seqs[i].cache` and returns one
+    /// logits row (`[vocab]` f32) per sequence, for the position after its last token.
+    ///
+    /// # Errors
+    /// A failed forward pass (every sequence of the step fails).
+    fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>>;
+}
+
+impl StepModel for Transformer {
+    fn kv_shape(&self) -> (usize, usize) {
+        (
+            self.config.n_layers,
+            self.config.n_kv_heads * self.config.head_dim,
+        )
+    }
+
+    fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
+        Transformer::forward(self, seqs)
+    }
+}
+
+/// KV cache bytes of one position: keys and values of every layer, f32.
+fn kv_bytes_per_token(model: &dyn StepModel) -> usize {
+    let (layers, row) = model.kv_shape();
+    layers * 2 * row * std::mem::size_of::<f32>()
+}
+
 /// A model as the engine thread holds it.
 pub struct Runtime {
     pub id: String,
-    pub model: Transformer,
+    pub model: Box<dyn StepModel>,
     pub tokenizer: Arc<ModelTokenizer>,
     /// Sequences running now (read by `stats`).
     pub running: Arc<AtomicUsize>,
@@ -260,13 +294,9 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     rt.running.fetch_add(1, Ordering::Relaxed);
     // Room for the whole sequence up front (no copies as it grows), up to `KV_PREALLOC`
     // positions; longer sequences grow from there.
-    let c = &rt.model.config;
+    let (layers, row) = rt.model.kv_shape();
     let positions = job.request.prompt.token_ids.len() + job.request.max_new_tokens;
-    let cache = SeqCache::with_capacity(
-        c.n_layers,
-        positions.min(KV_PREALLOC),
-        c.n_kv_heads * c.head_dim,
-    );
+    let cache = SeqCache::with_capacity(layers, positions.min(KV_PREALLOC), row);
     let kv = kv_reservation(runtimes, &job);
     running[job.model].push(Seq::new(job, cache, &rt.id, kv));
 }
@@ -275,15 +305,18 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
 /// only as positions are written).
 const KV_PREALLOC: usize = 4096;
 
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;
+
 /// KV cache bytes a job may fill: `(prompt + max_new_tokens) * bytes per token` (keys and
 /// values, every layer, f32). 0 when its model is gone (the job is then dropped at admission).
 fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
     let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
         return 0;
     };
-    let c = &rt.model.config;
-    let per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>();
-    (job.request.prompt.token_ids.len() + job.request.max_new_tokens) * per_token
+    (job.request.prompt.token_ids.len() + job.request.max_new_tokens)
+        * kv_bytes_per_token(rt.model.as_ref())
 }
 
 /// One forward step for the sequences of one model; returns those still running.
@@ -378,9 +411,8 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
 /// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
 #[allow(clippy::cast_precision_loss)]
 fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
-    let c = &rt.model.config;
     let tokens: usize = seqs.iter().map(|s| s.cache.len).sum();
-    let per_token = c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;
+    let per_token = kv_bytes_per_token(rt.model.as_ref());
     let model = rt.id.clone();
     metrics::gauge!("tollgate_num_requests_running", "model" => model.clone())
         .set(seqs.len() as f64);
