@@ -226,23 +226,32 @@ pub fn assemble(
     ledger: Arc<Ledger>,
     s: ApiSettings,
 ) -> AppState {
+    use crate::api::state::{Accounts, Models, Paid, Public};
     AppState {
-        meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
-        engine,
-        catalog: Arc::new(catalog),
-        auth: Arc::new(Authenticator::new(ledger.clone())),
-        ledger,
-        limits: Arc::new(Limiter::new(s.rate_limit_rpm)),
-        session_limits: Arc::new(Limiter::new(s.dashboard.playground_rpm)),
-        weights_dir: Arc::new(s.weights_dir),
-        languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
-        mail: Arc::new(s.mail),
-        throttles: Arc::new(Throttles::new(s.dashboard.sign_in_per_minute)),
-        dashboard: Arc::new(s.dashboard),
-        payments: s.payments.map(Arc::new),
-        oidc: s.oidc,
-        public_limits: Arc::new(PublicLimits::new(s.public_rpm)),
-        mcp: Arc::new(s.mcp),
+        paid: Paid {
+            meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
+            limits: Arc::new(Limiter::new(s.rate_limit_rpm)),
+            session_limits: Arc::new(Limiter::new(s.dashboard.playground_rpm)),
+        },
+        models: Models {
+            engine,
+            catalog: Arc::new(catalog),
+            weights_dir: Arc::new(s.weights_dir),
+            languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+        },
+        accounts: Accounts {
+            auth: Arc::new(Authenticator::new(ledger.clone())),
+            ledger,
+            mail: Arc::new(s.mail),
+            throttles: Arc::new(Throttles::new(s.dashboard.sign_in_per_minute)),
+            dashboard: Arc::new(s.dashboard),
+            payments: s.payments.map(Arc::new),
+            oidc: s.oidc,
+        },
+        public: Public {
+            public_limits: Arc::new(PublicLimits::new(s.public_rpm)),
+            mcp: Arc::new(s.mcp),
+        },
     }
 }
 
@@ -313,9 +322,9 @@ pub fn load_languages(
 /// Purge the key cache when another process (the CLI) revokes a key; polls once a second.
 /// Also trims the dashboard throttles' memory once a minute.
 fn spawn_revocation_sync(state: &AppState) {
-    let auth = state.auth.clone();
-    let throttles = state.throttles.clone();
-    let public = state.public_limits.clone();
+    let auth = state.accounts.auth.clone();
+    let throttles = state.accounts.throttles.clone();
+    let public = state.public.public_limits.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {

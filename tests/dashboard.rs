@@ -80,7 +80,7 @@ impl Browser {
 
 /// The token in the last e-mail sent to `to` whose link contains `path`.
 fn link_token(s: &TestServer, to: &str, path: &str) -> String {
-    let mails = s.state.mail.sent_to(to);
+    let mails = s.state.accounts.mail.sent_to(to);
     let body = &mails.last().expect("an e-mail was sent").body;
     let at = body
         .find(&format!("{path}?token="))
@@ -416,7 +416,12 @@ async fn password_reset_sets_a_new_password_and_ends_every_session() {
         )
         .await;
     assert_eq!(st, 200, "{v}");
-    assert!(s.state.mail.sent_to("nobody@example.com").is_empty());
+    assert!(s
+        .state
+        .accounts
+        .mail
+        .sent_to("nobody@example.com")
+        .is_empty());
     let (st, _, v2) = other
         .post(
             "/api/v1/auth/password-reset",
@@ -704,7 +709,7 @@ fn smtp_stand_in() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
 async fn with_an_smtp_relay_the_verification_link_is_mailed() {
     let (port, got) = smtp_stand_in();
     let (s, _fake) = common::fake_server_configured(10_000, move |state| {
-        state.mail = std::sync::Arc::new(
+        state.accounts.mail = std::sync::Arc::new(
             tollgate::mail::Outbox::smtp(
                 &format!("smtp://127.0.0.1:{port}"),
                 "tollgate <noreply@example.com>",

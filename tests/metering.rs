@@ -66,7 +66,7 @@ async fn missing_malformed_unknown_and_revoked_keys_get_401() {
         .unwrap()
         .unwrap()
         .id;
-    s.state.auth.revoke(id).unwrap();
+    s.state.accounts.auth.revoke(id).unwrap();
     let (st, h, v) = s.post(CHAT, &body(""), &[("authorization", &bearer)]).await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),

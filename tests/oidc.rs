@@ -68,7 +68,7 @@ fn setup() -> (Provider, TestServer) {
     let mut provider = Provider::start();
     let issuer = provider.issuer.clone();
     let (server, _fake) = fake_server_configured(10_000, move |state| {
-        state.oidc = Some(Arc::new(
+        state.accounts.oidc = Some(Arc::new(
             Oidc::new(OidcConfig {
                 issuer,
                 client_id: "tollgate-test".into(),
@@ -77,9 +77,9 @@ fn setup() -> (Provider, TestServer) {
             })
             .unwrap(),
         ));
-        let mut d = (*state.dashboard).clone();
+        let mut d = (*state.accounts.dashboard).clone();
         d.insecure_cookies = true; // the cookie store sends no Secure cookies over plain HTTP
-        state.dashboard = Arc::new(d);
+        state.accounts.dashboard = Arc::new(d);
     });
     provider.register(&server.url("/auth/oidc/callback"));
     (provider, server)

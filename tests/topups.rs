@@ -61,7 +61,7 @@ async fn deliver(base: &str, body: &str, signature: &str) -> (u16, Value) {
 async fn a_checkout_is_credited_once_and_forged_or_replayed_webhooks_never_credit() {
     let (api_base, seen) = stand_in().await;
     let (s, _fake) = fake_server_configured(10_000, |state| {
-        state.payments = Some(Arc::new(StripeConfig {
+        state.accounts.payments = Some(Arc::new(StripeConfig {
             secret_key: "sk_test_123".into(),
             webhook_secret: WHSEC.into(),
             api_base,

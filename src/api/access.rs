@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 
 use super::error::ApiError;
 use super::session;
-use super::state::AppState;
+use super::state::{Accounts, Public};
 use crate::auth::session::SessionPrincipal;
 use crate::auth::{ApiKeyPrincipal, AuthError};
 use crate::ledger::{AccountId, KeyId};
@@ -41,7 +41,7 @@ impl Payer {
 
 /// Middleware: the public endpoints' per-address limit.
 pub async fn public_limit(
-    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::extract::State(state): axum::extract::State<Public>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -62,7 +62,7 @@ pub async fn public_limit(
 ///
 /// # Errors
 /// As `authenticate`: 401 when there is neither a valid key nor a usable session.
-pub async fn authenticate_payer(state: &AppState, headers: &HeaderMap) -> Result<Payer, ApiError> {
+pub async fn authenticate_payer(state: &Accounts, headers: &HeaderMap) -> Result<Payer, ApiError> {
     if !headers.contains_key(axum::http::header::AUTHORIZATION) {
         if let Some(value) = session::cookie(headers).filter(|_| session::same_site(headers)) {
             let found = session::resolve(state, value)
@@ -81,7 +81,7 @@ pub async fn authenticate_payer(state: &AppState, headers: &HeaderMap) -> Result
 /// # Errors
 /// 401 `Unauthenticated` with the contract's codes; 500 on ledger failure.
 pub async fn authenticate(
-    state: &AppState,
+    state: &Accounts,
     headers: &HeaderMap,
 ) -> Result<ApiKeyPrincipal, ApiError> {
     let value = headers

@@ -123,7 +123,7 @@ async fn handle(
         idempotency,
         started,
     };
-    Ok(match state.meter.admit(paid_request, mode).await? {
+    Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {
             super::sse::stream_response(meta, req.include_usage, events, settlement).into_response()

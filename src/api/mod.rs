@@ -41,19 +41,27 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
-pub use self::state::{random_id, AppState, DashboardConfig, RequestId, MAX_BODY_BYTES};
+pub use self::state::{
+    random_id, Accounts, AppState, DashboardConfig, Models, Paid, Public, RequestId, MAX_BODY_BYTES,
+};
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {
     // Install the recorder before any request or engine step records a metric.
     let _ = metrics::handle();
-    let ids: Vec<&str> = state.catalog.models.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = state
+        .models
+        .catalog
+        .models
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     let mcp_data = Arc::new(crate::mcp::McpData::new(
-        state.catalog.clone(),
-        state.languages.clone(),
-        Some(state.engine.clone()),
-        state.weights_dir.clone(),
-        state.mcp.tokenizers_dir.clone(),
+        state.models.catalog.clone(),
+        state.models.languages.clone(),
+        Some(state.models.engine.clone()),
+        state.models.weights_dir.clone(),
+        state.public.mcp.tokenizers_dir.clone(),
         &request::ACCEPTED_PARAMETERS,
         openapi::document(&ids).to_string(),
     ));
@@ -64,10 +72,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi::serve))
         .nest_service(
             "/mcp",
-            crate::mcp::http_service(mcp_data, state.mcp.allowed_hosts.clone()),
+            crate::mcp::http_service(mcp_data, state.public.mcp.allowed_hosts.clone()),
         )
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.public.clone(),
             access::public_limit,
         ));
     Router::new()

@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::request::ACCEPTED_PARAMETERS;
 use super::schema::{ErrorBody, LanguageCosts};
-use super::state::AppState;
+use super::state::Models;
 use crate::catalog::record::{ModelList, ModelRecord};
 use crate::catalog::ModelEntry;
 
 /// The model record of `m` (its `loaded` and `available` as of now).
-pub(super) fn record(state: &AppState, m: &ModelEntry) -> ModelRecord {
+pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
     let loaded = state.engine.loaded().iter().any(|l| l.id == m.id);
     let available = loaded || m.local_path(&state.weights_dir).is_some_and(|p| p.exists());
     let languages = state.languages.get(&m.id).and_then(|l| l.multipliers());
@@ -25,7 +25,7 @@ pub(super) fn record(state: &AppState, m: &ModelEntry) -> ModelRecord {
     responses((status = 200, description = "The price list: every model in the catalogue", body = ModelList),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
-pub async fn list_models(State(state): State<AppState>) -> Json<ModelList> {
+pub async fn list_models(State(state): State<Models>) -> Json<ModelList> {
     let data = state
         .catalog
         .models
@@ -49,7 +49,7 @@ pub async fn list_models(State(state): State<AppState>) -> Json<ModelList> {
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
 pub async fn get_model(
-    State(state): State<AppState>,
+    State(state): State<Models>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelRecord>, ApiError> {
     let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
@@ -69,7 +69,7 @@ pub async fn get_model(
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
 pub async fn get_languages(
-    State(state): State<AppState>,
+    State(state): State<Models>,
     Path(id): Path<String>,
 ) -> Result<Json<LanguageCosts>, ApiError> {
     let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
@@ -77,7 +77,7 @@ pub async fn get_languages(
 }
 
 /// The language costs of `m` (shared with the MCP server).
-pub(super) fn language_costs(state: &AppState, m: &ModelEntry) -> LanguageCosts {
+pub(super) fn language_costs(state: &Models, m: &ModelEntry) -> LanguageCosts {
     match state.languages.get(&m.id) {
         Some(l) => LanguageCosts {
             model: m.id.clone(),
@@ -97,6 +97,6 @@ pub(super) fn language_costs(state: &AppState, m: &ModelEntry) -> LanguageCosts 
 }
 
 /// Liveness plus scheduler counters per loaded model.
-pub async fn health(State(state): State<AppState>) -> Json<Value> {
+pub async fn health(State(state): State<Models>) -> Json<Value> {
     Json(json!({"status": "ok", "models": state.engine.stats()}))
 }

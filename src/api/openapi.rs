@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::state::AppState;
+use super::state::Models;
 use super::{chat, models};
 
 /// The `/v1` API.
@@ -81,7 +81,7 @@ pub fn document(model_ids: &[&str]) -> Value {
 }
 
 /// `GET /v1/openapi.json`.
-pub async fn serve(State(state): State<AppState>) -> Json<Value> {
+pub async fn serve(State(state): State<Models>) -> Json<Value> {
     let ids: Vec<&str> = state.catalog.models.iter().map(|m| m.id.as_str()).collect();
     Json(document(&ids))
 }

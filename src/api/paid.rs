@@ -25,12 +25,12 @@ use crate::metering::{Idempotency, StoredResponse};
 /// # Errors
 /// The 401 or 429 response, ready to send (a 429 with its `x-ratelimit-*` headers).
 pub async fn payer(state: &AppState, headers: &HeaderMap) -> Result<(Payer, RateInfo), Response> {
-    let payer = access::authenticate_payer(state, headers)
+    let payer = access::authenticate_payer(&state.accounts, headers)
         .await
         .map_err(IntoResponse::into_response)?;
     let checked = match payer {
-        Payer::Key(k) => state.limits.check_request(k.key_id),
-        Payer::Session(s) => state.session_limits.check_request(s.account_id),
+        Payer::Key(k) => state.paid.limits.check_request(k.key_id),
+        Payer::Session(s) => state.paid.session_limits.check_request(s.account_id),
     };
     match checked {
         Ok(info) => Ok((payer, info)),
@@ -121,6 +121,7 @@ fn fingerprint(body: &[u8]) -> Vec<u8> {
 /// 404 `model_not_found`; 403 `model_license_forbids_commercial_use`.
 pub fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
     let entry = state
+        .models
         .catalog
         .get(model)
         .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
@@ -140,7 +141,7 @@ pub async fn prepare(
     model: &str,
     messages: &[ChatMessage],
 ) -> Result<Prompt, ApiError> {
-    let engine = state.engine.clone();
+    let engine = state.models.engine.clone();
     let (model, messages) = (model.to_owned(), messages.to_vec());
     tokio::task::spawn_blocking(move || engine.prepare(&model, &messages))
         .await

@@ -6,7 +6,7 @@
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum_extra::extract::cookie::CookieJar;
 
-use super::state::AppState;
+use super::state::Accounts;
 use crate::auth::session::{self, SessionPrincipal};
 use crate::ledger::LedgerError;
 
@@ -23,7 +23,7 @@ pub fn cookie(headers: &HeaderMap) -> Option<String> {
 /// # Errors
 /// Database errors; `Join` if the lookup task failed.
 pub async fn resolve(
-    state: &AppState,
+    state: &Accounts,
     value: String,
 ) -> Result<Option<SessionPrincipal>, LedgerError> {
     let (ledger, policy) = (state.ledger.clone(), state.dashboard.sessions);

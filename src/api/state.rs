@@ -1,9 +1,10 @@
-//! What every handler shares: `AppState` (built once by `app::state_with`), the request id,
+//! What every handler shares: `AppState` and its parts (built once by `app::assemble`), the request id,
 //! the body limit, the dashboard's settings. Plain data: handlers and the shared request
 //! modules use this file; it uses none of them.
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use rand::Rng;
 
 use super::limits::{KeyLimits, PublicLimits, SessionLimits, Throttles};
@@ -13,42 +14,68 @@ use crate::catalog::Catalog;
 use crate::engine::SharedEngine;
 use crate::ledger::Ledger;
 
-/// Shared state of every handler.
-#[derive(Clone)]
+/// Shared state of every handler, in four parts; a handler takes only the part it needs
+/// (`State<Models>`, `State<Accounts>`, ...: axum's `FromRef`).
+#[derive(Clone, FromRef)]
 pub struct AppState {
+    pub models: Models,
+    pub paid: Paid,
+    pub accounts: Accounts,
+    pub public: Public,
+}
+
+/// The models on sale: what runs them and what they cost.
+#[derive(Clone)]
+pub struct Models {
     /// Inference backend (`CandleEngine`, or `FakeEngine` in tests).
     pub engine: SharedEngine,
     /// The catalogue: model records and list prices (`/v1/models` is the price list).
     pub catalog: Arc<Catalog>,
-    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
-    pub ledger: Arc<Ledger>,
-    /// Bearer-key authentication with its 60 s lookup cache.
-    pub auth: Arc<Authenticator>,
-    /// Per-key request rate limits.
-    pub limits: Arc<KeyLimits>,
-    /// Per-account limits of the playground's session path, separate from the keys'.
-    pub session_limits: Arc<SessionLimits>,
     /// Where catalogue weight paths point (for `available` in the model list).
     pub weights_dir: Arc<std::path::PathBuf>,
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
     pub languages:
         Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
-    /// Outgoing e-mail (verification and reset links).
-    pub mail: Arc<crate::mail::Outbox>,
+}
+
+/// Paid requests: the metering service and the request limits of keys and sessions.
+#[derive(Clone)]
+pub struct Paid {
+    /// The metering service every paid endpoint admits its requests through.
+    pub meter: Arc<crate::metering::Meter>,
+    /// Per-key request rate limits.
+    pub limits: Arc<KeyLimits>,
+    /// Per-account limits of the playground's session path, separate from the keys'.
+    pub session_limits: Arc<SessionLimits>,
+}
+
+/// Accounts and who may act for them: the ledger, key authentication, the dashboard's
+/// settings and throttles, e-mail, card top-ups and single sign-on.
+#[derive(Clone)]
+pub struct Accounts {
+    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
+    pub ledger: Arc<Ledger>,
+    /// Bearer-key authentication with its 60 s lookup cache.
+    pub auth: Arc<Authenticator>,
     /// Dashboard settings (cookies, links, sign-up grant, session lifetimes).
     pub dashboard: Arc<DashboardConfig>,
     /// Dashboard throttles against guessing (sign-in, sign-up, reset, redeem).
     pub throttles: Arc<Throttles>,
+    /// Outgoing e-mail (verification and reset links).
+    pub mail: Arc<crate::mail::Outbox>,
     /// Stripe Checkout settings, when top-ups by card are configured.
     pub payments: Option<Arc<crate::payments::StripeConfig>>,
     /// The OpenID Connect relying party, when sign-in through a provider is configured.
     pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
+}
+
+/// The public endpoints (no key): their per-address limit and `/mcp`'s settings.
+#[derive(Clone)]
+pub struct Public {
     /// Per-address limit of the public endpoints and `/mcp`.
     pub public_limits: Arc<PublicLimits>,
     /// `/mcp` settings (allowed Host names, reference tokenizers).
     pub mcp: Arc<crate::mcp::McpSettings>,
-    /// The metering service every paid endpoint admits its requests through.
-    pub meter: Arc<crate::metering::Meter>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.

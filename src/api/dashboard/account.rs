@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::common::{account_json, base_url, normalize_email, start_session};
 use super::common::{blocking, ok, Body, DashError, Session};
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::auth::password;
 use crate::auth::session::{self, new_secret};
 use crate::ledger::{sha256, AccountId, Ledger, LedgerError, TokenPurpose};
@@ -93,7 +93,7 @@ fn removal_cookie() -> Cookie<'static> {
 /// `POST /api/v1/auth/signup {email, password}` -> 201 with the (unverified) account; the
 /// verification link goes by e-mail.
 pub async fn sign_up(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     Body(c): Body<Credentials>,
@@ -127,7 +127,7 @@ pub async fn sign_up(
     ))
 }
 
-async fn verify_token(state: &AppState, token: String) -> Result<(), DashError> {
+async fn verify_token(state: &Accounts, token: String) -> Result<(), DashError> {
     let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
     blocking(move || Ok(ledger.verify_email(&sha256(&token), starter)?))
         .await
@@ -136,7 +136,7 @@ async fn verify_token(state: &AppState, token: String) -> Result<(), DashError> 
 
 /// `POST /api/v1/auth/verify {token}`: confirm the address (grants the starter balance once).
 pub async fn verify(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     Body(b): Body<TokenBody>,
 ) -> Result<Response, DashError> {
     verify_token(&state, b.token).await?;
@@ -149,7 +149,7 @@ pub struct VerifyQuery {
 }
 
 /// `GET /verify?token=...`: the e-mailed link; confirms and says so in a small page.
-pub async fn verify_link(State(state): State<AppState>, Query(q): Query<VerifyQuery>) -> Response {
+pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQuery>) -> Response {
     match verify_token(&state, q.token).await {
         Ok(()) => Html(
             "<!doctype html><meta charset=utf-8><title>Address confirmed</title><p>Your address is confirmed. You can now sign in and create API keys.</p>",
@@ -168,7 +168,7 @@ pub async fn verify_link(State(state): State<AppState>, Query(q): Query<VerifyQu
 
 /// `POST /api/v1/auth/signin {email, password}`: sets a new session cookie.
 pub async fn sign_in(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     jar: CookieJar,
     Body(c): Body<Credentials>,
@@ -225,7 +225,7 @@ pub async fn sign_in(
 
 /// `POST /api/v1/auth/signout`: ends this session.
 pub async fn sign_out(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     jar: CookieJar,
     s: Session,
 ) -> Result<Response, DashError> {
@@ -237,7 +237,7 @@ pub async fn sign_out(
 
 /// `POST /api/v1/auth/signout-everywhere`: ends every session of the account.
 pub async fn sign_out_everywhere(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     jar: CookieJar,
     s: Session,
 ) -> Result<Response, DashError> {
@@ -250,7 +250,7 @@ pub async fn sign_out_everywhere(
 /// `POST /api/v1/auth/password-reset {email}`: e-mails a reset link if the address has an
 /// account; the answer is the same either way (no account discovery).
 pub async fn request_reset(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     Body(b): Body<EmailBody>,
@@ -286,7 +286,7 @@ pub async fn request_reset(
 /// `POST /api/v1/auth/password-reset/confirm {token, password}`: sets the password and ends
 /// every session of the account.
 pub async fn confirm_reset(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Body(b): Body<ResetBody>,
 ) -> Result<Response, DashError> {
@@ -310,7 +310,7 @@ pub async fn confirm_reset(
 }
 
 /// `GET /api/v1/account`: e-mail, verification, balance, reserved and available micros.
-pub async fn show(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let ledger = state.ledger.clone();
     let a = blocking(move || Ok(ledger.account(s.principal.account_id)?)).await?;
     Ok(ok(StatusCode::OK, account_json(&a)))

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::common::account_json;
 use super::common::{blocking, ok, Body, DashError, Session};
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::ledger::{Ledger, LedgerError};
 use crate::money::Micros;
 
@@ -37,7 +37,7 @@ pub struct AccountsPage {
 
 /// `GET /api/v1/admin/accounts?after=0&limit=50`: accounts in id order with balances.
 pub async fn accounts(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Query(p): Query<AccountsPage>,
 ) -> Result<Response, DashError> {
@@ -72,7 +72,7 @@ const MAX_ADJUST_MICROS: u64 = 1_000_000_000_000;
 /// `POST /api/v1/admin/accounts/{id}/adjust {amount_usd, reason}`: credit or debit a balance;
 /// a debit may not exceed what is available (balance minus running holds).
 pub async fn adjust(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Path(id): Path<String>,
     Body(b): Body<Adjustment>,

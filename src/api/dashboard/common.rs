@@ -5,7 +5,7 @@
 //! session with its cookie.
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::api::limits::Throttled;
 use crate::api::session as api_session;
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::auth::session::{self, SessionPrincipal};
 use crate::ledger::{Account, AccountId, LedgerError};
 
@@ -133,10 +133,14 @@ pub struct Session {
     pub cookie: String,
 }
 
-impl FromRequestParts<AppState> for Session {
+impl<S: Send + Sync> FromRequestParts<S> for Session
+where
+    Accounts: FromRef<S>,
+{
     type Rejection = DashError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, DashError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, DashError> {
+        let state = &Accounts::from_ref(state);
         let cookie = api_session::cookie(&parts.headers);
         let resolved = match cookie.clone() {
             Some(value) => api_session::resolve(state, value).await?,
@@ -226,7 +230,7 @@ pub fn account_json(a: &Account) -> serde_json::Value {
 }
 
 /// Base URL for e-mailed links.
-pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+pub fn base_url(state: &Accounts, headers: &HeaderMap) -> String {
     state.dashboard.public_url.clone().unwrap_or_else(|| {
         let host = headers
             .get(header::HOST)
@@ -236,7 +240,7 @@ pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     })
 }
 
-fn session_cookie(state: &AppState, value: String) -> Cookie<'static> {
+fn session_cookie(state: &Accounts, value: String) -> Cookie<'static> {
     Cookie::build((session::COOKIE, value))
         .http_only(true)
         .same_site(SameSite::Lax)
@@ -251,7 +255,7 @@ fn session_cookie(state: &AppState, value: String) -> Cookie<'static> {
 /// Start a session for `account` and add its cookie to `jar`. A new id at every sign-in (no
 /// session fixation); the session of a cookie already in `jar` ends.
 pub async fn start_session(
-    state: &AppState,
+    state: &Accounts,
     jar: CookieJar,
     account: AccountId,
 ) -> Result<CookieJar, DashError> {

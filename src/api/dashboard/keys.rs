@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::common::account_json;
 use super::common::{blocking, ok, Body, DashError, Session};
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::auth::create_key;
 use crate::ledger::{ApiKeyRecord, KeyState};
 
@@ -30,7 +30,7 @@ fn key_json(k: &ApiKeyRecord) -> serde_json::Value {
 }
 
 /// `GET /api/v1/keys`: the account's keys, newest first (prefix and name, never the key).
-pub async fn list(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let ledger = state.ledger.clone();
     let keys = blocking(move || Ok(ledger.keys(s.principal.account_id)?)).await?;
     Ok(ok(
@@ -47,7 +47,7 @@ pub struct NewKey {
 
 /// `POST /api/v1/keys {name}` -> 201 with the full key, shown this once.
 pub async fn create(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Body(b): Body<NewKey>,
 ) -> Result<Response, DashError> {
@@ -83,7 +83,7 @@ pub async fn create(
 /// `DELETE /api/v1/keys/{id}`: revoke one of the account's keys; the next request with it
 /// gets 401 (the key cache is purged at once).
 pub async fn revoke(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Path(id): Path<String>,
 ) -> Result<Response, DashError> {
@@ -119,7 +119,7 @@ impl Page {
 /// `GET /api/v1/usage?limit=50&before=CURSOR`: metered requests, newest first (model, tokens,
 /// cost, status, latency, time); `next_before` is the cursor of the next page (null at the end).
 pub async fn usage(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Query(p): Query<Page>,
 ) -> Result<Response, DashError> {
@@ -158,7 +158,7 @@ const MAX_CSV_ROWS: usize = 100_000;
 /// `GET /api/v1/usage.csv`: every metered request of the account (newest first, up to
 /// 100,000) as CSV: `created_at,request_id,model,prompt_tokens,completion_tokens,cost_micros,
 /// cost_usd,status,latency_ms`. Cost in USD is rendered from the integer micros.
-pub async fn usage_csv(State(state): State<AppState>, s: Session) -> Result<Response, DashError> {
+pub async fn usage_csv(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let ledger = state.ledger.clone();
     let rows =
         blocking(move || Ok(ledger.usage_page(s.principal.account_id, None, MAX_CSV_ROWS)?))
@@ -196,7 +196,7 @@ pub async fn usage_csv(State(state): State<AppState>, s: Session) -> Result<Resp
 /// `GET /api/v1/entries?limit=50`: the newest ledger entries (grants, top-ups, redemptions,
 /// holds, charges, releases).
 pub async fn entries(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Query(p): Query<Page>,
 ) -> Result<Response, DashError> {
@@ -222,7 +222,7 @@ pub struct Code {
 
 /// `POST /api/v1/redeem {code}`: credit a single-use code, atomically; throttled per account.
 pub async fn redeem(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Body(b): Body<Code>,
 ) -> Result<Response, DashError> {

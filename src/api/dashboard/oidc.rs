@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::common::{base_url, normalize_email, start_session};
 use super::common::{blocking, ok, DashError};
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
 use crate::ledger::ExternalIdentity;
 
@@ -26,7 +26,7 @@ const CALLBACK_PATH: &str = "/auth/oidc/callback";
 
 /// `GET /api/v1/auth/providers`: `{"oidc": {"label", "start"}}`, or `{"oidc": null}` when no
 /// identity provider is configured.
-pub async fn providers(State(state): State<AppState>) -> Response {
+pub async fn providers(State(state): State<Accounts>) -> Response {
     let oidc = state
         .oidc
         .as_ref()
@@ -37,7 +37,7 @@ pub async fn providers(State(state): State<AppState>) -> Response {
 /// `GET /auth/oidc/start`: 303 to the provider's authorization endpoint. Throttled with
 /// password sign-ins (per client IP).
 pub async fn start(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     jar: CookieJar,
@@ -88,7 +88,7 @@ pub struct CallbackQuery {
 
 /// `GET /auth/oidc/callback`: on success a new session and 303 to `/#/keys`.
 pub async fn callback(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     jar: CookieJar,
     Query(q): Query<CallbackQuery>,
 ) -> Response {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::{blocking, ok, Body, DashError, Session};
-use crate::api::state::AppState;
+use crate::api::state::Accounts;
 use crate::ledger::{LedgerError, NewTopup, TopupOutcome};
 use crate::money::Micros;
 use crate::payments::{self, PaymentError, MIN_FIRST_TOPUP_MICROS};
@@ -35,7 +35,7 @@ fn not_configured() -> DashError {
 /// `POST /api/v1/topups {amount, currency}` -> 201 `{checkout_url, ...}`: pay there; the
 /// balance is credited when Stripe confirms.
 pub async fn create(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     headers: HeaderMap,
     Body(b): Body<TopupBody>,
@@ -105,7 +105,7 @@ pub async fn create(
 /// until the provider's webhook confirms it, then `completed`); 404 for unknown or another
 /// account's checkouts.
 pub async fn status(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     s: Session,
     Path(checkout_id): Path<String>,
 ) -> Result<Response, DashError> {
@@ -127,7 +127,7 @@ pub async fn status(
 /// changes nothing; a replayed event or a second event for the same checkout is acknowledged
 /// without crediting again.
 pub async fn webhook(
-    State(state): State<AppState>,
+    State(state): State<Accounts>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, DashError> {
