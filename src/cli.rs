@@ -479,9 +479,9 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 a.id,
                 a.email,
                 a.balance_micros,
-                a.balance_micros,
+                a.balance_micros.0,
                 a.reserved_micros,
-                a.reserved_micros,
+                a.reserved_micros.0,
                 a.available_micros()
             )?;
             for u in l.recent_usage(a.id, 10)? {
@@ -492,7 +492,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                     u.model,
                     u.prompt_tokens,
                     u.completion_tokens,
-                    u.cost_micros,
+                    u.cost_micros.0,
                     u.status
                 )?;
             }

@@ -182,7 +182,7 @@ fn admission_never_runs_more_than_max_batch() {
 }
 
 #[test]
-fn the_kv_budget_admits_what_fits_and_never_starves_a_big_job() {
+fn the_kv_budget_admits_what_fits_and_runs_a_job_above_it_alone() {
     // 128 bytes a token: a (4 + 4)-token job reserves 1024 bytes, so only one fits in 1500.
     let mut h = Harness::new();
     let small: Vec<_> = (0..3).map(|_| h.submit(4, 4)).collect();

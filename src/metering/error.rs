@@ -8,7 +8,7 @@ use crate::money::Micros;
 #[derive(Debug, thiserror::Error)]
 pub enum MeterError {
     /// The balance minus open holds does not cover the hold (micros). Nothing was written.
-    #[error("insufficient balance: {required} micros required, {available} available")]
+    #[error("insufficient balance: {required} required, {available} available")]
     InsufficientBalance { required: Micros, available: Micros },
     /// The same `Idempotency-Key` and body are running; retry after about this many seconds.
     #[error("a request with this idempotency key is still running")]

@@ -110,7 +110,10 @@ pub async fn adjust(
         ) {
             Err(LedgerError::InsufficientBalance { available, .. }) => Err(DashError::bad_request(
                 "would_go_negative",
-                format!("The debit exceeds the available balance ({available} micros)."),
+                format!(
+                    "The debit exceeds the available balance ({available}, {} micros).",
+                    available.0
+                ),
             )),
             Err(LedgerError::NoSuchAccount(_)) => Err(DashError::new(
                 StatusCode::NOT_FOUND,

@@ -58,9 +58,10 @@ pub async fn create(
             return Err(DashError::bad_request(
                 "amount_too_small",
                 format!(
-                    "The first top-up must be at least $1.00; {} {} is {usd}.",
+                    "The first top-up must be at least 1.00 USD; {} {} is {:.2} USD.",
                     b.amount.trim(),
                     currency.to_uppercase(),
+                    usd.usd()
                 ),
             ));
         }
