@@ -195,19 +195,7 @@ mod tests {
     use super::*;
     use crate::ledger::temp_ledger;
 
-    fn usage(rid: &str, account: AccountId, cost: i64) -> UsageRecord {
-        UsageRecord {
-            request_id: rid.into(),
-            account_id: account,
-            key_id: None,
-            model: "m".into(),
-            prompt_tokens: 10,
-            completion_tokens: 5,
-            cost_micros: Micros(cost),
-            status: UsageStatus::Ok,
-            latency_ms: 1,
-        }
-    }
+    use crate::ledger::test_usage as usage;
 
     #[test]
     fn reserve_settle_release_keep_the_books_balanced() {

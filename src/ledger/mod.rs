@@ -241,3 +241,19 @@ pub(crate) fn temp_ledger() -> (tempfile::TempDir, Ledger) {
     let l = Ledger::open(&dir.path().join("t.db")).unwrap();
     (dir, l)
 }
+
+/// A usage record of `cost` micros for `request_id` (10 prompt and 5 completion tokens, `ok`).
+#[cfg(test)]
+pub(crate) fn test_usage(request_id: &str, account: AccountId, cost: i64) -> UsageRecord {
+    UsageRecord {
+        request_id: request_id.into(),
+        account_id: account,
+        key_id: None,
+        model: "m".into(),
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        cost_micros: Micros(cost),
+        status: UsageStatus::Ok,
+        latency_ms: 1,
+    }
+}

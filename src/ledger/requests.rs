@@ -176,29 +176,23 @@ mod tests {
     use super::*;
     use crate::ledger::{temp_ledger, UsageStatus};
 
-    fn usage(rid: &str, account: AccountId, cost: i64) -> UsageRecord {
-        UsageRecord {
-            request_id: rid.into(),
-            account_id: account,
-            key_id: None,
-            model: "m".into(),
-            prompt_tokens: 3,
-            completion_tokens: 2,
-            cost_micros: Micros(cost),
-            status: UsageStatus::Ok,
-            latency_ms: 1,
-        }
-    }
+    use crate::ledger::test_usage as usage;
 
-    #[test]
-    fn a_402_takes_no_claim_and_a_settle_stores_the_replay_with_the_charge() {
-        let (_d, l) = temp_ledger();
+    /// A ledger with an account of 100 micros and an idempotency scope of it.
+    fn funded() -> (tempfile::TempDir, Ledger, AccountId, IdempotencyScope) {
+        let (d, l) = temp_ledger();
         let a = l.create_account("r@example.com", Micros(100)).unwrap().id;
         let scope = IdempotencyScope {
             account: a,
             route: "/r".into(),
             key: "k".into(),
         };
+        (d, l, a, scope)
+    }
+
+    #[test]
+    fn a_402_takes_no_claim_and_a_settle_stores_the_replay_with_the_charge() {
+        let (_d, l, a, scope) = funded();
         let e = l
             .admit_request("req_1", a, Micros(500), Some((&scope, b"fp")))
             .unwrap_err();
@@ -245,13 +239,7 @@ mod tests {
 
     #[test]
     fn void_releases_the_hold_and_forgets_the_claim() {
-        let (_d, l) = temp_ledger();
-        let a = l.create_account("v@example.com", Micros(100)).unwrap().id;
-        let scope = IdempotencyScope {
-            account: a,
-            route: "/r".into(),
-            key: "k".into(),
-        };
+        let (_d, l, a, scope) = funded();
         l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         assert_eq!(
@@ -279,13 +267,7 @@ mod tests {
 
     #[test]
     fn a_settle_whose_response_cannot_be_stored_charges_nothing() {
-        let (_d, l) = temp_ledger();
-        let a = l.create_account("t@example.com", Micros(100)).unwrap().id;
-        let scope = IdempotencyScope {
-            account: a,
-            route: "/r".into(),
-            key: "k".into(),
-        };
+        let (_d, l, a, scope) = funded();
         l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         // The response's write fails after the charge's writes, inside the same transaction.
