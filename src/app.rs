@@ -46,7 +46,7 @@ pub struct ServeConfig {
     /// Bytes of KV cache the running sequences may reserve (0: no limit).
     pub kv_cache_budget: u64,
     /// Dashboard cookies, links and sign-up grant.
-    pub dashboard: crate::api::dashboard::DashboardConfig,
+    pub dashboard: api::DashboardConfig,
     /// SMTP relay URL and sender for e-mails (`None`: e-mails go to the log).
     pub smtp: Option<(String, String)>,
     /// Stripe Checkout for top-ups (`None`: codes and the CLI only).

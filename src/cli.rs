@@ -313,7 +313,7 @@ impl ServeArgs {
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,
             kv_cache_budget: self.kv_cache_budget,
-            dashboard: crate::api::dashboard::DashboardConfig {
+            dashboard: crate::api::DashboardConfig {
                 insecure_cookies: self.insecure_cookies,
                 public_url: self.public_url.clone(),
                 starter_micros: usd_to_micros(&self.signup_starter_usd)?,

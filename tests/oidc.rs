@@ -188,7 +188,7 @@ async fn a_provider_verified_user_signs_in_gets_one_account_and_the_callback_can
     assert_eq!(me["data"]["email"], "alice@idp.example", "{me}");
     assert_eq!(me["data"]["verified"], true, "{me}");
     let id = tollgate::ids::AccountId(me["data"]["id"].as_i64().unwrap());
-    let starter = tollgate::api::dashboard::DashboardConfig::default().starter_micros;
+    let starter = tollgate::api::DashboardConfig::default().starter_micros;
     assert_eq!(server.ledger.account(id).unwrap().balance_micros, starter);
 
     // The same subject again, from another browser: the same account, no second grant.

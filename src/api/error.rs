@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::schema::{ErrorBody, ErrorObject};
 use crate::metering::MeterError;
@@ -144,11 +144,6 @@ impl ApiError {
         }
     }
 
-    /// The envelope as JSON, without `request_id`.
-    pub fn body(&self) -> Value {
-        serde_json::to_value(self.envelope(None)).unwrap_or_default()
-    }
-
     /// Log a server-side failure (5xx) with its detail; client errors are not logged here.
     pub fn log(&self) {
         let (status, ..) = self.parts();
@@ -247,7 +242,7 @@ mod tests {
                 message: "is required".into(),
             },
         ]);
-        let b = e.body();
+        let b = serde_json::to_value(e.envelope(None)).unwrap();
         assert_eq!(b["error"]["type"], "invalid_request_error");
         assert_eq!(b["error"]["param"], "temperature");
         assert_eq!(b["error"]["details"]["errors"][1]["param"], "model");

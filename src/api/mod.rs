@@ -41,9 +41,8 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
-pub use self::state::{
-    random_id, Accounts, AppState, DashboardConfig, Models, Paid, Public, RequestId, MAX_BODY_BYTES,
-};
+use self::state::{random_id, RequestId, MAX_BODY_BYTES};
+pub use self::state::{AppState, DashboardConfig};
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {

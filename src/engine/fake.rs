@@ -109,11 +109,6 @@ impl FakeEngine {
         self.gate.set(false);
     }
 
-    /// Generations submitted and not yet finished (waiting at the gate included).
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
-    }
-
     /// Inject a fault for the following requests.
     pub fn set_fault(&self, fault: FakeFault) {
         *self

@@ -3,7 +3,9 @@
 
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
-use super::{now, AccountId, Ledger, LedgerError};
+#[cfg(test)]
+use super::AccountId;
+use super::{now, Ledger, LedgerError};
 
 /// Records older than this are forgotten (seconds).
 pub const IDEMPOTENCY_TTL_S: i64 = 24 * 3600;
@@ -33,9 +35,12 @@ pub enum Claim {
 
 impl Ledger {
     /// Claim `(account, route, key)` for a request with body `fingerprint`.
+    /// Test-only: the server does this through `requests.rs`, in the same transaction as
+    /// the money.
     ///
     /// # Errors
     /// Database errors.
+    #[cfg(test)]
     pub fn claim_idempotency(
         &self,
         account: AccountId,
@@ -53,9 +58,12 @@ impl Ledger {
     }
 
     /// Store the executed outcome of a claimed key.
+    /// Test-only: the server does this through `requests.rs`, in the same transaction as
+    /// the money.
     ///
     /// # Errors
     /// Database errors.
+    #[cfg(test)]
     pub fn complete_idempotency(
         &self,
         account: AccountId,
@@ -74,9 +82,12 @@ impl Ledger {
     }
 
     /// Forget a claim (402, 5xx, or a request that never ran), so a retry runs again.
+    /// Test-only: the server does this through `requests.rs`, in the same transaction as
+    /// the money.
     ///
     /// # Errors
     /// Database errors.
+    #[cfg(test)]
     pub fn abandon_idempotency(
         &self,
         account: AccountId,

@@ -12,7 +12,7 @@
 //! After Brandur Leach's "Implementing Stripe-like idempotency keys in Postgres": the response
 //! is stored in the same transaction as the last business write.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension, Transaction};
+use r2d2_sqlite::rusqlite::{params, Transaction};
 
 use super::holds::{close_hold, reserve_in, HoldOutcome, Reservation};
 use super::idempotency::{claim_in, Claim};
@@ -130,11 +130,13 @@ impl Ledger {
         })
     }
 
-    /// The request id that holds the claim on `scope`, if any.
+    /// The request id that holds the claim on `scope`, if any (tests).
     ///
     /// # Errors
     /// Database errors.
+    #[cfg(test)]
     pub fn claim_owner(&self, scope: &IdempotencyScope) -> Result<Option<String>, LedgerError> {
+        use r2d2_sqlite::rusqlite::OptionalExtension;
         self.read(|c| {
             Ok(c.query_row(
                 "SELECT request_id FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",

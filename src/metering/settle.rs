@@ -211,47 +211,50 @@ async fn settle(
         ending,
     );
     let stored = ctx.claim.clone().zip(response.cloned());
-    let mut wait = Duration::from_millis(50);
-    for attempt in 1..=SETTLE_ATTEMPTS {
+    let (mut attempt, mut wait) = (1, Duration::from_millis(50));
+    let result = loop {
         let (u, s) = (usage.clone(), stored.clone());
         match ctx
             .ledger
             .run(move |l| l.settle_request(&u, s.as_ref().map(|(c, r)| (c, r))))
             .await
         {
-            Ok(outcome) if !outcome.applied => {
-                // Someone else closed the hold (a second process recovering this ledger): this
-                // request was not charged, so it must not be answered as if it were.
-                tracing::error!(request_id = %usage.request_id, "the hold was already closed; not charged");
-                return Err(MeterError::NotRecorded(
-                    "the hold was already closed".into(),
-                ));
-            }
-            Ok(_) => {
-                tracing::info!(request_id = %usage.request_id, model = %usage.model,
-                    prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
-                    cost_micros = usage.cost_micros.0, ms = usage.latency_ms, ending = ?ending, "settled");
-                return Ok(());
-            }
-            Err(e) if attempt == SETTLE_ATTEMPTS => {
-                tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
-                // Voided before the answer when the ledger allows it, so a retry with the same
-                // key runs at once; otherwise in the background until it commits.
-                void(ctx, charge.completion_tokens).await;
-                return Err(MeterError::NotRecorded(e.to_string()));
-            }
-            Err(e) => {
+            Err(e) if attempt < SETTLE_ATTEMPTS => {
                 tracing::warn!(request_id = %usage.request_id, attempt, "settle failed; retrying: {e}");
                 tokio::time::sleep(wait).await;
-                wait *= 4;
+                (attempt, wait) = (attempt + 1, wait * 4);
             }
+            other => break other,
+        }
+    };
+    match result {
+        Ok(outcome) if !outcome.applied => {
+            // Someone else closed the hold (a second process recovering this ledger): this
+            // request was not charged, so it must not be answered as if it were.
+            tracing::error!(request_id = %usage.request_id, "the hold was already closed; not charged");
+            Err(MeterError::NotRecorded(
+                "the hold was already closed".into(),
+            ))
+        }
+        Ok(_) => {
+            tracing::info!(request_id = %usage.request_id, model = %usage.model,
+                prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
+                cost_micros = usage.cost_micros.0, ms = usage.latency_ms, ending = ?ending, "settled");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
+            // Voided before the answer when the ledger allows it, so a retry with the same
+            // key runs at once; otherwise in the background until it commits.
+            void(ctx, charge.completion_tokens).await;
+            Err(MeterError::NotRecorded(e.to_string()))
         }
     }
-    unreachable!("the last attempt returns")
 }
 
-/// Release the hold free and forget the claim, once now; if that fails, keep trying in the
-/// background.
+/// Release the hold free and forget the claim (one transaction): once now, and if that
+/// fails, in the background until it commits (backoff 100 ms doubling to 5 s), so a hold never
+/// outlives its request while the server runs, even through a full disk.
 pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
     let usage = billing::usage_record(
         &ctx.metered,
@@ -259,42 +262,25 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
         completion_tokens,
         Ending::Failed,
     );
-    let claim = ctx.claim.clone();
-    if ctx
-        .ledger
-        .run(move |l| l.void_request(&usage, claim.as_ref()))
-        .await
-        .is_err()
-    {
-        spawn_void(ctx, completion_tokens);
-    }
-}
-
-/// Void in the background until it commits (backoff 100 ms doubling to 5 s), so a hold never
-/// outlives its request while the server runs, even through a full disk.
-fn spawn_void(ctx: &Context, completion_tokens: usize) {
-    let usage = billing::usage_record(
-        &ctx.metered,
-        ctx.prompt_tokens,
-        completion_tokens,
-        Ending::Failed,
-    );
     let (ledger, claim) = (ctx.ledger.clone(), ctx.claim.clone());
+    let try_void = move || {
+        let (ledger, u, c) = (ledger.clone(), usage.clone(), claim.clone());
+        async move { ledger.run(move |l| l.void_request(&u, c.as_ref())).await }
+    };
+    if try_void().await.is_ok() {
+        return;
+    }
+    let request_id = ctx.metered.request_id.clone();
     tokio::spawn(async move {
         let mut wait = VOID_BACKOFF.0;
         loop {
-            let (u, c) = (usage.clone(), claim.clone());
-            match ledger.run(move |l| l.void_request(&u, c.as_ref())).await {
-                Ok(_) => {
-                    tracing::warn!(request_id = %usage.request_id, "hold released after a failed settle; not charged");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(request_id = %usage.request_id, "void failed; retrying in {wait:?}: {e}");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(VOID_BACKOFF.1);
-                }
+            tokio::time::sleep(wait).await;
+            match try_void().await {
+                Ok(_) => break,
+                Err(e) => tracing::warn!(%request_id, "void failed; retrying in {wait:?}: {e}"),
             }
+            wait = (wait * 2).min(VOID_BACKOFF.1);
         }
+        tracing::warn!(%request_id, "hold released after a failed write; not charged");
     });
 }

@@ -25,10 +25,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 
 use super::state::AppState;
-pub use crate::api::limits::Throttles;
-pub use crate::api::state::DashboardConfig;
 use common::{csrf, DashError};
-pub use common::{Body, Session};
 
 async fn not_found(req: Request) -> DashError {
     DashError::new(
