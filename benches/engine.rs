@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tollgate::engine::{
-    CandleEngine, ChatMessage, Engine, EngineConfig, GenerateRequest, GenerationEvent, Role,
-    SamplingParams,
+    CandleEngine, ChatInput, ChatMessage, Engine, EngineConfig, GenerateRequest, GenerationEvent,
+    Role, SamplingParams,
 };
 
 const MODEL: &str = "smollm2-135m-instruct";
@@ -26,10 +26,7 @@ struct Run {
 }
 
 async fn one(engine: &CandleEngine, text: String, max_new_tokens: usize) -> Run {
-    let msgs = [ChatMessage {
-        role: Role::User,
-        content: text,
-    }];
+    let msgs = ChatInput::messages(vec![ChatMessage::text(Role::User, text)]);
     let prompt = engine.prepare(MODEL, &msgs).expect("prepare");
     let req = GenerateRequest {
         request_id: "req_bench".into(),

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use tollgate::engine::{ChatMessage, FinishReason, GenerateRequest, Role, SamplingParams};
+use tollgate::engine::{
+    ChatInput, ChatMessage, FinishReason, GenerateRequest, Role, SamplingParams,
+};
 
 const SYSTEM: &str = "You are a helpful assistant.";
 
@@ -216,10 +218,7 @@ async fn disconnecting_client_cancels_and_frees_the_sequence() {
 #[tokio::test]
 async fn engine_reports_exact_counts_for_a_cancelled_generation() {
     let s = shared();
-    let msgs = [ChatMessage {
-        role: Role::User,
-        content: "Count from 1 to 1000.".into(),
-    }];
+    let msgs = ChatInput::messages(vec![ChatMessage::text(Role::User, "Count from 1 to 1000.")]);
     let prompt = s.engine.prepare(SMOL, &msgs).unwrap();
     let n_prompt = prompt.token_ids.len();
     let sampling = SamplingParams {

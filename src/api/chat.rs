@@ -98,9 +98,9 @@ async fn handle(
             message: format!("The model `{}` does not read images.", req.model),
         });
     }
-    let prompt = paid::prepare(&state, &req.model, &req.messages).await?;
+    let prompt = paid::prepare(&state, &req.model, &req.input).await?;
     let max_new_tokens = paid::max_new_tokens(&prompt, req.max_tokens)?;
-    let meta = CompletionMeta::new(&req.model, &rid.0);
+    let meta = CompletionMeta::new(&req.model, &rid.0, prompt.tool_format);
     let mode = if req.stream {
         Mode::Stream
     } else {

@@ -6,8 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::schema::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, ChunkDelta,
-    ServiceCost, Usage,
+    FunctionCallOut, ServiceCost, ToolCallOut, Usage,
 };
+use crate::engine::tools::{parse::parse_all, ToolFormat};
 use crate::engine::FinishReason;
 use crate::metering::{Charge, StoredResponse};
 
@@ -21,11 +22,13 @@ pub struct CompletionMeta {
     pub model: String,
     /// The request's `req_` id (`service.request_id`).
     pub request_id: String,
+    /// How to read tool calls out of the text (`None`: tools off, all text is content).
+    pub tool_format: Option<ToolFormat>,
 }
 
 impl CompletionMeta {
     /// A new completion of `model` for request `request_id`, created now.
-    pub fn new(model: &str, request_id: &str) -> Self {
+    pub fn new(model: &str, request_id: &str, tool_format: Option<ToolFormat>) -> Self {
         Self {
             id: format!("chatcmpl-{}", super::state::random_id(24)),
             created: SystemTime::now()
@@ -33,6 +36,7 @@ impl CompletionMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_owned(),
             request_id: request_id.to_owned(),
+            tool_format,
         }
     }
 
@@ -52,9 +56,27 @@ impl CompletionMeta {
         )
     }
 
-    /// The whole `chat.completion` with `text`, as the 200 response to store and send.
+    /// The whole `chat.completion` with `text` (split into content and tool calls when tools
+    /// are on), as the 200 response to store and send.
     pub fn completion(&self, c: &Charge, text: String) -> StoredResponse {
         let (usage, service) = self.usage(c);
+        let (content, calls) = match self.tool_format {
+            Some(f) => parse_all(f, &text),
+            None => (text, Vec::new()),
+        };
+        let tool_calls: Vec<ToolCallOut> = calls
+            .into_iter()
+            .map(|(name, arguments)| ToolCallOut {
+                id: new_call_id(),
+                kind: "function",
+                function: FunctionCallOut { name, arguments },
+            })
+            .collect();
+        let finish = if tool_calls.is_empty() {
+            finish_reason(&c.finish)
+        } else {
+            tool_finish_reason(&c.finish)
+        };
         let body = ChatCompletion {
             id: self.id.clone(),
             object: "chat.completion",
@@ -65,11 +87,12 @@ impl CompletionMeta {
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant",
-                    content: text,
+                    content: (tool_calls.is_empty() || !content.is_empty()).then_some(content),
                     refusal: None,
+                    tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
                 },
                 logprobs: None,
-                finish_reason: finish_reason(&c.finish),
+                finish_reason: finish,
             }],
             usage,
             service,
@@ -109,6 +132,20 @@ impl CompletionMeta {
             usage,
             service: None,
         }
+    }
+}
+
+/// A tool call's id: `call_` + 24 alphanumerics.
+pub fn new_call_id() -> String {
+    format!("call_{}", super::state::random_id(24))
+}
+
+/// `finish_reason` of a completion that made tool calls: `tool_calls`, or `length` when it was
+/// cut off.
+pub fn tool_finish_reason(f: &FinishReason) -> &'static str {
+    match f {
+        FinishReason::Length => "length",
+        _ => "tool_calls",
     }
 }
 

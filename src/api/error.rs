@@ -22,9 +22,10 @@ pub enum ApiError {
     /// 400 `invalid_json`: the body is not JSON.
     #[error("We could not parse the JSON body of your request: {0}")]
     InvalidJson(String),
-    /// 400 `unsupported_parameter`: a field we do not implement.
-    #[error("Unrecognized request argument supplied: {0}")]
-    UnsupportedParameter(String),
+    /// 400 `unsupported_parameter`: fields we do not implement, in body order (never empty).
+    /// `param` names the first; `details.unsupported` lists them all.
+    #[error("Unrecognized request argument supplied: {}", .0.join(", "))]
+    UnsupportedParameter(Vec<String>),
     /// 400 with a specific code and param (image to a text model, context too long, ...).
     #[error("{message}")]
     BadRequest {
@@ -94,7 +95,7 @@ impl ApiError {
         let model = || Some("model".to_owned());
         match self {
             E::InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, "invalid_json", None),
-            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, INVALID, "unsupported_parameter", Some(p.clone())),
+            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, INVALID, "unsupported_parameter", p.first().cloned()),
             E::BadRequest { param, code, .. } => (StatusCode::BAD_REQUEST, INVALID, code, param.clone()),
             E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_request", errs.first().map(|e| e.param.clone())),
             E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", code, None),
@@ -120,6 +121,7 @@ impl ApiError {
         let (_, kind, code, param) = self.parts();
         let details = match self {
             ApiError::Validation(errors) => Some(json!({ "errors": errors })),
+            ApiError::UnsupportedParameter(params) => Some(json!({ "unsupported": params })),
             ApiError::IdempotencyMismatch => Some(
                 json!({ "errors": [{"param": "Idempotency-Key", "message": "was used with a different body"}] }),
             ),

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::limits::RateInfo;
 use super::state::AppState;
 use crate::catalog::ModelEntry;
-use crate::engine::{ChatMessage, EngineError, Prompt};
+use crate::engine::{ChatInput, EngineError, Prompt};
 use crate::ledger::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
 
@@ -136,14 +136,14 @@ pub fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiEr
 /// # Errors
 /// 502 `model_unavailable` (not loaded, cannot load), 400 `invalid_messages` (the template
 /// refuses them), 503 `model_capacity`, 500.
-pub async fn prepare(
-    state: &AppState,
-    model: &str,
-    messages: &[ChatMessage],
-) -> Result<Prompt, ApiError> {
+pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result<Prompt, ApiError> {
     let engine = state.models.engine.clone();
-    let (model, messages) = (model.to_owned(), messages.to_vec());
-    tokio::task::spawn_blocking(move || engine.prepare(&model, &messages))
+    let (model, input) = (model.to_owned(), input.clone());
+    let grammar_param = match input.constraint {
+        Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
+        _ => "tools",
+    };
+    tokio::task::spawn_blocking(move || engine.prepare(&model, &input))
         .await
         .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?
         .map_err(|e| match e {
@@ -161,6 +161,11 @@ pub async fn prepare(
                 ApiError::ModelUnavailable(e.to_string())
             }
             e @ EngineError::NoRoom { .. } => ApiError::NoCapacity(e.to_string()),
+            EngineError::Grammar(g) => ApiError::BadRequest {
+                param: Some(grammar_param.into()),
+                code: "unsupported_grammar",
+                message: format!("The output constraint cannot be compiled for this model: {g}"),
+            },
             other => ApiError::Internal(other.to_string()),
         })
 }

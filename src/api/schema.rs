@@ -63,6 +63,18 @@ pub struct ChatCompletionRequest {
     n: Option<u64>,
     /// An end-user id (accepted, not used).
     user: Option<String>,
+    /// Functions the model may call; their definitions count as prompt tokens.
+    tools: Option<Vec<Value>>,
+    /// `none`, `auto` (default with tools), `required`, or
+    /// `{"type": "function", "function": {"name": ...}}`. Calls are grammar-constrained.
+    #[schema(value_type = Option<Value>)]
+    tool_choice: Option<Value>,
+    /// Allow more than one call (default true).
+    parallel_tool_calls: Option<bool>,
+    /// `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "json_schema":
+    /// {"name", "schema", "strict"?}}`; JSON output is grammar-constrained to the schema.
+    #[schema(value_type = Option<Value>)]
+    response_format: Option<Value>,
 }
 
 /// One message of the conversation.
@@ -192,13 +204,15 @@ pub struct ChunkChoice {
     pub finish_reason: Option<&'static str>,
 }
 
-/// What a chunk adds to the message: the role (first chunk) and text.
-#[derive(Debug, Serialize, ToSchema)]
+/// What a chunk adds to the message: the role (first chunk), text, or pieces of tool calls.
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct ChunkDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// One server-sent event of a streamed completion (the `text/event-stream` body is a sequence
@@ -234,10 +248,55 @@ pub struct Choice {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    pub content: String,
+    /// The text; `null` when the model only called tools.
+    pub content: Option<String>,
     /// Always null.
     #[schema(value_type = Option<String>)]
     pub refusal: Option<()>,
+    /// The calls the model made (absent when none), with `finish_reason: "tool_calls"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+/// One tool call of a response (`message.tool_calls[i]`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallOut {
+    /// `call_` + 24 alphanumerics.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCallOut,
+}
+
+/// The function a call names and its arguments.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionCallOut {
+    pub name: String,
+    /// The arguments as a JSON string (valid against the tool's `parameters`).
+    pub arguments: String,
+}
+
+/// A piece of a streamed tool call (`delta.tool_calls[i]`): the first piece of a call carries
+/// `id`, `type` and `function.name`; later pieces carry `function.arguments` fragments.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    /// Which call (0-based, in order).
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+/// Name (first piece) or argument text (later pieces) of a streamed call.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 /// Tokens counted by the model's tokenizer (what is billed).

@@ -14,9 +14,10 @@ use futures::stream::{self, Stream};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::completion::{finish_reason, CompletionMeta};
+use super::completion::{finish_reason, new_call_id, tool_finish_reason, CompletionMeta};
 use super::error::ApiError;
-use super::schema::ChunkDelta;
+use super::schema::{ChunkDelta, FunctionDelta, ToolCallDelta};
+use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::GenerationEvent;
 use crate::metering::Settlement;
 
@@ -33,6 +34,57 @@ struct StreamState {
     include_usage: bool,
     phase: Phase,
     queue: VecDeque<Event>,
+    /// Splits text into content and tool calls when tools are on.
+    parser: Option<ToolCallParser>,
+}
+
+impl StreamState {
+    /// Queue the chunks of one piece of generated text (content, or tool-call pieces).
+    fn push_text(&mut self, text: String) {
+        let events = match self.parser.as_mut() {
+            Some(p) => p.push(&text),
+            None => vec![ToolEvent::Content(text)],
+        };
+        self.push_events(events);
+    }
+
+    fn push_events(&mut self, events: Vec<ToolEvent>) {
+        for e in events {
+            let delta = match e {
+                ToolEvent::Content(t) => ChunkDelta {
+                    content: Some(t),
+                    ..ChunkDelta::default()
+                },
+                ToolEvent::CallStart { index, name } => call_delta(ToolCallDelta {
+                    index,
+                    id: Some(new_call_id()),
+                    kind: Some("function"),
+                    function: FunctionDelta {
+                        name: Some(name),
+                        arguments: Some(String::new()),
+                    },
+                }),
+                ToolEvent::CallArgs { index, fragment } => call_delta(ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: Some(fragment),
+                    },
+                }),
+            };
+            let c = self.meta.chunk(delta, None, self.include_usage);
+            self.queue.push_back(data(&c));
+        }
+    }
+}
+
+fn call_delta(d: ToolCallDelta) -> ChunkDelta {
+    ChunkDelta {
+        tool_calls: Some(vec![d]),
+        ..ChunkDelta::default()
+    }
 }
 
 fn data(v: &impl Serialize) -> Event {
@@ -47,7 +99,9 @@ pub fn stream_response(
     events: mpsc::UnboundedReceiver<GenerationEvent>,
     settlement: Settlement,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let parser = meta.tool_format.map(ToolCallParser::new);
     let st = StreamState {
+        parser,
         meta,
         events,
         settlement: Some(settlement),
@@ -67,22 +121,13 @@ pub fn stream_response(
                     let delta = ChunkDelta {
                         role: Some("assistant"),
                         content: Some(String::new()),
+                        tool_calls: None,
                     };
                     let c = st.meta.chunk(delta, None, st.include_usage);
                     st.queue.push_back(data(&c));
                 }
                 Phase::Events => match st.events.recv().await {
-                    Some(GenerationEvent::Delta(d)) => {
-                        let c = st.meta.chunk(
-                            ChunkDelta {
-                                role: None,
-                                content: Some(d),
-                            },
-                            None,
-                            st.include_usage,
-                        );
-                        st.queue.push_back(data(&c));
-                    }
+                    Some(GenerationEvent::Delta(d)) => st.push_text(d),
                     Some(GenerationEvent::Started) => {}
                     None => {
                         st.phase = Phase::Done;
@@ -103,6 +148,10 @@ async fn finish_stream(st: &mut StreamState) {
     let Some(settlement) = st.settlement.take() else {
         return;
     };
+    let calls = st.parser.as_ref().map_or(0, ToolCallParser::calls);
+    if let Some(rest) = st.parser.as_mut().map(ToolCallParser::finish) {
+        st.push_events(rest);
+    }
     let charge = match settlement.wait().await {
         Ok(c) => c,
         Err(e) => {
@@ -114,14 +163,14 @@ async fn finish_stream(st: &mut StreamState) {
         }
     };
     let (usage, service) = st.meta.usage(&charge);
-    let mut c = st.meta.chunk(
-        ChunkDelta {
-            role: None,
-            content: None,
-        },
-        Some(finish_reason(&charge.finish)),
-        st.include_usage,
-    );
+    let finish = if calls > 0 {
+        tool_finish_reason(&charge.finish)
+    } else {
+        finish_reason(&charge.finish)
+    };
+    let mut c = st
+        .meta
+        .chunk(ChunkDelta::default(), Some(finish), st.include_usage);
     c.service = Some(service.clone());
     st.queue.push_back(data(&c));
     if st.include_usage {

@@ -10,12 +10,14 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Instant;
 
 use candle_core::Device;
 
+use super::chat::{ChatInput, OutputConstraint, ToolChoice};
 use super::gguf::GgufFile;
+use super::grammar::{GrammarEnv, GrammarSpec};
 use super::hf_files;
 use super::model::Transformer;
 use super::resolve;
@@ -24,9 +26,8 @@ use super::scheduler::{self, Cmd, Job, Limits, Runtime};
 use super::store::TensorStore;
 use super::template::ChatTemplate;
 use super::tokenizer::ModelTokenizer;
-use super::{
-    ChatMessage, Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
-};
+use super::tools::{ToolFormat, TRIGGER};
+use super::{Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
 use crate::catalog::Catalog;
 
 /// What to load and how to run it.
@@ -62,6 +63,8 @@ struct Front {
     bytes: u64,
     /// Milliseconds since the engine started, at the last request (for LRU eviction).
     last_used: AtomicU64,
+    /// The vocabulary's token trie for constrained decoding, built on first use.
+    grammar_env: OnceLock<Result<GrammarEnv, String>>,
 }
 
 /// Real inference with candle.
@@ -197,12 +200,18 @@ impl CandleEngine {
     }
 }
 
-/// The chat template rendered and tokenized, with BOS where the model wants one.
-fn prompt_ids(f: &Front, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
-    let text = f
-        .template
-        .render(messages, &f.tokenizer.bos_text, &f.tokenizer.eos_text)
-        .map_err(EngineError::Template)?;
+/// The chat template rendered (tools through the model's own template when it supports them,
+/// else through the built-in layer of `tools`) and tokenized, with BOS where the model wants one.
+fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
+    let format = ToolFormat::for_model(&f.id);
+    let (bos, eos) = (&f.tokenizer.bos_text, &f.tokenizer.eos_text);
+    let text = if format.template_supports(&f.template.text) {
+        f.template.render(&input.messages, &input.tools, bos, eos)
+    } else {
+        let folded = format.fold_messages(&input.messages, &input.tools);
+        f.template.render(&folded, &[], bos, eos)
+    }
+    .map_err(EngineError::Template)?;
     let mut ids = f
         .tokenizer
         .encode(&text)
@@ -213,6 +222,43 @@ fn prompt_ids(f: &Front, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineErr
         }
     }
     Ok(ids)
+}
+
+/// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
+/// of the model's format (with the `auto` trigger), or the trigger banned under `none`.
+fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
+    let mut prompt = Prompt::plain(model, prompt_ids(f, input)?, f.context_length);
+    let env = || {
+        f.grammar_env
+            .get_or_init(|| GrammarEnv::new(f.tokenizer.clone()))
+            .as_ref()
+            .map_err(|e| EngineError::Grammar(e.clone()))
+    };
+    match &input.constraint {
+        None => {}
+        Some(OutputConstraint::Json(schema)) => {
+            let g = env()?
+                .compile(GrammarSpec::JsonSchema(schema.clone()), None)
+                .map_err(EngineError::Grammar)?;
+            prompt.grammar = Some(Box::new(g));
+        }
+        Some(OutputConstraint::Tools { choice, parallel }) => {
+            let format = ToolFormat::for_model(&f.id);
+            if *choice == ToolChoice::None {
+                let ids = f.tokenizer.encode(TRIGGER).unwrap_or_default();
+                if ids.len() == 1 {
+                    prompt.banned_tokens = ids;
+                }
+            } else if let Some((spec, trigger)) = format.grammar(&input.tools, choice, *parallel) {
+                let g = env()?
+                    .compile(spec, trigger)
+                    .map_err(EngineError::Grammar)?;
+                prompt.grammar = Some(Box::new(g));
+                prompt.tool_format = Some(format);
+            }
+        }
+    }
+    Ok(prompt)
 }
 
 fn load(
@@ -263,6 +309,7 @@ fn load(
         waiting: waiting.clone(),
         bytes: weights_bytes(path),
         last_used: AtomicU64::new(0),
+        grammar_env: OnceLock::new(),
     };
     Ok((
         Runtime {
@@ -289,20 +336,15 @@ impl Engine for CandleEngine {
             .collect()
     }
 
-    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
+    fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
         let (_, f) = self.ensure_loaded(model)?;
         f.last_used.store(self.now_ms(), Ordering::Relaxed);
-        let ids = prompt_ids(&f, messages)?;
-        Ok(Prompt {
-            model: model.to_owned(),
-            token_ids: ids,
-            context_length: f.context_length,
-        })
+        constrained_prompt(&f, model, input)
     }
 
-    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize> {
+    fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
         let (_, f) = self.front(model)?;
-        prompt_ids(&f, messages).ok().map(|ids| ids.len())
+        prompt_ids(&f, input).ok().map(|ids| ids.len())
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
@@ -319,7 +361,7 @@ impl Engine for CandleEngine {
             outcome: outcome_tx,
             queued: Instant::now(),
         };
-        match self.tx.try_send(Cmd::Job(job)) {
+        match self.tx.try_send(Cmd::Job(Box::new(job))) {
             Ok(()) => Ok(Generation { events, outcome }),
             Err(e) => {
                 f.waiting.fetch_sub(1, Ordering::Relaxed);

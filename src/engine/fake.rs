@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::stop::{StopMatcher, StopStep};
 use super::{
-    ChatMessage, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
+    ChatInput, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
     LoadedModel, ModelStats, Outcome, Prompt,
 };
 
@@ -130,7 +130,10 @@ impl Engine for FakeEngine {
         self.models.clone()
     }
 
-    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError> {
+    /// A fake prompt: one token per whitespace-separated word of every message plus one per
+    /// message, plus the words of the tools' JSON (so tools are billed as prompt tokens). The
+    /// output constraint is not compiled: the fake's text never follows a grammar.
+    fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
         assert!(
             self.fault() != FakeFault::PanicInPrepare,
             "injected fake panic"
@@ -140,21 +143,27 @@ impl Engine for FakeEngine {
             .iter()
             .find(|m| m.id == model)
             .ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
-        let n: usize = messages
+        let tools =
+            super::tools::python_json(&serde_json::to_value(&input.tools).unwrap_or_default());
+        let n: usize = input
+            .messages
             .iter()
             .map(|m| m.content.split_whitespace().count() + 1)
-            .sum();
-        Ok(Prompt {
-            model: model.into(),
-            token_ids: (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
-            context_length: m.context_length,
-        })
+            .sum::<usize>()
+            + if input.tools.is_empty() {
+                0
+            } else {
+                tools.split_whitespace().count()
+            };
+        Ok(Prompt::plain(
+            model,
+            (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
+            m.context_length,
+        ))
     }
 
-    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize> {
-        self.prepare(model, messages)
-            .ok()
-            .map(|p| p.token_ids.len())
+    fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
+        self.prepare(model, input).ok().map(|p| p.token_ids.len())
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {

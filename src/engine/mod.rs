@@ -7,8 +7,10 @@
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
 
 mod candle_engine;
+pub mod chat;
 pub mod fake;
 pub mod gguf;
+pub mod grammar;
 mod hf_files;
 pub mod kernels;
 pub mod languages;
@@ -21,26 +23,13 @@ pub mod stop;
 pub mod store;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 
 pub use candle_engine::{CandleEngine, EngineConfig};
+pub use chat::{ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec};
+pub use sampler::SamplingParams;
 
 use std::sync::Arc;
-
-/// A chat message role, as the OpenAI format names them (`developer` is read as `system`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-}
-
-/// One chat message with its text content (text parts already joined).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ChatMessage {
-    pub role: Role,
-    pub content: String,
-}
 
 /// A rendered and tokenized prompt, ready to submit.
 #[derive(Debug, Clone)]
@@ -51,31 +40,24 @@ pub struct Prompt {
     pub token_ids: Vec<u32>,
     /// The model's context length in tokens.
     pub context_length: usize,
+    /// The compiled output constraint (`response_format`, tool calls), if any.
+    pub grammar: Option<Box<grammar::Grammar>>,
+    /// Tokens never sampled (the call trigger under `tool_choice: "none"`).
+    pub banned_tokens: Vec<u32>,
+    /// How to read tool calls back out of the text; `None` when tools are off.
+    pub tool_format: Option<tools::ToolFormat>,
 }
 
-/// Sampling settings for one request, OpenAI semantics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplingParams {
-    /// Softmax temperature in [0, 2]; 0 means greedy (argmax).
-    pub temperature: f32,
-    /// Nucleus sampling mass in (0, 1]; 1 disables it.
-    pub top_p: f32,
-    /// RNG seed; the same seed and request give the same output. `None` draws one.
-    pub seed: Option<u64>,
-    /// Subtracted once from the logit of every token already generated (OpenAI `presence_penalty`).
-    pub presence_penalty: f32,
-    /// Subtracted per occurrence from the logit of generated tokens (OpenAI `frequency_penalty`).
-    pub frequency_penalty: f32,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
+impl Prompt {
+    /// A plain prompt: no constraint, no tools.
+    pub fn plain(model: &str, token_ids: Vec<u32>, context_length: usize) -> Self {
         Self {
-            temperature: 1.0,
-            top_p: 1.0,
-            seed: None,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
+            model: model.to_owned(),
+            token_ids,
+            context_length,
+            grammar: None,
+            banned_tokens: Vec::new(),
+            tool_format: None,
         }
     }
 }
@@ -163,6 +145,8 @@ pub enum EngineError {
     Template(String),
     #[error("failed to tokenize: {0}")]
     Tokenize(String),
+    #[error("the output constraint does not compile: {0}")]
+    Grammar(String),
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
     #[error("cannot load a model of {needed} bytes: the memory budget of {budget} bytes is held by busy models")]
@@ -176,15 +160,16 @@ pub enum EngineError {
 pub trait Engine: Send + Sync + 'static {
     /// Models this engine can run now.
     fn loaded(&self) -> Vec<LoadedModel>;
-    /// Render the chat template and tokenize. CPU-bound (milliseconds): call from a blocking task.
+    /// Render the chat template (with the tools), tokenize, and compile the output constraint.
+    /// CPU-bound (milliseconds): call from a blocking task.
     ///
     /// # Errors
-    /// `ModelNotLoaded`, `Template`, `Tokenize`.
-    fn prepare(&self, model: &str, messages: &[ChatMessage]) -> Result<Prompt, EngineError>;
+    /// `ModelNotLoaded`, `Template`, `Tokenize`, `Grammar`.
+    fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError>;
     /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is
     /// loaded now: never loads a model and does not count as a use (for cost estimates).
     /// `None` when the model is not loaded or its template fails. CPU-bound like `prepare`.
-    fn count_prompt_tokens(&self, model: &str, messages: &[ChatMessage]) -> Option<usize>;
+    fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize>;
     /// Queue a generation; never blocks.
     ///
     /// # Errors

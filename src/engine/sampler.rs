@@ -10,7 +10,32 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::SamplingParams;
+/// Sampling settings for one request, OpenAI semantics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature in [0, 2]; 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus sampling mass in (0, 1]; 1 disables it.
+    pub top_p: f32,
+    /// RNG seed; the same seed and request give the same output. `None` draws one.
+    pub seed: Option<u64>,
+    /// Subtracted once from the logit of every token already generated (OpenAI `presence_penalty`).
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence from the logit of generated tokens (OpenAI `frequency_penalty`).
+    pub frequency_penalty: f32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
+    }
+}
 
 /// Per-sequence sampler state: parameters, RNG and generated-token counts.
 pub struct Sampler {
@@ -36,6 +61,14 @@ impl Sampler {
     /// Pick the next token from `logits` (length = vocabulary size) and record it.
     /// NaN logits are treated as negative infinity.
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        self.penalize(logits);
+        let tok = self.pick(logits);
+        self.record(tok);
+        tok
+    }
+
+    /// Apply the presence and frequency penalties to `logits` in place (once per step).
+    pub fn penalize(&self, logits: &mut [f32]) {
         let p = &self.params;
         if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
             for (&tok, &n) in &self.counts {
@@ -46,13 +79,21 @@ impl Sampler {
                 }
             }
         }
-        let tok = if p.temperature <= 0.0 {
+    }
+
+    /// Draw a token from already penalized `logits` (greedy at temperature 0) without recording
+    /// it; a constrained sequence may draw again after masking.
+    pub fn pick(&mut self, logits: &[f32]) -> u32 {
+        if self.params.temperature <= 0.0 {
             argmax(logits)
         } else {
             self.sample_soft(logits)
-        };
+        }
+    }
+
+    /// Record the token finally chosen (for the penalties of later steps).
+    pub fn record(&mut self, tok: u32) {
         *self.counts.entry(tok).or_insert(0) += 1;
-        tok
     }
 
     fn sample_soft(&mut self, logits: &[f32]) -> u32 {

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::grammar::{self, Grammar};
 use super::model::attention::SeqCache;
 use super::model::{StepSeq, Transformer};
 use super::sampler::Sampler;
@@ -117,10 +118,13 @@ struct Seq {
     last_token: Option<Instant>,
     /// KV cache bytes reserved at admission (see `Limits::kv_cache_bytes`).
     kv_reserved: usize,
+    /// The output constraint, taken out of the prompt at admission.
+    grammar: Option<Box<Grammar>>,
 }
 
 impl Seq {
-    fn new(job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
+    fn new(mut job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
+        let grammar = job.request.prompt.grammar.take();
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
         Self {
@@ -135,6 +139,7 @@ impl Seq {
             model_id: model_id.to_owned(),
             last_token: None,
             kv_reserved,
+            grammar,
         }
     }
 
@@ -162,7 +167,7 @@ impl Seq {
 
 /// What the engine thread receives: a generation, or a newly loaded model to serve.
 pub enum Cmd {
-    Job(Job),
+    Job(Box<Job>),
     /// Appended to the runtimes; its index is the next `Job::model`.
     Load(Box<Runtime>),
     /// Drop the runtime at this index (evicted while idle); the index is never reused.
@@ -180,7 +185,7 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
     let take =
         |cmd: Cmd, runtimes: &mut Vec<Option<Runtime>>, running: &mut Vec<Vec<Seq>>| match cmd {
             Cmd::Job(job) => {
-                admit(runtimes, running, job);
+                admit(runtimes, running, *job);
                 true
             }
             Cmd::Load(rt) => {
@@ -222,7 +227,7 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             let job = match held.take() {
                 Some(job) => job,
                 None => match rx.try_recv() {
-                    Ok(Cmd::Job(job)) => job,
+                    Ok(Cmd::Job(job)) => *job,
                     Ok(cmd) => {
                         take(cmd, &mut runtimes, &mut running);
                         continue;
@@ -377,25 +382,45 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
         }
     };
     let mut rows = logits.into_iter();
-    let mut out = Vec::with_capacity(seqs.len());
+    // Each sequence in order, with its logits row when it samples this step.
+    let mut slots: Vec<(Seq, Option<Vec<f32>>)> = Vec::with_capacity(seqs.len());
     for (i, mut s) in seqs.into_iter().enumerate() {
         if !planned.contains(&i) {
-            out.push(s);
+            slots.push((s, None));
             continue;
         }
-        let mut row = rows.next().unwrap_or_default();
+        let row = rows.next().unwrap_or_default();
         let prompt_len = s.job.request.prompt.token_ids.len();
         if s.pending.take().is_none() {
             s.fed = s.cache.len.min(prompt_len);
             if s.fed < prompt_len {
-                out.push(s);
+                slots.push((s, None));
                 continue;
             }
             let _ = s.job.events.send(GenerationEvent::Started);
             metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => rt.id.clone())
                 .record(s.job.queued.elapsed().as_secs_f64());
         }
-        match sample_and_emit(rt, &mut s, &mut row) {
+        slots.push((s, Some(row)));
+    }
+    // Constrained sequences may need a token mask (hundreds of microseconds): sample the batch
+    // on the pool then, so one sequence's mask does not hold up the others.
+    let (tok, id) = (&*rt.tokenizer, rt.id.as_str());
+    let sample = |(s, row): &mut (Seq, Option<Vec<f32>>)| {
+        row.as_mut().map(|row| sample_and_emit(tok, id, s, row))
+    };
+    let ended: Vec<Option<Option<FinishReason>>> = if slots
+        .iter()
+        .any(|(s, r)| r.is_some() && s.grammar.is_some())
+    {
+        use rayon::prelude::*;
+        slots.par_iter_mut().map(sample).collect()
+    } else {
+        slots.iter_mut().map(sample).collect()
+    };
+    let mut out = Vec::with_capacity(slots.len());
+    for ((s, _), end) in slots.into_iter().zip(ended) {
+        match end.flatten() {
             None => out.push(s),
             Some(reason) => {
                 rt.running.fetch_sub(1, Ordering::Relaxed);
@@ -423,24 +448,43 @@ fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
 }
 
 /// Sample the next token of a sequence whose logits are ready; returns a finish reason when
-/// the sequence ends.
-fn sample_and_emit(rt: &Runtime, s: &mut Seq, row: &mut [f32]) -> Option<FinishReason> {
-    let tok = s.sampler.sample(row);
+/// the sequence ends (a stop token or string, `max_new_tokens`, the context, or a complete
+/// grammar).
+fn sample_and_emit(
+    tokenizer: &ModelTokenizer,
+    model_id: &str,
+    s: &mut Seq,
+    row: &mut [f32],
+) -> Option<FinishReason> {
+    let tok = grammar::pick_token(
+        &mut s.sampler,
+        s.grammar.as_deref_mut(),
+        row,
+        &tokenizer.stop_ids,
+        &s.job.request.prompt.banned_tokens,
+    );
     s.generated += 1;
     let now = Instant::now();
     if let Some(prev) = s.last_token.replace(now) {
-        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => rt.id.clone())
+        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => model_id.to_owned())
             .record((now - prev).as_secs_f64());
     }
     let req = &s.job.request;
-    if rt.tokenizer.stop_ids.contains(&tok) {
+    if tokenizer.stop_ids.contains(&tok) {
         let rest = s.stop.flush();
         if !rest.is_empty() {
             let _ = s.job.events.send(GenerationEvent::Delta(rest));
         }
         return Some(FinishReason::Stop);
     }
-    if let Some(text) = s.decoder.step(&rt.tokenizer, tok) {
+    let mut grammar_done = false;
+    if let Some(g) = s.grammar.as_mut().filter(|g| g.is_active()) {
+        grammar_done = !g.consume(tok) || g.is_finished();
+    }
+    if let Some(text) = s.decoder.step(tokenizer, tok) {
+        if let Some(g) = s.grammar.as_mut().filter(|g| !g.is_active()) {
+            g.observe(&text, tokenizer);
+        }
         match s.stop.push(&text) {
             StopStep::Continue(t) => {
                 if !t.is_empty() {
@@ -456,12 +500,16 @@ fn sample_and_emit(rt: &Runtime, s: &mut Seq, row: &mut [f32]) -> Option<FinishR
         }
     }
     let in_context = s.cache.len + 1 < req.prompt.context_length;
-    if s.generated >= req.max_new_tokens || !in_context {
+    if grammar_done || s.generated >= req.max_new_tokens || !in_context {
         let rest = s.stop.flush();
         if !rest.is_empty() {
             let _ = s.job.events.send(GenerationEvent::Delta(rest));
         }
-        return Some(FinishReason::Length);
+        return Some(if grammar_done {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        });
     }
     s.pending = Some(tok);
     None

@@ -94,11 +94,11 @@ impl Harness {
         let (outcome_tx, outcome) = oneshot::channel();
         let request = GenerateRequest {
             request_id: format!("req_{prompt}_{max_new}"),
-            prompt: Prompt {
-                model: "scripted".into(),
-                token_ids: (0..prompt as u32).map(|i| i % VOCAB).collect(),
-                context_length: 1024,
-            },
+            prompt: Prompt::plain(
+                "scripted",
+                (0..prompt as u32).map(|i| i % VOCAB).collect(),
+                1024,
+            ),
             sampling: SamplingParams {
                 temperature: 0.0,
                 ..SamplingParams::default()
@@ -114,7 +114,9 @@ impl Harness {
             outcome: outcome_tx,
             queued: Instant::now(),
         };
-        self.tx.send(Cmd::Job(job)).expect("engine thread alive");
+        self.tx
+            .send(Cmd::Job(Box::new(job)))
+            .expect("engine thread alive");
         Submitted { events, outcome }
     }
 

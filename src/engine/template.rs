@@ -6,7 +6,8 @@
 
 use minijinja::{context, Environment, Error, ErrorKind};
 
-use super::ChatMessage;
+use super::chat::{ChatMessage, ToolSpec};
+use super::tools::PyFormatter;
 
 /// Gemma's turn format, after the template shipped with Gemma 2/3 instruction models.
 const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
@@ -29,6 +30,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// Where the template came from: `model-files` or `builtin:<name>`.
     pub source: String,
+    /// The template's Jinja source (to tell whether it renders tools itself).
+    pub text: String,
 }
 
 impl ChatTemplate {
@@ -58,25 +61,66 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_function("strftime_now", |_fmt: String| -> String { String::new() });
-        env.add_template_owned("chat", text)
+        env.add_filter("tojson", tojson);
+        env.add_template_owned("chat", text.clone())
             .map_err(|e| anyhow::anyhow!("chat template does not compile: {e}"))?;
-        Ok(Self { env, source })
+        Ok(Self { env, source, text })
     }
 
-    /// Render `messages` with `add_generation_prompt = true`.
+    /// Render `messages` with `add_generation_prompt = true`; `tools` is the template's `tools`
+    /// variable (`none` when empty, as `transformers` passes it).
     ///
     /// # Errors
     /// Template runtime errors (including `raise_exception` calls), as text.
-    pub fn render(&self, messages: &[ChatMessage], bos: &str, eos: &str) -> Result<String, String> {
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        bos: &str,
+        eos: &str,
+    ) -> Result<String, String> {
         let tmpl = self.env.get_template("chat").map_err(|e| e.to_string())?;
+        let tools =
+            (!tools.is_empty()).then(|| minijinja::Value::from(minijinja::value::Serde(tools)));
         tmpl.render(context! {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            tools => tools,
             add_generation_prompt => true,
             bos_token => bos,
             eos_token => eos,
         })
         .map_err(|e| e.to_string())
     }
+}
+
+/// `tojson` as `transformers` defines it for chat templates: Python's `json.dumps` with
+/// `ensure_ascii=False` (separators `", "` and `": "`, no HTML escaping; minijinja's own filter
+/// escapes `<`, `>`, `&` and `'`), `indent` as in Python.
+fn tojson(
+    value: &minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<minijinja::Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    let _: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let res = match indent {
+        Some(n) => {
+            let pad = " ".repeat(n);
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            serde::Serialize::serialize(value, &mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter);
+            serde::Serialize::serialize(value, &mut ser)
+        }
+    };
+    res.map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let text = String::from_utf8(out)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(minijinja::Value::from_safe_string(text))
 }
 
 #[cfg(test)]
@@ -86,14 +130,8 @@ mod tests {
 
     fn msgs() -> Vec<ChatMessage> {
         vec![
-            ChatMessage {
-                role: Role::System,
-                content: "Be brief.".into(),
-            },
-            ChatMessage {
-                role: Role::User,
-                content: "Hi".into(),
-            },
+            ChatMessage::text(Role::System, "Be brief."),
+            ChatMessage::text(Role::User, "Hi"),
         ]
     }
 
@@ -101,14 +139,14 @@ mod tests {
     fn chatml_fallback_renders_generation_prompt() {
         let t = ChatTemplate::new(None, "llama").unwrap();
         assert_eq!(t.source, "builtin:chatml");
-        let s = t.render(&msgs(), "", "").unwrap();
+        let s = t.render(&msgs(), &[], "", "").unwrap();
         assert_eq!(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     }
 
     #[test]
     fn gemma_fallback_folds_system_into_first_user_turn() {
         let t = ChatTemplate::new(None, "gemma3").unwrap();
-        let s = t.render(&msgs(), "<bos>", "<eos>").unwrap();
+        let s = t.render(&msgs(), &[], "<bos>", "<eos>").unwrap();
         assert_eq!(
             s,
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
@@ -119,11 +157,11 @@ mod tests {
     fn file_template_with_python_methods_and_raise_exception() {
         let src = "{% for m in messages %}{% if m.role not in ['system','user'] %}{{ raise_exception('bad role') }}{% endif %}{{ m.content.strip().upper() }}|{% endfor %}";
         let t = ChatTemplate::new(Some(src), "llama").unwrap();
-        assert_eq!(t.render(&msgs(), "", "").unwrap(), "BE BRIEF.|HI|");
-        let bad = vec![ChatMessage {
-            role: Role::Assistant,
-            content: "x".into(),
-        }];
-        assert!(t.render(&bad, "", "").unwrap_err().contains("bad role"));
+        assert_eq!(t.render(&msgs(), &[], "", "").unwrap(), "BE BRIEF.|HI|");
+        let bad = vec![ChatMessage::text(Role::Assistant, "x")];
+        assert!(t
+            .render(&bad, &[], "", "")
+            .unwrap_err()
+            .contains("bad role"));
     }
 }

@@ -10,7 +10,7 @@ use super::data::McpData;
 use crate::billing;
 use crate::catalog::record::{usd_per_million, ModelRecord};
 use crate::catalog::{ModelEntry, PricePerMTok};
-use crate::engine::{ChatMessage, Role};
+use crate::engine::{ChatInput, ChatMessage, Role};
 use crate::reference;
 
 /// Most characters of prompt text `estimate_cost` counts (the API's body limit is 4 MiB).
@@ -408,10 +408,7 @@ impl McpData {
             (None, prompt, messages) => {
                 let mut chat = Vec::new();
                 if let Some(p) = prompt {
-                    chat.push(ChatMessage {
-                        role: Role::User,
-                        content: p.clone(),
-                    });
+                    chat.push(ChatMessage::text(Role::User, p.clone()));
                 }
                 for msg in messages.iter().flatten() {
                     let role = match msg.role.as_str() {
@@ -424,10 +421,7 @@ impl McpData {
                             ))
                         }
                     };
-                    chat.push(ChatMessage {
-                        role,
-                        content: msg.content.clone(),
-                    });
+                    chat.push(ChatMessage::text(role, msg.content.clone()));
                 }
                 let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
                 if chars > MAX_ESTIMATE_CHARS {
@@ -466,7 +460,7 @@ impl McpData {
         if let Some(n) = self
             .engine
             .as_ref()
-            .and_then(|e| e.count_prompt_tokens(&m.id, chat))
+            .and_then(|e| e.count_prompt_tokens(&m.id, &ChatInput::messages(chat.to_vec())))
         {
             return (as_u64(n), "chat template + tokenizer".into(), None);
         }

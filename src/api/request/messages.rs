@@ -1,0 +1,223 @@
+//! The `messages` array: roles `system`, `developer` (read as system), `user`, `assistant`
+//! (with `tool_calls`, `content` then optional) and `tool` (with `tool_call_id`).
+//!
+//! Every field OpenAI returns on a message and SDKs echo back is accepted: `refusal`,
+//! `annotations`, `audio`, `function_call` and `name` are read and ignored. Other fields inside a
+//! message are ignored. Text content parts are joined with `\n` (as vLLM does), so
+//! `["in", "to"]` reads as two lines, not "into".
+
+use serde_json::{Map, Value};
+
+use super::validator::{ImagePart, Validator};
+use crate::api::error::ApiError;
+use crate::engine::{ChatMessage, Role, ToolCall};
+
+impl Validator<'_> {
+    /// The conversation and the positions of its image parts; field errors go to `errors`.
+    pub(super) fn messages(&mut self) -> (Vec<ChatMessage>, Vec<ImagePart>) {
+        let mut out = Vec::new();
+        let mut images = Vec::new();
+        let list = match self.present("messages") {
+            None => {
+                self.err("messages", "is required");
+                return (out, images);
+            }
+            Some(Value::Array(a)) if a.is_empty() => {
+                self.err("messages", "must contain at least one message");
+                return (out, images);
+            }
+            Some(Value::Array(a)) => a,
+            Some(_) => {
+                self.err("messages", "must be an array");
+                return (out, images);
+            }
+        };
+        for (i, m) in list.iter().enumerate() {
+            let at = format!("messages[{i}]");
+            let Value::Object(m) = m else {
+                self.err(&at, "must be an object");
+                continue;
+            };
+            if let Some(msg) = self.message(&at, m, i, &mut images) {
+                out.push(msg);
+            }
+        }
+        (out, images)
+    }
+
+    fn message(
+        &mut self,
+        at: &str,
+        m: &Map<String, Value>,
+        i: usize,
+        images: &mut Vec<ImagePart>,
+    ) -> Option<ChatMessage> {
+        let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+        let role = match get("role").and_then(Value::as_str) {
+            Some("system" | "developer") => Some(Role::System),
+            Some("user") => Some(Role::User),
+            Some("assistant") => Some(Role::Assistant),
+            Some("tool") => Some(Role::Tool),
+            Some(_) => {
+                self.err(
+                    &format!("{at}.role"),
+                    "must be one of system, developer, user, assistant, tool",
+                );
+                None
+            }
+            None => {
+                self.err(&format!("{at}.role"), "is required and must be a string");
+                None
+            }
+        };
+        let tool_calls = match (role, get("tool_calls")) {
+            (_, None) => Vec::new(),
+            (Some(Role::Assistant), Some(v)) => self.tool_calls(at, v),
+            (_, Some(_)) => {
+                self.err(
+                    &format!("{at}.tool_calls"),
+                    "is only allowed on assistant messages",
+                );
+                Vec::new()
+            }
+        };
+        let content = match get("content") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(parts)) => self.parts(at, parts, i, images),
+            None if role == Some(Role::Assistant) => Some(String::new()),
+            None => {
+                self.err(&format!("{at}.content"), "is required");
+                None
+            }
+            Some(_) => {
+                self.err(
+                    &format!("{at}.content"),
+                    "must be a string or an array of content parts",
+                );
+                None
+            }
+        };
+        let tool_call_id = match (role, get("tool_call_id")) {
+            (Some(Role::Tool), Some(Value::String(s))) => Some(s.clone()),
+            (Some(Role::Tool), _) => {
+                self.err(
+                    &format!("{at}.tool_call_id"),
+                    "is required on tool messages and must be a string",
+                );
+                None
+            }
+            _ => None,
+        };
+        for k in ["refusal", "name"] {
+            if get(k).is_some_and(|v| !v.is_string()) {
+                self.err(&format!("{at}.{k}"), "must be a string");
+            }
+        }
+        Some(ChatMessage {
+            role: role?,
+            content: content?,
+            tool_calls,
+            tool_call_id,
+        })
+    }
+
+    /// `tool_calls` of an assistant message: `[{id, type: "function", function: {name,
+    /// arguments}}]`, `arguments` a JSON string (parsed into an object for the template).
+    fn tool_calls(&mut self, at: &str, v: &Value) -> Vec<ToolCall> {
+        let Value::Array(list) = v else {
+            self.err(&format!("{at}.tool_calls"), "must be an array");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (j, c) in list.iter().enumerate() {
+            let cat = format!("{at}.tool_calls[{j}]");
+            let id = c.get("id").and_then(Value::as_str);
+            let kind = c.get("type").and_then(Value::as_str).unwrap_or("function");
+            let f = c.get("function");
+            let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+            let args = f.and_then(|f| f.get("arguments"));
+            if id.is_none() {
+                self.err(&format!("{cat}.id"), "is required and must be a string");
+            }
+            if kind != "function" {
+                self.err(&format!("{cat}.type"), "must be `function`");
+            }
+            if name.is_none() {
+                self.err(
+                    &format!("{cat}.function.name"),
+                    "is required and must be a string",
+                );
+            }
+            let arguments = match args {
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                }
+                Some(Value::Null) | None => Value::Object(Map::new()),
+                Some(_) => {
+                    self.err(
+                        &format!("{cat}.function.arguments"),
+                        "must be a string of JSON",
+                    );
+                    Value::Null
+                }
+            };
+            if let (Some(id), Some(name)) = (id, name) {
+                out.push(ToolCall {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments,
+                });
+            }
+        }
+        out
+    }
+
+    fn parts(
+        &mut self,
+        at: &str,
+        parts: &[Value],
+        i: usize,
+        images: &mut Vec<ImagePart>,
+    ) -> Option<String> {
+        let mut texts: Vec<&str> = Vec::new();
+        let before = self.errors.len();
+        for (j, p) in parts.iter().enumerate() {
+            let pat = format!("{at}.content[{j}]");
+            match p.get("type").and_then(Value::as_str) {
+                Some("text") => match p.get("text").and_then(Value::as_str) {
+                    Some(t) => texts.push(t),
+                    None => self.err(&format!("{pat}.text"), "is required and must be a string"),
+                },
+                Some("image_url") => images.push(ImagePart {
+                    message: i,
+                    part: j,
+                }),
+                _ => self.err(&format!("{pat}.type"), "must be `text` or `image_url`"),
+            }
+        }
+        (self.errors.len() == before).then(|| texts.join("\n"))
+    }
+}
+
+/// Every `tool` message must answer a call made by an earlier assistant message.
+///
+/// # Errors
+/// 400 `invalid_tool_call_id` with `param` = `messages[i].tool_call_id`.
+pub(super) fn check_tool_call_ids(messages: &[ChatMessage]) -> Result<(), ApiError> {
+    let mut calls: Vec<&str> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        calls.extend(m.tool_calls.iter().map(|c| c.id.as_str()));
+        if let Some(id) = &m.tool_call_id {
+            if !calls.contains(&id.as_str()) {
+                return Err(ApiError::BadRequest {
+                    param: Some(format!("messages[{i}].tool_call_id")),
+                    code: "invalid_tool_call_id",
+                    message: format!(
+                        "The tool message answers `{id}`, which no earlier assistant message called."
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! Parsing and validating `POST /v1/chat/completions` bodies.
+//!
+//! Order of checks: JSON syntax (400 `invalid_json`) -> unknown top-level fields (400
+//! `unsupported_parameter`, `param` = the first, `details.unsupported` = all of them) -> every
+//! field's type and range (422 with all field errors in `details.errors`) -> what the fields
+//! mean together (400 with `param`: tool schemas, tool names, `tool_choice`, `tool_call_id`,
+//! `response_format` schemas). `null` counts as absent everywhere, as in OpenAI's API: at the
+//! top level and inside messages. Inside a message, fields OpenAI does not define (client
+//! metadata such as `provider_specific_fields`) are ignored; the top level stays strict.
+//!
+//! Submodules: `messages` (the conversation), `tools` (`tools`, `tool_choice`,
+//! `parallel_tool_calls`, `response_format`).
+
+mod messages;
+mod tools;
+mod validator;
+
+use serde_json::Value;
+
+pub use validator::ImagePart;
+use validator::Validator;
+
+use super::error::{ApiError, FieldError};
+use crate::engine::{ChatInput, SamplingParams};
+
+/// The accepted top-level fields; anything else is `unsupported_parameter`.
+pub const ACCEPTED_PARAMETERS: [&str; 18] = [
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "n",
+    "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+];
+
+/// A validated chat request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    /// Messages, tools and the output constraint, for `Engine::prepare`.
+    pub input: ChatInput,
+    pub images: Vec<ImagePart>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub sampling: SamplingParams,
+    /// `max_completion_tokens` if given, else `max_tokens`, with the name of the field used.
+    pub max_tokens: Option<(usize, &'static str)>,
+    pub stop: Vec<String>,
+    /// `n`, only 1 is served.
+    pub n: u64,
+}
+
+/// Parse a raw body.
+///
+/// # Errors
+/// `InvalidJson`, `UnsupportedParameter`, `Validation`.
+pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::Validation(vec![FieldError {
+            param: "body".into(),
+            message: "must be a JSON object".into(),
+        }]));
+    };
+    let unknown: Vec<String> = obj
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !ACCEPTED_PARAMETERS.contains(&k.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::UnsupportedParameter(unknown));
+    }
+    let mut v = Validator {
+        obj: &obj,
+        errors: Vec::new(),
+    };
+    let model = v.string("model", true).unwrap_or_default();
+    if model.is_empty() && !v.errors.iter().any(|e| e.param == "model") {
+        v.err("model", "must not be empty");
+    }
+    let (messages, images) = v.messages();
+    let tools = v.tools();
+    let tool_choice = v.tool_choice();
+    let parallel = v.bool("parallel_tool_calls").unwrap_or(true);
+    let response_format = v.response_format();
+    let stream = v.bool("stream").unwrap_or(false);
+    let include_usage = v.stream_options(stream);
+    let temperature = v.number("temperature", 0.0, 2.0).unwrap_or(1.0);
+    let top_p = v.number("top_p", 0.0, 1.0).unwrap_or(1.0);
+    let presence_penalty = v.number("presence_penalty", -2.0, 2.0).unwrap_or(0.0);
+    let frequency_penalty = v.number("frequency_penalty", -2.0, 2.0).unwrap_or(0.0);
+    let max_tokens = v.integer("max_tokens", 1);
+    let max_completion = v.integer("max_completion_tokens", 1);
+    let seed = v.seed();
+    let n = v.integer("n", 1).unwrap_or(1);
+    let stop = v.stop();
+    let _ = v.string("user", false);
+    if !v.errors.is_empty() {
+        return Err(ApiError::Validation(v.errors));
+    }
+    messages::check_tool_call_ids(&messages)?;
+    let constraint = tools::constraint(&tools, tool_choice, parallel, response_format)?;
+    let to_usize = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+    let max_tokens = match (max_completion, max_tokens) {
+        (Some(m), _) => Some((to_usize(m), "max_completion_tokens")),
+        (None, Some(m)) => Some((to_usize(m), "max_tokens")),
+        (None, None) => None,
+    };
+    #[allow(clippy::cast_possible_truncation)]
+    let sampling = SamplingParams {
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        seed,
+        presence_penalty: presence_penalty as f32,
+        frequency_penalty: frequency_penalty as f32,
+    };
+    Ok(ChatRequest {
+        model,
+        input: ChatInput {
+            messages,
+            tools,
+            constraint,
+        },
+        images,
+        stream,
+        include_usage,
+        sampling,
+        max_tokens,
+        stop,
+        n,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Role;
+
+    fn err(body: &str) -> ApiError {
+        parse(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn malformed_json_unknown_field_and_validation_are_distinct() {
+        assert!(matches!(err("{"), ApiError::InvalidJson(_)));
+        assert!(
+            matches!(err(r#"{"model":"m","messages":[],"logit_bias":{}}"#), ApiError::UnsupportedParameter(p) if p == ["logit_bias"])
+        );
+        let ApiError::Validation(errs) = err(r#"{"messages":[],"temperature":3,"stop":[1]}"#)
+        else {
+            panic!()
+        };
+        let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
+        assert_eq!(params, ["model", "messages", "temperature", "stop"]);
+    }
+
+    #[test]
+    fn content_parts_join_text_and_record_images() {
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]}]}"#).unwrap();
+        assert_eq!(r.input.messages[0].content, "a\nb");
+        assert_eq!(
+            r.images,
+            vec![ImagePart {
+                message: 0,
+                part: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_and_nulls_are_absent() {
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_completion_tokens":7,"temperature":null}"#).unwrap();
+        assert_eq!(r.max_tokens, Some((7, "max_completion_tokens")));
+        assert!((r.sampling.temperature - 1.0).abs() < f32::EPSILON);
+    }
+
+    #[test]
+    fn stream_options_need_stream_and_roles_are_checked() {
+        let ApiError::Validation(errs) = err(
+            r#"{"model":"m","messages":[{"role":"function","content":"x"},{"role":"user","content":"x","tool_calls":[]}],"stream_options":{"include_usage":true}}"#,
+        ) else {
+            panic!()
+        };
+        let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
+        assert_eq!(
+            params,
+            [
+                "messages[0].role",
+                "messages[1].tool_calls",
+                "stream_options"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_unsupported_parameter_is_listed_and_nulls_are_skipped() {
+        let e = err(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"tools":null,"audio":{},"metadata":null}"#,
+        );
+        assert!(matches!(&e, ApiError::UnsupportedParameter(p) if p == &["logprobs", "audio"]));
+        let body = serde_json::to_value(e.envelope(None)).unwrap();
+        assert_eq!(body["error"]["param"], "logprobs");
+        assert_eq!(
+            body["error"]["details"]["unsupported"],
+            serde_json::json!(["logprobs", "audio"])
+        );
+    }
+
+    #[test]
+    fn the_sdk_conversation_loop_is_accepted() {
+        // What `messages.append(resp.choices[0].message)` and `.model_dump()` send back.
+        let r = parse(br#"{"model":"m","tools":null,"tool_choice":null,"messages":[
+            {"role":"developer","content":"Be brief.","name":null},
+            {"role":"user","content":[{"type":"text","text":"Weather in Paris?"}]},
+            {"role":"assistant","content":null,"refusal":null,"annotations":[],"audio":null,"function_call":null,
+             "tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\": \"Paris\"}"}}],
+             "provider_specific_fields":{"x":1}},
+            {"role":"tool","tool_call_id":"call_1","content":"18C"},
+            {"role":"assistant","content":"It is 18C.","refusal":null,"tool_calls":null}]}"#).unwrap();
+        let m = &r.input.messages;
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[0].role, Role::System);
+        assert_eq!(m[2].tool_calls[0].arguments["location"], "Paris");
+        assert_eq!(m[3].tool_call_id.as_deref(), Some("call_1"));
+        assert!(r.input.constraint.is_none());
+    }
+
+    #[test]
+    fn tool_and_response_format_errors_name_their_param() {
+        let bad = |body: &str| match err(body) {
+            ApiError::BadRequest { param, code, .. } => (param.unwrap_or_default(), code),
+            other => panic!("{other:?}"),
+        };
+        let msgs = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
+        let tool = |name: &str, params: &str| {
+            format!(r#"{{"type":"function","function":{{"name":"{name}","parameters":{params}}}}}"#)
+        };
+        let ok = tool("f", r#"{"type":"object"}"#);
+        assert_eq!(
+            bad(&format!(
+                r#"{{{msgs},"tools":[{ok},{}]}}"#,
+                tool("g", r#"{"type":"nope"}"#)
+            )),
+            (
+                "tools[1].function.parameters".into(),
+                "invalid_function_parameters"
+            )
+        );
+        assert_eq!(
+            bad(&format!(r#"{{{msgs},"tools":[{ok},{ok}]}}"#)),
+            ("tools[1].function.name".into(), "duplicate_tool_name")
+        );
+        assert_eq!(
+            bad(&format!(
+                r#"{{{msgs},"tools":[{ok}],"tool_choice":{{"type":"function","function":{{"name":"h"}}}}}}"#
+            )),
+            ("tool_choice".into(), "invalid_tool_choice")
+        );
+        assert_eq!(
+            bad(
+                r#"{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"call_9","content":"r"}]}"#
+            ),
+            ("messages[1].tool_call_id".into(), "invalid_tool_call_id")
+        );
+        assert_eq!(
+            bad(&format!(
+                r#"{{{msgs},"response_format":{{"type":"json_schema","json_schema":{{"name":"x","schema":{{"type":"object","properties":{{"a":{{"type":"strin"}}}}}}}}}}}}"#
+            )),
+            (
+                "response_format.json_schema.schema".into(),
+                "invalid_json_schema"
+            )
+        );
+    }
+
+    #[test]
+    fn tools_default_to_auto_and_response_format_to_a_json_constraint() {
+        use crate::engine::{OutputConstraint, ToolChoice};
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false}"#).unwrap();
+        assert_eq!(
+            r.input.constraint,
+            Some(OutputConstraint::Tools {
+                choice: ToolChoice::Auto,
+                parallel: false
+            })
+        );
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}"#).unwrap();
+        assert!(matches!(
+            r.input.constraint,
+            Some(OutputConstraint::Json(_))
+        ));
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}"#).unwrap();
+        assert!(r.input.constraint.is_none());
+    }
+}

@@ -1,0 +1,265 @@
+//! `tools`, `tool_choice`, `parallel_tool_calls` and `response_format`, and the output
+//! constraint they make together.
+//!
+//! Shapes that are wrong are field errors (422). What is well formed but cannot be served is a
+//! 400 with `param`: a tool whose `parameters` schema does not compile
+//! (`invalid_function_parameters`), two tools with one name (`duplicate_tool_name`), a
+//! `tool_choice` naming no offered tool or asking for a call without tools
+//! (`invalid_tool_choice`), a `response_format` schema that does not compile
+//! (`invalid_json_schema`, `param` = `response_format.json_schema.schema`, the message naming the
+//! feature), and `response_format` JSON with tool calls allowed (`unsupported_value`).
+//!
+//! `strict: true` (on a tool or a `json_schema`) closes every object schema that does not say
+//! otherwise (`additionalProperties: false`), as OpenAI's strict mode requires; a tool's top-level
+//! arguments object is closed in any case (see `engine::tools`).
+
+use serde_json::{json, Value};
+
+use super::validator::Validator;
+use crate::api::error::ApiError;
+use crate::engine::grammar::{self, GrammarSpec};
+use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};
+
+impl Validator<'_> {
+    /// `tools`: `[{type: "function", function: {name, description?, parameters?, strict?}}]`.
+    pub(super) fn tools(&mut self) -> Vec<ToolSpec> {
+        let Some(v) = self.present("tools") else {
+            return Vec::new();
+        };
+        let Value::Array(list) = v else {
+            self.err("tools", "must be an array");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, t) in list.iter().enumerate() {
+            let at = format!("tools[{i}]");
+            if t.get("type").and_then(Value::as_str) != Some("function") {
+                self.err(&format!("{at}.type"), "must be `function`");
+                continue;
+            }
+            let Some(f) = t.get("function").filter(|f| f.is_object()) else {
+                self.err(
+                    &format!("{at}.function"),
+                    "is required and must be an object",
+                );
+                continue;
+            };
+            let name = f.get("name").and_then(Value::as_str).unwrap_or("");
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid {
+                self.err(
+                    &format!("{at}.function.name"),
+                    "is required: 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+                );
+            }
+            let description = match f.get("description") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(d)) => Some(d.clone()),
+                Some(_) => {
+                    self.err(&format!("{at}.function.description"), "must be a string");
+                    None
+                }
+            };
+            let strict = f.get("strict").and_then(Value::as_bool) == Some(true);
+            let parameters = match f.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(p @ Value::Object(_)) => {
+                    let mut p = p.clone();
+                    if strict {
+                        grammar::close_objects(&mut p);
+                    }
+                    p
+                }
+                Some(_) => {
+                    self.err(
+                        &format!("{at}.function.parameters"),
+                        "must be a JSON Schema object",
+                    );
+                    continue;
+                }
+            };
+            if f.get("strict")
+                .is_some_and(|s| !s.is_boolean() && !s.is_null())
+            {
+                self.err(&format!("{at}.function.strict"), "must be a boolean");
+            }
+            if valid {
+                out.push(ToolSpec {
+                    name: name.to_owned(),
+                    description,
+                    parameters,
+                });
+            }
+        }
+        out
+    }
+
+    /// `tool_choice`: `none`, `auto`, `required` or `{type: "function", function: {name}}`.
+    pub(super) fn tool_choice(&mut self) -> Option<ToolChoice> {
+        let v = self.present("tool_choice")?;
+        match v {
+            Value::String(s) => match s.as_str() {
+                "none" => Some(ToolChoice::None),
+                "auto" => Some(ToolChoice::Auto),
+                "required" => Some(ToolChoice::Required),
+                _ => {
+                    self.err(
+                        "tool_choice",
+                        "must be none, auto, required or a function object",
+                    );
+                    None
+                }
+            },
+            Value::Object(o) => {
+                let name = o
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str);
+                match (o.get("type").and_then(Value::as_str), name) {
+                    (Some("function"), Some(n)) => Some(ToolChoice::Function(n.to_owned())),
+                    _ => {
+                        self.err(
+                            "tool_choice",
+                            "must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.err("tool_choice", "must be a string or an object");
+                None
+            }
+        }
+    }
+
+    /// `response_format`: the JSON Schema to follow (`text` and absent: `None`).
+    pub(super) fn response_format(&mut self) -> Option<Value> {
+        let v = self.present("response_format")?;
+        match v.get("type").and_then(Value::as_str) {
+            Some("text") => None,
+            Some("json_object") => Some(json!({"type": "object"})),
+            Some("json_schema") => {
+                let Some(js) = v.get("json_schema").filter(|j| j.is_object()) else {
+                    self.err(
+                        "response_format.json_schema",
+                        "is required with type `json_schema` and must be an object",
+                    );
+                    return None;
+                };
+                if !js.get("name").is_some_and(Value::is_string) {
+                    self.err(
+                        "response_format.json_schema.name",
+                        "is required and must be a string",
+                    );
+                }
+                let strict = js.get("strict").and_then(Value::as_bool) == Some(true);
+                match js.get("schema") {
+                    None | Some(Value::Null) => Some(json!({"type": "object"})),
+                    Some(s @ (Value::Object(_) | Value::Bool(true))) => {
+                        let mut s = s.clone();
+                        if strict {
+                            grammar::close_objects(&mut s);
+                        }
+                        Some(s)
+                    }
+                    Some(_) => {
+                        self.err(
+                            "response_format.json_schema.schema",
+                            "must be a JSON Schema object",
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.err(
+                    "response_format.type",
+                    "must be text, json_object or json_schema",
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The output constraint of a request whose fields are each well formed.
+///
+/// # Errors
+/// The 400s listed in the module doc.
+pub(super) fn constraint(
+    tools: &[ToolSpec],
+    choice: Option<ToolChoice>,
+    parallel: bool,
+    response_format: Option<Value>,
+) -> Result<Option<OutputConstraint>, ApiError> {
+    let bad = |param: String, code: &'static str, message: String| ApiError::BadRequest {
+        param: Some(param),
+        code,
+        message,
+    };
+    for (i, t) in tools.iter().enumerate() {
+        if tools[..i].iter().any(|u| u.name == t.name) {
+            return Err(bad(
+                format!("tools[{i}].function.name"),
+                "duplicate_tool_name",
+                format!(
+                    "Two tools are named `{}`; tool names must be unique.",
+                    t.name
+                ),
+            ));
+        }
+        grammar::check(&GrammarSpec::JsonSchema(t.parameters.clone())).map_err(|e| {
+            bad(
+                format!("tools[{i}].function.parameters"),
+                "invalid_function_parameters",
+                format!("The parameters schema of `{}` cannot be used: {e}", t.name),
+            )
+        })?;
+    }
+    if let Some(schema) = &response_format {
+        grammar::check(&GrammarSpec::JsonSchema(schema.clone())).map_err(|e| {
+            bad(
+                "response_format.json_schema.schema".into(),
+                "invalid_json_schema",
+                format!("The schema cannot be used: {e}"),
+            )
+        })?;
+    }
+    let choice = match (choice, tools.is_empty()) {
+        (Some(ToolChoice::None | ToolChoice::Auto) | None, true) => None,
+        (Some(_), true) => {
+            return Err(bad(
+                "tool_choice".into(),
+                "invalid_tool_choice",
+                "`tool_choice` needs `tools`.".into(),
+            ))
+        }
+        (Some(ToolChoice::Function(name)), false) if !tools.iter().any(|t| t.name == name) => {
+            return Err(bad(
+                "tool_choice".into(),
+                "invalid_tool_choice",
+                format!("`tool_choice` names `{name}`, which is not among the tools."),
+            ))
+        }
+        (c, false) => Some(c.unwrap_or(ToolChoice::Auto)),
+    };
+    Ok(match (choice, response_format) {
+        (Some(ToolChoice::None) | None, Some(schema)) => Some(OutputConstraint::Json(schema)),
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "response_format".into(),
+                "unsupported_value",
+                "`response_format` with tool calls is not supported; set `tool_choice` to \
+                 `none` or drop one of them."
+                    .into(),
+            ))
+        }
+        (Some(choice), None) => Some(OutputConstraint::Tools { choice, parallel }),
+        (None, None) => None,
+    })
+}

@@ -1,0 +1,144 @@
+//! The field checks shared by the request parsers: a `Validator` over the body's top-level
+//! object collects every field error (422 `details.errors`) instead of stopping at the first.
+
+use serde_json::{Map, Value};
+
+use crate::api::error::FieldError;
+
+/// A content part that is an image, by position, to be checked against the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePart {
+    pub message: usize,
+    pub part: usize,
+}
+
+pub(super) struct Validator<'a> {
+    pub(super) obj: &'a Map<String, Value>,
+    pub(super) errors: Vec<FieldError>,
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn err(&mut self, param: &str, message: &str) {
+        self.errors.push(FieldError {
+            param: param.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn present(&self, key: &str) -> Option<&'a Value> {
+        let obj: &'a Map<String, Value> = self.obj;
+        obj.get(key).filter(|v| !v.is_null())
+    }
+
+    pub(super) fn string(&mut self, key: &str, required: bool) -> Option<String> {
+        match self.present(key) {
+            None if required => {
+                self.err(key, "is required");
+                None
+            }
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                self.err(key, "must be a string");
+                None
+            }
+        }
+    }
+
+    pub(super) fn bool(&mut self, key: &str) -> Option<bool> {
+        match self.present(key) {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.err(key, "must be a boolean");
+                None
+            }
+        }
+    }
+
+    pub(super) fn number(&mut self, key: &str, lo: f64, hi: f64) -> Option<f64> {
+        let v = self.present(key)?;
+        match v.as_f64() {
+            Some(x) if (lo..=hi).contains(&x) => Some(x),
+            Some(_) => {
+                self.err(key, &format!("must be between {lo} and {hi}"));
+                None
+            }
+            None => {
+                self.err(key, "must be a number");
+                None
+            }
+        }
+    }
+
+    pub(super) fn integer(&mut self, key: &str, min: u64) -> Option<u64> {
+        let v = self.present(key)?;
+        match (v.as_u64(), v.as_i64()) {
+            (Some(x), _) if x >= min => Some(x),
+            (Some(_), _) | (None, Some(_)) => {
+                self.err(key, &format!("must be an integer >= {min}"));
+                None
+            }
+            _ => {
+                self.err(key, "must be an integer");
+                None
+            }
+        }
+    }
+
+    pub(super) fn seed(&mut self) -> Option<u64> {
+        let v = self.present("seed")?;
+        if let Some(u) = v.as_u64() {
+            return Some(u);
+        }
+        if let Some(i) = v.as_i64() {
+            #[allow(clippy::cast_sign_loss)]
+            return Some(i as u64);
+        }
+        self.err("seed", "must be an integer");
+        None
+    }
+
+    pub(super) fn stream_options(&mut self, stream: bool) -> bool {
+        let Some(v) = self.present("stream_options") else {
+            return false;
+        };
+        let Value::Object(o) = v else {
+            self.err("stream_options", "must be an object");
+            return false;
+        };
+        if !stream {
+            self.err("stream_options", "is only allowed when `stream` is true");
+        }
+        let mut include = false;
+        for (k, val) in o {
+            match (k.as_str(), val) {
+                ("include_usage", Value::Bool(b)) => include = *b,
+                ("include_usage", Value::Null) => {}
+                ("include_usage", _) => {
+                    self.err("stream_options.include_usage", "must be a boolean")
+                }
+                (other, _) => self.err(
+                    &format!("stream_options.{other}"),
+                    "is not a supported stream option",
+                ),
+            }
+        }
+        include
+    }
+
+    pub(super) fn stop(&mut self) -> Vec<String> {
+        match self.present("stop") {
+            None => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) if a.len() <= 4 && a.iter().all(Value::is_string) => a
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
+            Some(_) => {
+                self.err("stop", "must be a string or an array of at most 4 strings");
+                Vec::new()
+            }
+        }
+    }
+}

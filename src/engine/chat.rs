@@ -1,0 +1,159 @@
+//! The conversation a chat request hands to the engine: messages (with assistant tool calls and
+//! tool results), the tools on offer, and the output constraint.
+//!
+//! Owns: these value types and their shape for chat templates, which is the shape
+//! `transformers`' `apply_chat_template` passes (`messages[i].tool_calls[j].function.arguments`
+//! as an object, `tools` as OpenAI's `{"type": "function", "function": {...}}` list). Never: HTTP
+//! or parsing of request bodies (`api::request` builds these).
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::Value;
+
+/// A chat message role, as the OpenAI format names them (`developer` is read as `system`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    /// The result of a tool call (`tool_call_id` names the call).
+    Tool,
+}
+
+/// One tool call an assistant message made (OpenAI `message.tool_calls[i]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The call's id (`call_...`), echoed by the `tool` message that answers it.
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// The arguments: the parsed object when the client's string was JSON, else that string.
+    pub arguments: Value,
+}
+
+/// One chat message with its text content (text parts already joined with `\n`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// Text; empty for an assistant message that only calls tools.
+    pub content: String,
+    /// Calls made by an assistant message, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: the call this message answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A plain text message.
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+impl Serialize for ChatMessage {
+    /// `{"role", "content", "tool_calls"?, "tool_call_id"?}` as chat templates read it:
+    /// `content` is `null` for an assistant message with calls and no text.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", &self.role)?;
+        if self.content.is_empty() && !self.tool_calls.is_empty() {
+            m.serialize_entry("content", &Value::Null)?;
+        } else {
+            m.serialize_entry("content", &self.content)?;
+        }
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"id": c.id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            m.serialize_entry("tool_calls", &calls)?;
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.serialize_entry("tool_call_id", id)?;
+        }
+        m.end()
+    }
+}
+
+/// A function the model may call (OpenAI `tools[i].function`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON Schema of the arguments object (`{"type": "object"}` when the client gave none).
+    pub parameters: Value,
+}
+
+impl Serialize for ToolSpec {
+    /// OpenAI's tool object, `{"type": "function", "function": {name, description?, parameters}}`,
+    /// as templates expect in their `tools` variable.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut f = serde_json::Map::new();
+        f.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(d) = &self.description {
+            f.insert("description".into(), Value::String(d.clone()));
+        }
+        f.insert("parameters".into(), self.parameters.clone());
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry("function", &f)?;
+        m.end()
+    }
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// Never call a tool (the call trigger is masked; output is plain text).
+    None,
+    /// The model decides; a call's body is constrained once the model opens one.
+    Auto,
+    /// At least one call, constrained from the first token.
+    Required,
+    /// Exactly this function, constrained from the first token.
+    Function(String),
+}
+
+/// How the output must be shaped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputConstraint {
+    /// JSON text valid against this JSON Schema (`response_format` `json_object` is
+    /// `{"type": "object"}`).
+    Json(Value),
+    /// Tool calls in the model family's format (see `tools::ToolFormat`).
+    Tools {
+        choice: ToolChoice,
+        /// `parallel_tool_calls`: more than one call allowed.
+        parallel: bool,
+    },
+}
+
+/// Everything `Engine::prepare` renders and compiles for one chat request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatInput {
+    pub messages: Vec<ChatMessage>,
+    /// Tools on offer (rendered into the prompt, counted as prompt tokens).
+    pub tools: Vec<ToolSpec>,
+    /// `None`: free text.
+    pub constraint: Option<OutputConstraint>,
+}
+
+impl ChatInput {
+    /// Plain messages, no tools, no constraint.
+    pub fn messages(messages: Vec<ChatMessage>) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+}

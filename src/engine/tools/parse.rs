@@ -1,0 +1,380 @@
+//! Splitting generated text into content and tool calls, incrementally.
+//!
+//! The grammar fixes a call's layout (`{"name": "...", "arguments": ...}` inside the format's
+//! tags), so the parser needs no partial-JSON parser: it finds the trigger, reads the name, and
+//! passes the `arguments` text through byte for byte while tracking only bracket depth and
+//! string state to see where the arguments end. Tag text never reaches `Content`. Text the parser
+//! cannot read as a call (an unconstrained model that wrote a malformed tag) is given back as
+//! content.
+
+use super::{ToolFormat, TRIGGER};
+
+/// What the parser found in the text so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolEvent {
+    /// Assistant text outside any call.
+    Content(String),
+    /// A call opened: its position among the calls (`index`) and the function name.
+    CallStart { index: usize, name: String },
+    /// More of the `arguments` JSON text of call `index`.
+    CallArgs { index: usize, fragment: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Plain text, watching for the trigger.
+    Content,
+    /// After the trigger or a separator: reading `{"name": "...", "arguments": `.
+    Header,
+    /// Inside the arguments value.
+    Args { depth: u32, in_str: bool, esc: bool },
+    /// After the arguments: the `}` of the call, then a separator or the close tag.
+    AfterArgs,
+}
+
+/// Incremental parser for one generation.
+#[derive(Debug, Clone)]
+pub struct ToolCallParser {
+    format: ToolFormat,
+    state: State,
+    buf: String,
+    calls: usize,
+    /// Content already emitted (leading whitespace is held back until real text arrives).
+    emitted_content: bool,
+}
+
+impl ToolCallParser {
+    pub fn new(format: ToolFormat) -> Self {
+        Self {
+            format,
+            state: State::Content,
+            buf: String::new(),
+            calls: 0,
+            emitted_content: false,
+        }
+    }
+
+    /// Calls opened so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Feed generated text; returns the events it completes.
+    pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
+        self.buf.push_str(text);
+        let mut out = Vec::new();
+        while self.step(&mut out) {}
+        out
+    }
+
+    /// The end of the generation: held-back text becomes content (outside a call).
+    pub fn finish(&mut self) -> Vec<ToolEvent> {
+        let mut out = Vec::new();
+        if self.state == State::Content && !self.buf.trim().is_empty() {
+            out.push(ToolEvent::Content(std::mem::take(&mut self.buf)));
+        } else if matches!(self.state, State::Header) && self.calls == 0 {
+            // A malformed tag with no call: give the text back.
+            out.push(ToolEvent::Content(format!("{TRIGGER}{}", self.buf)));
+        }
+        self.buf.clear();
+        out
+    }
+
+    /// One transition; `false` when more text is needed.
+    fn step(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        match self.state {
+            State::Content => self.content(out),
+            State::Header => self.header(out),
+            State::Args { .. } => self.args(out),
+            State::AfterArgs => self.after_args(),
+        }
+    }
+
+    fn emit_content(&mut self, text: String, out: &mut Vec<ToolEvent>) {
+        if text.is_empty() || (!self.emitted_content && text.trim().is_empty()) {
+            return;
+        }
+        self.emitted_content = true;
+        out.push(ToolEvent::Content(text));
+    }
+
+    fn content(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        if let Some(at) = self.buf.find(TRIGGER) {
+            let before = self.buf[..at].to_owned();
+            self.buf.drain(..at + TRIGGER.len());
+            if self.calls == 0 && before.trim().is_empty() {
+                // Whitespace before the first call is not content.
+            } else {
+                self.emit_content(before, out);
+            }
+            self.state = State::Header;
+            return true;
+        }
+        // Keep the longest tail that could still begin the trigger, and leading whitespace.
+        let keep = (1..TRIGGER.len())
+            .rev()
+            .find(|&n| {
+                self.buf.len() >= n
+                    && self.buf.is_char_boundary(self.buf.len() - n)
+                    && TRIGGER.starts_with(&self.buf[self.buf.len() - n..])
+            })
+            .unwrap_or(0);
+        let cut = self.buf.len() - keep;
+        if !self.emitted_content && self.buf[..cut].trim().is_empty() {
+            return false;
+        }
+        let text: String = self.buf.drain(..cut).collect();
+        self.emit_content(text, out);
+        false
+    }
+
+    fn header(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        match read_header(&self.buf, self.format) {
+            Header::Incomplete => false,
+            Header::Bad => {
+                let text = format!("{TRIGGER}{}", std::mem::take(&mut self.buf));
+                self.emit_content(text, out);
+                self.state = State::Content;
+                false
+            }
+            Header::Call { name, used } => {
+                self.buf.drain(..used);
+                out.push(ToolEvent::CallStart {
+                    index: self.calls,
+                    name,
+                });
+                self.calls += 1;
+                self.state = State::Args {
+                    depth: 0,
+                    in_str: false,
+                    esc: false,
+                };
+                true
+            }
+        }
+    }
+
+    fn args(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        let State::Args {
+            mut depth,
+            mut in_str,
+            mut esc,
+        } = self.state
+        else {
+            return false;
+        };
+        let mut end = None;
+        for (i, c) in self.buf.char_indices() {
+            if in_str {
+                match (esc, c) {
+                    (true, _) => esc = false,
+                    (false, '\\') => esc = true,
+                    (false, '"') => in_str = false,
+                    _ => {}
+                }
+            } else {
+                match c {
+                    '"' => in_str = true,
+                    '{' | '[' => depth += 1,
+                    '}' | ']' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                if depth == 0 && !c.is_whitespace() && !in_str && matches!(c, '}' | ']') {
+                    end = Some(i + c.len_utf8());
+                    break;
+                }
+            }
+        }
+        let index = self.calls - 1;
+        let take = end.unwrap_or(self.buf.len());
+        let fragment: String = self.buf.drain(..take).collect();
+        if !fragment.is_empty() {
+            out.push(ToolEvent::CallArgs { index, fragment });
+        }
+        if end.is_some() {
+            self.state = State::AfterArgs;
+            true
+        } else {
+            self.state = State::Args { depth, in_str, esc };
+            false
+        }
+    }
+
+    fn after_args(&mut self) -> bool {
+        let rest = self.buf.trim_start();
+        if rest.is_empty() {
+            return false;
+        }
+        let Some(rest) = rest.strip_prefix('}') else {
+            return self.bad_after();
+        };
+        let between = self.format.between();
+        let close = self.format.close();
+        let r = rest.trim_start_matches([' ', '\n']);
+        for (sep, next) in [
+            (between.trim(), State::Header),
+            (close.trim(), State::Content),
+        ] {
+            if let Some(after) = r.strip_prefix(sep) {
+                let used = self.buf.len() - after.len();
+                self.buf.drain(..used);
+                self.state = next;
+                return true;
+            }
+            if sep.starts_with(r) {
+                return false;
+            }
+        }
+        self.bad_after()
+    }
+
+    fn bad_after(&mut self) -> bool {
+        // Unexpected text after a call: drop the rest of the tag area and go back to content.
+        self.state = State::Content;
+        true
+    }
+}
+
+enum Header {
+    Incomplete,
+    Bad,
+    Call { name: String, used: usize },
+}
+
+/// Read `[ws]( "[" | "{" )... "name": "<name>", "arguments": ` at the start of `s`.
+fn read_header(s: &str, format: ToolFormat) -> Header {
+    let mut rest = s;
+    let pieces: &[&str] = match format {
+        ToolFormat::SmolLm => &["[", "{", "\"name\"", ":", "\""],
+        ToolFormat::Hermes => &["{", "\"name\"", ":", "\""],
+    };
+    for (k, p) in pieces.iter().enumerate() {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            return Header::Incomplete;
+        }
+        if let Some(r) = rest.strip_prefix(p) {
+            rest = r;
+        } else if k == 0 && format == ToolFormat::SmolLm && rest.starts_with('{') {
+            // A later call of the list: no "[" before it.
+            continue;
+        } else if p.starts_with(rest) {
+            return Header::Incomplete;
+        } else {
+            return Header::Bad;
+        }
+    }
+    let Some(end) = rest.find('"') else {
+        return Header::Incomplete;
+    };
+    let name = rest[..end].to_owned();
+    rest = &rest[end + 1..];
+    for p in [",", "\"arguments\"", ":"] {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            return Header::Incomplete;
+        }
+        if let Some(r) = rest.strip_prefix(p) {
+            rest = r;
+        } else if p.starts_with(rest) {
+            return Header::Incomplete;
+        } else {
+            return Header::Bad;
+        }
+    }
+    let trimmed = rest.trim_start();
+    if trimmed.is_empty() {
+        return Header::Incomplete;
+    }
+    Header::Call {
+        name,
+        used: s.len() - trimmed.len(),
+    }
+}
+
+/// Parse a whole text: (content, calls as (name, arguments text)).
+pub fn parse_all(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
+    let mut p = ToolCallParser::new(format);
+    let mut events = p.push(text);
+    events.extend(p.finish());
+    let mut content = String::new();
+    let mut calls: Vec<(String, String)> = Vec::new();
+    for e in events {
+        match e {
+            ToolEvent::Content(t) => content.push_str(&t),
+            ToolEvent::CallStart { name, .. } => calls.push((name, String::new())),
+            ToolEvent::CallArgs { index, fragment } => {
+                if let Some(c) = calls.get_mut(index) {
+                    c.1.push_str(&fragment);
+                }
+            }
+        }
+    }
+    (content, calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by_chars(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
+        let mut p = ToolCallParser::new(format);
+        let mut events = Vec::new();
+        for c in text.chars() {
+            events.extend(p.push(&c.to_string()));
+        }
+        events.extend(p.finish());
+        let mut content = String::new();
+        let mut calls: Vec<(String, String)> = Vec::new();
+        for e in events {
+            match e {
+                ToolEvent::Content(t) => content.push_str(&t),
+                ToolEvent::CallStart { name, .. } => calls.push((name, String::new())),
+                ToolEvent::CallArgs { index, fragment } => calls[index].1.push_str(&fragment),
+            }
+        }
+        (content, calls)
+    }
+
+    #[test]
+    fn hermes_calls_parse_whole_and_char_by_char() {
+        let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris {x}\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"t2\", \"arguments\": {}}\n</tool_call>";
+        let want = (
+            String::new(),
+            vec![
+                (
+                    "get_weather".to_owned(),
+                    "{\"location\": \"Paris {x}\"}".to_owned(),
+                ),
+                ("t2".to_owned(), "{}".to_owned()),
+            ],
+        );
+        assert_eq!(parse_all(ToolFormat::Hermes, text), want);
+        assert_eq!(by_chars(ToolFormat::Hermes, text), want);
+    }
+
+    #[test]
+    fn smollm_list_with_text_before() {
+        let text = "Let me check. <tool_call>[{\"name\": \"a\", \"arguments\": {\"q\": [1, 2]}}, {\"name\": \"b\", \"arguments\": {\"s\": \"]\\\"\"}}]</tool_call>";
+        let want = (
+            "Let me check. ".to_owned(),
+            vec![
+                ("a".to_owned(), "{\"q\": [1, 2]}".to_owned()),
+                ("b".to_owned(), "{\"s\": \"]\\\"\"}".to_owned()),
+            ],
+        );
+        assert_eq!(parse_all(ToolFormat::SmolLm, text), want);
+        assert_eq!(by_chars(ToolFormat::SmolLm, text), want);
+    }
+
+    #[test]
+    fn plain_text_and_a_lone_angle_bracket_stay_content() {
+        let text = "a < b and <tool is not a call";
+        assert_eq!(
+            by_chars(ToolFormat::Hermes, text),
+            (text.to_owned(), vec![])
+        );
+        let bad = "<tool_call>oops";
+        assert_eq!(parse_all(ToolFormat::Hermes, bad).0, bad);
+    }
+}
