@@ -107,11 +107,30 @@ pub fn idempotency(
 
 /// SHA-256 of the canonical JSON body (object keys sorted, no whitespace), so a retry that
 /// reorders keys still matches (reliability.md, 1.2).
+/// Keys are sorted here, not by `serde_json` (its `preserve_order` feature is on: llguidance
+/// needs schema property order kept).
 fn fingerprint(body: &[u8]) -> Vec<u8> {
     use sha2::Digest;
-    let canonical = serde_json::from_slice::<serde_json::Value>(body)
-        .map_or_else(|_| body.to_vec(), |v| v.to_string().into_bytes());
+    let canonical = serde_json::from_slice::<serde_json::Value>(body).map_or_else(
+        |_| body.to_vec(),
+        |mut v| {
+            sort_keys(&mut v);
+            v.to_string().into_bytes()
+        },
+    );
     sha2::Sha256::digest(&canonical).to_vec()
+}
+
+/// Sort the keys of every object in `v`, recursively.
+fn sort_keys(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            o.sort_keys();
+            o.values_mut().for_each(sort_keys);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(sort_keys),
+        _ => {}
+    }
 }
 
 /// The catalogue entry of `model`, if it exists and may be served commercially. Checked before
