@@ -297,6 +297,11 @@ pub fn parse_all(format: ToolFormat, text: &str) -> (String, Vec<(String, String
     let mut p = ToolCallParser::new(format);
     let mut events = p.push(text);
     events.extend(p.finish());
+    fold(events)
+}
+
+/// Events folded into (content, calls as (name, arguments text)).
+pub fn fold(events: Vec<ToolEvent>) -> (String, Vec<(String, String)>) {
     let mut content = String::new();
     let mut calls: Vec<(String, String)> = Vec::new();
     for e in events {
@@ -324,16 +329,7 @@ mod tests {
             events.extend(p.push(&c.to_string()));
         }
         events.extend(p.finish());
-        let mut content = String::new();
-        let mut calls: Vec<(String, String)> = Vec::new();
-        for e in events {
-            match e {
-                ToolEvent::Content(t) => content.push_str(&t),
-                ToolEvent::CallStart { name, .. } => calls.push((name, String::new())),
-                ToolEvent::CallArgs { index, fragment } => calls[index].1.push_str(&fragment),
-            }
-        }
-        (content, calls)
+        fold(events)
     }
 
     #[test]
