@@ -72,11 +72,7 @@ impl CompletionMeta {
                 function: FunctionCallOut { name, arguments },
             })
             .collect();
-        let finish = if tool_calls.is_empty() {
-            finish_reason(&c.finish)
-        } else {
-            tool_finish_reason(&c.finish)
-        };
+        let finish = finish_reason(&c.finish, !tool_calls.is_empty());
         let body = ChatCompletion {
             id: self.id.clone(),
             object: "chat.completion",
@@ -140,19 +136,12 @@ pub fn new_call_id() -> String {
     format!("call_{}", super::state::random_id(24))
 }
 
-/// `finish_reason` of a completion that made tool calls: `tool_calls`, or `length` when it was
-/// cut off.
-pub fn tool_finish_reason(f: &FinishReason) -> &'static str {
+/// OpenAI's `finish_reason`: `length` when `max_tokens` or the context ended it, else
+/// `tool_calls` when the completion `called` a tool, else `stop`.
+pub fn finish_reason(f: &FinishReason, called: bool) -> &'static str {
     match f {
         FinishReason::Length => "length",
-        _ => "tool_calls",
-    }
-}
-
-/// OpenAI's `finish_reason`: `length` when `max_tokens` or the context ended it, else `stop`.
-pub fn finish_reason(f: &FinishReason) -> &'static str {
-    match f {
-        FinishReason::Length => "length",
+        _ if called => "tool_calls",
         _ => "stop",
     }
 }

@@ -14,7 +14,7 @@ use futures::stream::{self, Stream};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::completion::{finish_reason, new_call_id, tool_finish_reason, CompletionMeta};
+use super::completion::{finish_reason, new_call_id, CompletionMeta};
 use super::error::ApiError;
 use super::schema::{ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
@@ -163,11 +163,7 @@ async fn finish_stream(st: &mut StreamState) {
         }
     };
     let (usage, service) = st.meta.usage(&charge);
-    let finish = if calls > 0 {
-        tool_finish_reason(&charge.finish)
-    } else {
-        finish_reason(&charge.finish)
-    };
+    let finish = finish_reason(&charge.finish, calls > 0);
     let mut c = st
         .meta
         .chunk(ChunkDelta::default(), Some(finish), st.include_usage);

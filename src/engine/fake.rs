@@ -143,18 +143,18 @@ impl Engine for FakeEngine {
             .iter()
             .find(|m| m.id == model)
             .ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
-        let tools =
-            super::tools::python_json(&serde_json::to_value(&input.tools).unwrap_or_default());
+        let tool_words = if input.tools.is_empty() {
+            0
+        } else {
+            let v = serde_json::to_value(&input.tools).unwrap_or_default();
+            super::tools::python_json(&v).split_whitespace().count()
+        };
         let n: usize = input
             .messages
             .iter()
             .map(|m| m.content.split_whitespace().count() + 1)
             .sum::<usize>()
-            + if input.tools.is_empty() {
-                0
-            } else {
-                tools.split_whitespace().count()
-            };
+            + tool_words;
         Ok(Prompt::plain(
             model,
             (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
