@@ -8,7 +8,7 @@ use super::schema::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, ChunkDelta,
     FunctionCallOut, ServiceCost, ToolCallOut, Usage,
 };
-use crate::engine::tools::{parse::parse_all, ToolFormat};
+use crate::engine::tools::{parse::parse_all, ToolSyntax};
 use crate::engine::FinishReason;
 use crate::metering::{Charge, StoredResponse};
 
@@ -23,12 +23,12 @@ pub struct CompletionMeta {
     /// The request's `req_` id (`service.request_id`).
     pub request_id: String,
     /// How to read tool calls out of the text (`None`: tools off, all text is content).
-    pub tool_format: Option<ToolFormat>,
+    pub tool_syntax: Option<ToolSyntax>,
 }
 
 impl CompletionMeta {
     /// A new completion of `model` for request `request_id`, created now.
-    pub fn new(model: &str, request_id: &str, tool_format: Option<ToolFormat>) -> Self {
+    pub fn new(model: &str, request_id: &str, tool_syntax: Option<ToolSyntax>) -> Self {
         Self {
             id: format!("chatcmpl-{}", super::state::random_id(24)),
             created: SystemTime::now()
@@ -36,7 +36,7 @@ impl CompletionMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_owned(),
             request_id: request_id.to_owned(),
-            tool_format,
+            tool_syntax,
         }
     }
 
@@ -60,8 +60,8 @@ impl CompletionMeta {
     /// are on), as the 200 response to store and send.
     pub fn completion(&self, c: &Charge, text: String) -> StoredResponse {
         let (usage, service) = self.usage(c);
-        let (content, calls) = match self.tool_format {
-            Some(f) => parse_all(f, &text),
+        let (content, calls) = match &self.tool_syntax {
+            Some(s) => parse_all(s, &text),
             None => (text, Vec::new()),
         };
         let tool_calls: Vec<ToolCallOut> = calls

@@ -99,7 +99,7 @@ pub fn stream_response(
     events: mpsc::UnboundedReceiver<GenerationEvent>,
     settlement: Settlement,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let parser = meta.tool_format.map(ToolCallParser::new);
+    let parser = meta.tool_syntax.as_ref().map(ToolCallParser::new);
     let st = StreamState {
         parser,
         meta,

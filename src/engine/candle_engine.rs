@@ -17,7 +17,7 @@ use candle_core::Device;
 
 use super::chat::{ChatInput, OutputConstraint, ToolChoice};
 use super::gguf::GgufFile;
-use super::grammar::{GrammarEnv, GrammarSpec};
+use super::grammar::{GrammarEnv, GrammarSpec, Start};
 use super::hf_files;
 use super::model::Transformer;
 use super::resolve;
@@ -26,7 +26,7 @@ use super::scheduler::{self, Cmd, Job, Limits, Runtime};
 use super::store::TensorStore;
 use super::template::ChatTemplate;
 use super::tokenizer::ModelTokenizer;
-use super::tools::{ToolFormat, TRIGGER};
+use super::tools::{ToolFormat, ToolSyntax, TRIGGER};
 use super::{Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
 use crate::catalog::Catalog;
 
@@ -238,7 +238,7 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
         None => {}
         Some(OutputConstraint::Json(schema)) => {
             let g = env()?
-                .compile(GrammarSpec::JsonSchema(schema.clone()), None)
+                .compile(GrammarSpec::JsonSchema(schema.clone()), Start::Now)
                 .map_err(EngineError::Grammar)?;
             prompt.grammar = Some(Box::new(g));
         }
@@ -249,12 +249,15 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
                 if ids.len() == 1 {
                     prompt.banned_tokens = ids;
                 }
-            } else if let Some((spec, trigger)) = format.grammar(&input.tools, choice, *parallel) {
+            } else if let Some((spec, start)) = format.grammar(&input.tools, choice, *parallel) {
                 let g = env()?
-                    .compile(spec, trigger)
+                    .compile(spec, start)
                     .map_err(EngineError::Grammar)?;
                 prompt.grammar = Some(Box::new(g));
-                prompt.tool_format = Some(format);
+                prompt.tool_syntax = Some(ToolSyntax {
+                    format,
+                    names: input.tools.iter().map(|t| t.name.clone()).collect(),
+                });
             }
         }
     }

@@ -5,8 +5,9 @@
 //! sampler picks a token from the unmasked logits; if the matcher accepts it (the cheap path,
 //! most steps) nothing else is computed; otherwise the full token mask is computed, applied
 //! (`-inf` for every forbidden token) and the sampler picks again. The accepted token is then
-//! consumed. A grammar with a `trigger` (tool calls under `tool_choice: "auto"`) stays off until
-//! the generated text contains the trigger; from then on it constrains what follows.
+//! consumed. A lazy grammar (tool calls under `tool_choice: "auto"`) stays off until the
+//! generated text contains its trigger, from then on it constrains what follows; or until the
+//! message opens the way its lead grammar describes (`Start`, `LeadSpec`).
 //!
 //! JSON output has bounded whitespace: separators are exactly `", "` and `": "` and no other
 //! whitespace is allowed between tokens (llguidance's `whitespace_flexible: false`), so a model
@@ -43,6 +44,20 @@ pub fn json_options() -> Value {
     })
 }
 
+/// Whitespace allowed in one gap between JSON tokens by `pretty_json_options`, in bytes.
+pub const MAX_PRETTY_GAP: usize = 24;
+
+/// JSON options that also admit pretty-printed JSON (newlines and indentation), still bounded:
+/// at most one run of `MAX_PRETTY_GAP` whitespace bytes between two tokens. For calls written
+/// as bare JSON (`tools::lead`), where models indent as they were trained to.
+pub fn pretty_json_options() -> Value {
+    serde_json::json!({
+        "whitespace_pattern": format!("[\\x20\\x0A\\x0D\\x09]{{1,{MAX_PRETTY_GAP}}}"),
+        "item_separator": ",",
+        "key_separator": ":",
+    })
+}
+
 /// Integers with no bound get the interoperable range of RFC 8259 section 6 (plus or minus
 /// 2^53 - 1), so a model cannot write digits until `max_tokens`.
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
@@ -75,12 +90,17 @@ fn bound_integers(schema: &mut Value) {
 /// `schema` with tollgate's JSON output options (`x-guidance`) added and unbounded integers
 /// bounded (see `MAX_SAFE_INTEGER`), for embedding in Lark.
 pub fn with_json_options(schema: &Value) -> Value {
+    with_options(schema, json_options())
+}
+
+/// `schema` with the JSON output `options` (`x-guidance`) and unbounded integers bounded.
+pub fn with_options(schema: &Value, options: Value) -> Value {
     let mut s = schema.clone();
     bound_integers(&mut s);
     if let Value::Object(o) = &mut s {
-        o.insert("x-guidance".into(), json_options());
+        o.insert("x-guidance".into(), options);
     } else if let Value::Bool(true) = s {
-        s = serde_json::json!({"x-guidance": json_options()});
+        s = serde_json::json!({ "x-guidance": options });
     }
     s
 }
@@ -192,11 +212,36 @@ impl GrammarEnv {
         Ok(Self { factory })
     }
 
-    /// Compile `spec` into a fresh matcher; `trigger` keeps it off until that text appears.
+    /// Compile `spec` into a fresh matcher that constrains from `start` on.
     ///
     /// # Errors
-    /// The grammar does not compile (llguidance's message).
-    pub fn compile(&self, spec: GrammarSpec, trigger: Option<String>) -> Result<Grammar, String> {
+    /// The grammar (or the lead grammar) does not compile (llguidance's message).
+    pub fn compile(&self, spec: GrammarSpec, start: Start) -> Result<Grammar, String> {
+        let matcher = self.matcher(spec)?;
+        let (trigger, lead) = match start {
+            Start::Now => (None, None),
+            Start::Lazy { trigger, lead } => {
+                let lead = match lead {
+                    Some(l) => Some(LeadState {
+                        matcher: self.matcher(l.spec)?,
+                        check: l.check,
+                        text: String::new(),
+                    }),
+                    None => None,
+                };
+                (Some(trigger), lead)
+            }
+        };
+        Ok(Grammar {
+            matcher,
+            active: trigger.is_none(),
+            trigger,
+            seen: String::new(),
+            lead,
+        })
+    }
+
+    fn matcher(&self, spec: GrammarSpec) -> Result<Matcher, String> {
         let grammar = top_level(spec);
         let parser = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.factory.create_parser(grammar)
@@ -204,16 +249,51 @@ impl GrammarEnv {
         .map_err(|_| "the grammar compiler failed on this grammar".to_owned())?
         .map_err(|e| e.to_string())?;
         let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(e);
+        match matcher.get_error() {
+            Some(e) => Err(e),
+            None => Ok(matcher),
         }
-        Ok(Grammar {
-            matcher,
-            active: trigger.is_none(),
-            trigger,
-            seen: String::new(),
-        })
     }
+}
+
+/// When a compiled grammar starts to constrain.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// From the first token.
+    Now,
+    /// Once the generated text contains `trigger` (the grammar covers what follows it), or,
+    /// with `lead`, once the message opens the way the lead grammar describes.
+    Lazy {
+        trigger: String,
+        lead: Option<LeadSpec>,
+    },
+}
+
+/// A second way for a lazy grammar to start: a grammar for the whole message from its first
+/// token, followed (unconstrained) while every token fits it, and switched on when `check`
+/// says the text so far commits to it (tool calls written as bare JSON, `tools::lead`).
+#[derive(Debug, Clone)]
+pub struct LeadSpec {
+    pub spec: GrammarSpec,
+    pub check: fn(&str) -> LeadCheck,
+}
+
+/// What the text of a message so far says about its lead grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeadCheck {
+    /// Could still go either way.
+    Undecided,
+    /// The message is in the lead's form: constrain from here on.
+    Commit,
+    /// The message is not in the lead's form.
+    Abandon,
+}
+
+/// A lead grammar being followed: its matcher has consumed every token of the message.
+struct LeadState {
+    matcher: Matcher,
+    check: fn(&str) -> LeadCheck,
+    text: String,
 }
 
 /// The constraint state of one sequence.
@@ -224,6 +304,8 @@ pub struct Grammar {
     active: bool,
     /// Text generated while off (only the tail that could still hold the trigger).
     seen: String,
+    /// The lead grammar while the message may still be in its form.
+    lead: Option<LeadState>,
 }
 
 impl Clone for Grammar {
@@ -233,6 +315,11 @@ impl Clone for Grammar {
             trigger: self.trigger.clone(),
             active: self.active,
             seen: self.seen.clone(),
+            lead: self.lead.as_ref().map(|l| LeadState {
+                matcher: l.matcher.deep_clone(),
+                check: l.check,
+                text: l.text.clone(),
+            }),
         }
     }
 }
@@ -242,6 +329,7 @@ impl std::fmt::Debug for Grammar {
         f.debug_struct("Grammar")
             .field("trigger", &self.trigger)
             .field("active", &self.active)
+            .field("lead", &self.lead.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -285,16 +373,25 @@ impl Grammar {
         self.active && self.matcher.is_stopped()
     }
 
-    /// While off, watch the generated text; switches on when the trigger appears. Text after
-    /// the trigger within the same delta is fed to the matcher as tokens.
-    pub fn observe(&mut self, text: &str, tokenizer: &ModelTokenizer) {
-        let Some(trigger) = self.trigger.as_deref().filter(|_| !self.active) else {
+    /// While off, watch the generated token `tok` and its text (`None` while it ends inside a
+    /// UTF-8 character): the lead grammar, if any, follows every token and takes over when its
+    /// check commits; otherwise the grammar switches on when the trigger appears, and text
+    /// after the trigger within the same delta is fed to the matcher as tokens.
+    pub fn observe(&mut self, tok: u32, text: Option<&str>, tokenizer: &ModelTokenizer) {
+        if self.active {
+            return;
+        }
+        if self.follow_lead(tok, text) {
+            return;
+        }
+        let (Some(trigger), Some(text)) = (self.trigger.as_deref(), text) else {
             return;
         };
         self.seen.push_str(text);
         if let Some(at) = self.seen.find(trigger) {
             let rest = self.seen[at + trigger.len()..].to_owned();
             self.active = true;
+            self.lead = None;
             self.seen.clear();
             if !rest.is_empty() {
                 if let Ok(ids) = tokenizer.encode(&rest) {
@@ -307,6 +404,32 @@ impl Grammar {
                 .find(|&i| self.seen.is_char_boundary(i))
                 .unwrap_or(self.seen.len());
             self.seen.drain(..cut);
+        }
+    }
+
+    /// Feed `tok` to the lead grammar; `true` when the lead took over as the active grammar.
+    fn follow_lead(&mut self, tok: u32, text: Option<&str>) -> bool {
+        let Some(lead) = self.lead.as_mut() else {
+            return false;
+        };
+        if lead.matcher.consume_token(tok).is_err() {
+            self.lead = None;
+            return false;
+        }
+        lead.text.push_str(text.unwrap_or_default());
+        match (lead.check)(&lead.text) {
+            LeadCheck::Undecided => false,
+            LeadCheck::Abandon => {
+                self.lead = None;
+                false
+            }
+            LeadCheck::Commit => {
+                if let Some(l) = self.lead.take() {
+                    self.matcher = l.matcher;
+                    self.active = true;
+                }
+                true
+            }
         }
     }
 }

@@ -45,7 +45,7 @@ pub struct Prompt {
     /// Tokens never sampled (the call trigger under `tool_choice: "none"`).
     pub banned_tokens: Vec<u32>,
     /// How to read tool calls back out of the text; `None` when tools are off.
-    pub tool_format: Option<tools::ToolFormat>,
+    pub tool_syntax: Option<tools::ToolSyntax>,
 }
 
 impl Prompt {
@@ -57,7 +57,7 @@ impl Prompt {
             context_length,
             grammar: None,
             banned_tokens: Vec::new(),
-            tool_format: None,
+            tool_syntax: None,
         }
     }
 }

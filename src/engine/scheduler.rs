@@ -481,10 +481,11 @@ fn sample_and_emit(
     if let Some(g) = s.grammar.as_mut().filter(|g| g.is_active()) {
         grammar_done = !g.consume(tok) || g.is_finished();
     }
-    if let Some(text) = s.decoder.step(tokenizer, tok) {
-        if let Some(g) = s.grammar.as_mut().filter(|g| !g.is_active()) {
-            g.observe(&text, tokenizer);
-        }
+    let text = s.decoder.step(tokenizer, tok);
+    if let Some(g) = s.grammar.as_mut().filter(|g| !g.is_active()) {
+        g.observe(tok, text.as_deref(), tokenizer);
+    }
+    if let Some(text) = text {
         match s.stop.push(&text) {
             StopStep::Continue(t) => {
                 if !t.is_empty() {

@@ -16,15 +16,16 @@
 //! Grammar (Lark, llguidance's dialect): the call's layout is fixed, name first (one of the
 //! offered tools), then `arguments` constrained to that tool's `parameters` schema, with the
 //! bounded-whitespace JSON options of `grammar`. `required` and a named function: constrained
-//! from the first token; `auto`: the grammar starts after the trigger (`<tool_call>`); `none`:
-//! no grammar and no parsing.
+//! from the first token; `auto`: the grammar starts after the trigger (`<tool_call>`), or when
+//! the message opens with a bare JSON call (`lead`); `none`: no grammar and no parsing.
 
+pub mod lead;
 pub mod parse;
 
 use serde_json::Value;
 
 use super::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
-use super::grammar::{with_json_options, GrammarSpec};
+use super::grammar::{with_json_options, GrammarSpec, LeadSpec, Start};
 
 /// The text of a tool call, per family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,14 @@ pub enum ToolFormat {
     Hermes,
     /// `<tool_call>[{...}, {...}]</tool_call>`.
     SmolLm,
+}
+
+/// How to read the calls of one generation: the family's format and the tool names offered
+/// (a call to any other name is content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSyntax {
+    pub format: ToolFormat,
+    pub names: Vec<String>,
 }
 
 /// The tag that opens a block of calls in every format (the `auto` trigger).
@@ -153,16 +162,17 @@ impl ToolFormat {
         out
     }
 
-    /// The Lark grammar of the calls `choice` allows, and the trigger that switches it on
-    /// (`Some(TRIGGER)` for `auto`: the grammar then covers only what follows the trigger).
-    /// `None` for `ToolChoice::None`. `parallel` allows more than one call, except for a named
-    /// function, which is called exactly once.
+    /// The Lark grammar of the calls `choice` allows, and when it starts: from the first token,
+    /// or for `auto` lazily, after `TRIGGER` (the grammar then covers only what follows it) or
+    /// when the message opens with a bare JSON call (`lead`). `None` for `ToolChoice::None`.
+    /// `parallel` allows more than one call, except for a named function, which is called
+    /// exactly once.
     pub fn grammar(
         self,
         tools: &[ToolSpec],
         choice: &ToolChoice,
         parallel: bool,
-    ) -> Option<(GrammarSpec, Option<String>)> {
+    ) -> Option<(GrammarSpec, Start)> {
         let offered: Vec<&ToolSpec> = match choice {
             ToolChoice::None => return None,
             ToolChoice::Function(name) => tools.iter().filter(|t| &t.name == name).collect(),
@@ -182,29 +192,48 @@ impl ToolFormat {
             lit(self.open_rest()),
             lit(self.close())
         );
-        let trigger = if matches!(choice, ToolChoice::Auto) {
+        let start = if matches!(choice, ToolChoice::Auto) {
             lark.push_str(&format!("start: {body}\n"));
-            Some(TRIGGER.to_owned())
+            Start::Lazy {
+                trigger: TRIGGER.to_owned(),
+                lead: Some(LeadSpec {
+                    spec: lead::grammar(&offered),
+                    check: lead::check,
+                }),
+            }
         } else {
             lark.push_str(&format!("start: {} {body}\n", lit(TRIGGER)));
-            None
+            Start::Now
         };
         let alts: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();
         lark.push_str(&format!("call: {}\n", alts.join(" | ")));
         for (i, t) in offered.iter().enumerate() {
-            let schema = serde_json::json!({
-                "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": closed(&t.parameters)},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            });
             lark.push_str(&format!(
                 "call_{i}: %json {}\n",
-                serde_json::to_string(&with_json_options(&schema)).unwrap_or_default()
+                serde_json::to_string(&with_json_options(&call_schema(t))).unwrap_or_default()
             ));
         }
-        Some((GrammarSpec::Lark(lark), trigger))
+        Some((GrammarSpec::Lark(lark), start))
     }
+
+    /// The brackets that open a call's header (see `parse::read_header`).
+    fn header_open(self) -> &'static [&'static str] {
+        match self {
+            Self::SmolLm => &["[", "{"],
+            Self::Hermes => &["{"],
+        }
+    }
+}
+
+/// The JSON Schema of one call of `t`: `{"name": <t.name>, "arguments": <t.parameters>}` in
+/// that order, nothing else.
+fn call_schema(t: &ToolSpec) -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"name": {"const": t.name}, "arguments": closed(&t.parameters)},
+        "required": ["name", "arguments"],
+        "additionalProperties": false,
+    })
 }
 
 /// `parameters` with `additionalProperties: false` at the top when it says nothing of extra
@@ -294,9 +323,16 @@ mod tests {
                 ToolChoice::Function("get_weather".into()),
             ] {
                 for parallel in [true, false] {
-                    let (g, trig) = f.grammar(&[weather()], &choice, parallel).unwrap();
+                    let (g, start) = f.grammar(&[weather()], &choice, parallel).unwrap();
                     grammar::check(&g).unwrap_or_else(|e| panic!("{f:?} {choice:?}: {e}"));
-                    assert_eq!(trig.is_some(), choice == ToolChoice::Auto);
+                    match start {
+                        Start::Now => assert_ne!(choice, ToolChoice::Auto),
+                        Start::Lazy { lead, .. } => {
+                            assert_eq!(choice, ToolChoice::Auto);
+                            let lead = lead.expect("auto has a lead grammar");
+                            grammar::check(&lead.spec).unwrap_or_else(|e| panic!("lead: {e}"));
+                        }
+                    }
                 }
             }
             assert!(f.grammar(&[weather()], &ToolChoice::None, true).is_none());

@@ -4,10 +4,12 @@
 //! tags), so the parser needs no partial-JSON parser: it finds the trigger, reads the name, and
 //! passes the `arguments` text through byte for byte while tracking only bracket depth and
 //! string state to see where the arguments end. Tag text never reaches `Content`. Text the parser
-//! cannot read as a call (an unconstrained model that wrote a malformed tag) is given back as
-//! content.
+//! cannot read as a call (an unconstrained model that wrote a malformed tag, or a name that was
+//! not offered) is given back as content. A message that opens with a bare JSON call, fenced or
+//! not, is read as that call (`lead`).
 
-use super::{ToolFormat, TRIGGER};
+use super::lead::{self, Opening};
+use super::{ToolSyntax, TRIGGER};
 
 /// What the parser found in the text so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,22 +37,30 @@ enum State {
 /// Incremental parser for one generation.
 #[derive(Debug, Clone)]
 pub struct ToolCallParser {
-    format: ToolFormat,
+    syntax: ToolSyntax,
     state: State,
     buf: String,
     calls: usize,
     /// Content already emitted (leading whitespace is held back until real text arrives).
     emitted_content: bool,
+    /// The text that opened the current block (the trigger, or a bare call's lead), given back
+    /// as content when the block turns out not to be a call.
+    opener: String,
+    /// The current call is a bare JSON call (`Some(fenced)`), not a tagged one.
+    bare: Option<bool>,
 }
 
 impl ToolCallParser {
-    pub fn new(format: ToolFormat) -> Self {
+    /// A parser for text in `syntax`.
+    pub fn new(syntax: &ToolSyntax) -> Self {
         Self {
-            format,
+            syntax: syntax.clone(),
             state: State::Content,
             buf: String::new(),
             calls: 0,
             emitted_content: false,
+            opener: String::new(),
+            bare: None,
         }
     }
 
@@ -74,7 +84,7 @@ impl ToolCallParser {
             out.push(ToolEvent::Content(std::mem::take(&mut self.buf)));
         } else if matches!(self.state, State::Header) && self.calls == 0 {
             // A malformed tag with no call: give the text back.
-            out.push(ToolEvent::Content(format!("{TRIGGER}{}", self.buf)));
+            out.push(ToolEvent::Content(format!("{}{}", self.opener, self.buf)));
         }
         self.buf.clear();
         out
@@ -99,9 +109,23 @@ impl ToolCallParser {
     }
 
     fn content(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        if self.calls == 0 && !self.emitted_content {
+            match lead::opening(&self.buf) {
+                Opening::Maybe => return false,
+                Opening::Open { fenced, used } => {
+                    self.opener = self.buf.drain(..used).collect();
+                    self.bare = Some(fenced);
+                    self.state = State::Header;
+                    return true;
+                }
+                Opening::No => {}
+            }
+        }
         if let Some(at) = self.buf.find(TRIGGER) {
             let before = self.buf[..at].to_owned();
             self.buf.drain(..at + TRIGGER.len());
+            self.opener = TRIGGER.to_owned();
+            self.bare = None;
             if self.calls == 0 && before.trim().is_empty() {
                 // Whitespace before the first call is not content.
             } else {
@@ -129,14 +153,10 @@ impl ToolCallParser {
     }
 
     fn header(&mut self, out: &mut Vec<ToolEvent>) -> bool {
-        match read_header(&self.buf, self.format) {
+        match read_header(&self.buf, self.syntax.format.header_open()) {
             Header::Incomplete => false,
-            Header::Bad => {
-                let text = format!("{TRIGGER}{}", std::mem::take(&mut self.buf));
-                self.emit_content(text, out);
-                self.state = State::Content;
-                false
-            }
+            Header::Call { name, .. } if !self.syntax.names.contains(&name) => self.bad_header(out),
+            Header::Bad => self.bad_header(out),
             Header::Call { name, used } => {
                 self.buf.drain(..used);
                 out.push(ToolEvent::CallStart {
@@ -152,6 +172,14 @@ impl ToolCallParser {
                 true
             }
         }
+    }
+
+    /// Not a call after all: the opener and the text so far are content.
+    fn bad_header(&mut self, out: &mut Vec<ToolEvent>) -> bool {
+        let text = format!("{}{}", self.opener, std::mem::take(&mut self.buf));
+        self.emit_content(text, out);
+        self.state = State::Content;
+        false
     }
 
     fn args(&mut self, out: &mut Vec<ToolEvent>) -> bool {
@@ -208,9 +236,20 @@ impl ToolCallParser {
         let Some(rest) = rest.strip_prefix('}') else {
             return self.bad_after();
         };
-        let between = self.format.between();
-        let close = self.format.close();
         let r = rest.trim_start_matches([' ', '\n']);
+        if let Some(fenced) = self.bare {
+            // A bare call ends at its `}`; a fenced one also takes the closing fence.
+            let used = match r.strip_prefix("```") {
+                Some(after) if fenced => self.buf.len() - after.len(),
+                None if fenced && "```".starts_with(r) => return false,
+                _ => self.buf.len() - rest.len(),
+            };
+            self.buf.drain(..used);
+            self.state = State::Content;
+            return true;
+        }
+        let between = self.syntax.format.between();
+        let close = self.syntax.format.close();
         for (sep, next) in [
             (between.trim(), State::Header),
             (close.trim(), State::Content),
@@ -235,19 +274,26 @@ impl ToolCallParser {
     }
 }
 
-enum Header {
+/// What `read_header` found.
+pub(super) enum Header {
+    /// A prefix of a header: more text is needed.
     Incomplete,
+    /// Not a call header.
     Bad,
+    /// The header of a call to `name`; the arguments start at byte `used`.
     Call { name: String, used: usize },
 }
 
-/// Read `[ws]( "[" | "{" )... "name": "<name>", "arguments": ` at the start of `s`.
-fn read_header(s: &str, format: ToolFormat) -> Header {
+/// Read `[ws] open... "name": "<name>", "arguments": ` at the start of `s`, where `open` are
+/// the brackets before the first key (`["{"]`, or `["[", "{"]` for a list whose later calls
+/// come without the `[`), whitespace allowed between the pieces.
+pub(super) fn read_header(s: &str, open: &[&str]) -> Header {
     let mut rest = s;
-    let pieces: &[&str] = match format {
-        ToolFormat::SmolLm => &["[", "{", "\"name\"", ":", "\""],
-        ToolFormat::Hermes => &["{", "\"name\"", ":", "\""],
-    };
+    let pieces: Vec<&str> = open
+        .iter()
+        .copied()
+        .chain(["\"name\"", ":", "\""])
+        .collect();
     for (k, p) in pieces.iter().enumerate() {
         rest = rest.trim_start();
         if rest.is_empty() {
@@ -255,7 +301,7 @@ fn read_header(s: &str, format: ToolFormat) -> Header {
         }
         if let Some(r) = rest.strip_prefix(p) {
             rest = r;
-        } else if k == 0 && format == ToolFormat::SmolLm && rest.starts_with('{') {
+        } else if k == 0 && open.len() > 1 && rest.starts_with('{') {
             // A later call of the list: no "[" before it.
             continue;
         } else if p.starts_with(rest) {
@@ -293,8 +339,8 @@ fn read_header(s: &str, format: ToolFormat) -> Header {
 }
 
 /// Parse a whole text: (content, calls as (name, arguments text)).
-pub fn parse_all(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
-    let mut p = ToolCallParser::new(format);
+pub fn parse_all(syntax: &ToolSyntax, text: &str) -> (String, Vec<(String, String)>) {
+    let mut p = ToolCallParser::new(syntax);
     let mut events = p.push(text);
     events.extend(p.finish());
     fold(events)
@@ -321,9 +367,21 @@ pub fn fold(events: Vec<ToolEvent>) -> (String, Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::tools::ToolFormat;
+
+    fn syntax(format: ToolFormat) -> ToolSyntax {
+        ToolSyntax {
+            format,
+            names: ["get_weather", "t2", "a", "b"].map(String::from).to_vec(),
+        }
+    }
+
+    fn whole(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
+        parse_all(&syntax(format), text)
+    }
 
     fn by_chars(format: ToolFormat, text: &str) -> (String, Vec<(String, String)>) {
-        let mut p = ToolCallParser::new(format);
+        let mut p = ToolCallParser::new(&syntax(format));
         let mut events = Vec::new();
         for c in text.chars() {
             events.extend(p.push(&c.to_string()));
@@ -345,7 +403,7 @@ mod tests {
                 ("t2".to_owned(), "{}".to_owned()),
             ],
         );
-        assert_eq!(parse_all(ToolFormat::Hermes, text), want);
+        assert_eq!(whole(ToolFormat::Hermes, text), want);
         assert_eq!(by_chars(ToolFormat::Hermes, text), want);
     }
 
@@ -359,7 +417,7 @@ mod tests {
                 ("b".to_owned(), "{\"s\": \"]\\\"\"}".to_owned()),
             ],
         );
-        assert_eq!(parse_all(ToolFormat::SmolLm, text), want);
+        assert_eq!(whole(ToolFormat::SmolLm, text), want);
         assert_eq!(by_chars(ToolFormat::SmolLm, text), want);
     }
 
@@ -371,6 +429,33 @@ mod tests {
             (text.to_owned(), vec![])
         );
         let bad = "<tool_call>oops";
-        assert_eq!(parse_all(ToolFormat::Hermes, bad).0, bad);
+        assert_eq!(whole(ToolFormat::Hermes, bad).0, bad);
+    }
+
+    #[test]
+    fn a_message_opening_with_json_is_a_call_fenced_or_bare() {
+        let want = |args: &str| (String::new(), vec![("get_weather".to_owned(), args.to_owned())]);
+        let fenced = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"location\": \"Paris\"\n  }\n}\n```";
+        let args = "{\n    \"location\": \"Paris\"\n  }";
+        for f in [ToolFormat::Hermes, ToolFormat::SmolLm] {
+            assert_eq!(whole(f, fenced), want(args));
+            assert_eq!(by_chars(f, fenced), want(args));
+            let bare = " {\"name\": \"get_weather\", \"arguments\": {}}";
+            assert_eq!(by_chars(f, bare), want("{}"));
+        }
+    }
+
+    #[test]
+    fn json_that_is_not_an_offered_call_stays_content() {
+        for text in [
+            "```json\n{\"name\": \"Alice\", \"arguments\": {}}\n```",
+            "```json\n{\"title\": \"x\"}\n```",
+            "```python\nprint(1)\n```",
+            "{x} is a placeholder",
+            "Here: {\"name\": \"get_weather\", \"arguments\": {}}",
+        ] {
+            assert_eq!(whole(ToolFormat::Hermes, text), (text.to_owned(), vec![]));
+            assert_eq!(by_chars(ToolFormat::Hermes, text), (text.to_owned(), vec![]));
+        }
     }
 }

@@ -1,0 +1,148 @@
+//! Calls written as bare JSON at the start of a message: `{"name": ..., "arguments": ...}`,
+//! optionally inside a Markdown fence (```` ```json ```` ... ```` ``` ````).
+//!
+//! Models trained weakly on their tool format answer this way: under `tool_choice: "auto"`,
+//! Qwen2.5-Coder-1.5B-Instruct answers the weather question with a fenced JSON call instead of
+//! its `<tool_call>` tag (measured 2026-11-23; peers report the same of the Coder family, and
+//! llama.cpp's lazy grammar triggers on the same shape). So under `auto` this is the second way
+//! a call opens, beside the format's trigger tag: one call, and only at the start of the message.
+//!
+//! The grammar (`grammar()`, started by `grammar::Start::Lazy` with this lead) follows the
+//! message unconstrained while every token fits it, and takes over once `check` sees the call's
+//! header through `"arguments":`; by then the matcher has accepted the function name, so it is
+//! one of the offered tools. The parser (`parse`) reads the same prefix with `opening` and the
+//! same header reader, and refuses names that were not offered, so text that the grammar gave up
+//! on is content there too. Whitespace is bounded by the grammar (`grammar::MAX_PRETTY_GAP` per
+//! gap; at most `MAX_LEAD_WS` before the call), not by the parser: a model that writes more
+//! whitespace than that inside the header before the grammar takes over yields a call read
+//! without the grammar's guarantee (not seen in practice).
+
+use super::parse::{read_header, Header};
+use super::ToolSpec;
+use crate::engine::grammar::{pretty_json_options, with_options, GrammarSpec, LeadCheck};
+
+/// Whitespace allowed before the call or its fence, in bytes.
+pub const MAX_LEAD_WS: usize = 4;
+
+/// The fence lines that may open the call, longest first.
+const FENCES: [&str; 2] = ["```json\n", "```\n"];
+
+/// Where a message stands with respect to opening with a bare JSON call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// Not a bare call.
+    No,
+    /// A prefix of one: more text is needed.
+    Maybe,
+    /// The call's `{` starts at byte `used` (after whitespace and the fence, if `fenced`).
+    Open { fenced: bool, used: usize },
+}
+
+/// Read the start of a message: `[ws]{0,4}` then an optional fence line, then `{`.
+pub fn opening(text: &str) -> Opening {
+    let body = text.trim_start_matches([' ', '\n']);
+    let ws = text.len() - body.len();
+    if ws > MAX_LEAD_WS {
+        return Opening::No;
+    }
+    if body.is_empty() {
+        return Opening::Maybe;
+    }
+    let mut fenced = false;
+    let mut rest = body;
+    for f in FENCES {
+        if let Some(r) = body.strip_prefix(f) {
+            fenced = true;
+            rest = r;
+            break;
+        }
+    }
+    if !fenced && FENCES.iter().any(|f| f.starts_with(body)) {
+        return Opening::Maybe;
+    }
+    if rest.is_empty() {
+        return Opening::Maybe;
+    }
+    if rest.starts_with('{') {
+        Opening::Open {
+            fenced,
+            used: text.len() - rest.len(),
+        }
+    } else {
+        Opening::No
+    }
+}
+
+/// The lead check of `grammar::LeadSpec`: commit once the header (`{"name": "...",
+/// "arguments":` and the first character of the arguments) has been read.
+pub fn check(text: &str) -> LeadCheck {
+    match opening(text) {
+        Opening::No => LeadCheck::Abandon,
+        Opening::Maybe => LeadCheck::Undecided,
+        Opening::Open { used, .. } => match read_header(&text[used..], &["{"]) {
+            Header::Incomplete => LeadCheck::Undecided,
+            Header::Bad => LeadCheck::Abandon,
+            Header::Call { .. } => LeadCheck::Commit,
+        },
+    }
+}
+
+/// The lead grammar of `offered`: optional leading whitespace, then one call object (name one
+/// of `offered`, arguments that tool's schema), bare or fenced, in bounded pretty-printed JSON.
+pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
+    let mut lark = String::from("%llguidance {}\n");
+    lark.push_str("start: LEAD_WS? body\n");
+    lark.push_str("body: call | FENCE call FENCE_END\n");
+    lark.push_str(&format!("LEAD_WS: /[ \\n]{{1,{MAX_LEAD_WS}}}/\n"));
+    lark.push_str("FENCE: /```(json)?\\n/\n");
+    lark.push_str("FENCE_END: /\\n?```/\n");
+    let alts: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();
+    lark.push_str(&format!("call: {}\n", alts.join(" | ")));
+    for (i, t) in offered.iter().enumerate() {
+        let schema = with_options(&super::call_schema(t), pretty_json_options());
+        lark.push_str(&format!(
+            "call_{i}: %json {}\n",
+            serde_json::to_string(&schema).unwrap_or_default()
+        ));
+    }
+    GrammarSpec::Lark(lark)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_reads_bare_and_fenced_calls() {
+        assert_eq!(opening(""), Opening::Maybe);
+        assert_eq!(opening("\n``"), Opening::Maybe);
+        assert_eq!(opening("```js"), Opening::Maybe);
+        assert_eq!(opening("```json\n"), Opening::Maybe);
+        assert_eq!(
+            opening("```json\n{"),
+            Opening::Open {
+                fenced: true,
+                used: 8
+            }
+        );
+        assert_eq!(
+            opening(" {\"name\""),
+            Opening::Open {
+                fenced: false,
+                used: 1
+            }
+        );
+        assert_eq!(opening("```python\n"), Opening::No);
+        assert_eq!(opening("Sure"), Opening::No);
+        assert_eq!(opening("      {"), Opening::No);
+    }
+
+    #[test]
+    fn check_commits_after_the_header_and_abandons_other_json() {
+        let pretty = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {";
+        assert_eq!(check(&pretty[..20]), LeadCheck::Undecided);
+        assert_eq!(check(pretty), LeadCheck::Commit);
+        assert_eq!(check("{\"title\": \"x\"}"), LeadCheck::Abandon);
+        assert_eq!(check("Paris is sunny."), LeadCheck::Abandon);
+    }
+}
