@@ -92,7 +92,10 @@ async fn auto_calls_the_tool_streamed_and_whole_alike_and_code_stays_text() {
             s_args.push_str(t["function"]["arguments"].as_str().unwrap_or(""));
         }
     }
-    assert_eq!((s_name.as_str(), s_args.as_str()), (name.as_str(), raw.as_str()));
+    assert_eq!(
+        (s_name.as_str(), s_args.as_str()),
+        (name.as_str(), raw.as_str())
+    );
     assert!(content.is_empty(), "fence text leaked: {content:?}");
 
     // A coding question with the tool offered: the fenced code is content, not a call.
@@ -101,5 +104,11 @@ async fn auto_calls_the_tool_streamed_and_whole_alike_and_code_stays_text() {
     );
     let v = ok(&code).await;
     assert!(v["choices"][0]["message"]["tool_calls"].is_null(), "{v}");
-    assert!(!v["choices"][0]["message"]["content"].as_str().unwrap().is_empty(), "{v}");
+    assert!(
+        !v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{v}"
+    );
 }

@@ -250,9 +250,7 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
                     prompt.banned_tokens = ids;
                 }
             } else if let Some((spec, start)) = format.grammar(&input.tools, choice, *parallel) {
-                let g = env()?
-                    .compile(spec, start)
-                    .map_err(EngineError::Grammar)?;
+                let g = env()?.compile(spec, start).map_err(EngineError::Grammar)?;
                 prompt.grammar = Some(Box::new(g));
                 prompt.tool_syntax = Some(ToolSyntax {
                     format,

@@ -58,15 +58,13 @@ impl ChatMessage {
 
 impl Serialize for ChatMessage {
     /// `{"role", "content", "tool_calls"?, "tool_call_id"?}` as chat templates read it:
-    /// `content` is `null` for an assistant message with calls and no text.
+    /// `content` is always a string, `""` for an assistant message that only calls tools
+    /// (clients send `null` there; Qwen3's template tests `'</think>' in message.content`, which
+    /// fails on `null` in transformers too).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("role", &self.role)?;
-        if self.content.is_empty() && !self.tool_calls.is_empty() {
-            m.serialize_entry("content", &Value::Null)?;
-        } else {
-            m.serialize_entry("content", &self.content)?;
-        }
+        m.serialize_entry("content", &self.content)?;
         if !self.tool_calls.is_empty() {
             let calls: Vec<Value> = self
                 .tool_calls

@@ -60,7 +60,6 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
-        env.add_function("strftime_now", |_fmt: String| -> String { String::new() });
         env.add_filter("tojson", tojson);
         env.add_template_owned("chat", text.clone())
             .map_err(|e| anyhow::anyhow!("chat template does not compile: {e}"))?;
@@ -68,7 +67,8 @@ impl ChatTemplate {
     }
 
     /// Render `messages` with `add_generation_prompt = true`; `tools` is the template's `tools`
-    /// variable (`none` when empty, as `transformers` passes it).
+    /// variable (`none` when empty, as `transformers` passes it). `strftime_now(fmt)` formats
+    /// the local time now, as `transformers` does (Llama 3.2 writes today's date with it).
     ///
     /// # Errors
     /// Template runtime errors (including `raise_exception` calls), as text.
@@ -79,18 +79,52 @@ impl ChatTemplate {
         bos: &str,
         eos: &str,
     ) -> Result<String, String> {
+        let now = chrono::Local::now().naive_local();
+        self.render_at(messages, tools, bos, eos, now)
+    }
+
+    /// `render` with `strftime_now` reading `now` instead of the clock (for fixtures).
+    ///
+    /// # Errors
+    /// As `render`.
+    pub fn render_at(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        bos: &str,
+        eos: &str,
+        now: chrono::NaiveDateTime,
+    ) -> Result<String, String> {
         let tmpl = self.env.get_template("chat").map_err(|e| e.to_string())?;
         let tools =
             (!tools.is_empty()).then(|| minijinja::Value::from(minijinja::value::Serde(tools)));
+        let strftime_now = minijinja::Value::from_function(move |fmt: String| strftime(now, &fmt));
         tmpl.render(context! {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
             tools => tools,
             add_generation_prompt => true,
             bos_token => bos,
             eos_token => eos,
+            strftime_now => strftime_now,
         })
         .map_err(|e| e.to_string())
     }
+}
+
+/// Python's `datetime.strftime(fmt)` of `now` (chrono's specifiers are Python's, plus some).
+///
+/// # Errors
+/// A format chrono cannot read (an unknown `%` specifier).
+fn strftime(now: chrono::NaiveDateTime, fmt: &str) -> Result<String, Error> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    write!(out, "{}", now.format(fmt)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: unsupported format {fmt:?}"),
+        )
+    })?;
+    Ok(out)
 }
 
 /// `tojson` as `transformers` defines it for chat templates: Python's `json.dumps` with
@@ -151,6 +185,20 @@ mod tests {
             s,
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
         );
+    }
+
+    #[test]
+    fn strftime_now_formats_the_given_time_and_refuses_bad_formats() {
+        let t = ChatTemplate::new(Some("{{ strftime_now('%d %b %Y') }}"), "llama").unwrap();
+        let day = chrono::NaiveDate::from_ymd_opt(2024, 7, 26)
+            .and_then(|d| d.and_hms_opt(12, 0, 0))
+            .unwrap();
+        assert_eq!(
+            t.render_at(&msgs(), &[], "", "", day).unwrap(),
+            "26 Jul 2024"
+        );
+        let bad = ChatTemplate::new(Some("{{ strftime_now('%Q') }}"), "llama").unwrap();
+        assert!(bad.render(&msgs(), &[], "", "").is_err());
     }
 
     #[test]

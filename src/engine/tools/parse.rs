@@ -434,7 +434,12 @@ mod tests {
 
     #[test]
     fn a_message_opening_with_json_is_a_call_fenced_or_bare() {
-        let want = |args: &str| (String::new(), vec![("get_weather".to_owned(), args.to_owned())]);
+        let want = |args: &str| {
+            (
+                String::new(),
+                vec![("get_weather".to_owned(), args.to_owned())],
+            )
+        };
         let fenced = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"location\": \"Paris\"\n  }\n}\n```";
         let args = "{\n    \"location\": \"Paris\"\n  }";
         for f in [ToolFormat::Hermes, ToolFormat::SmolLm] {
@@ -455,7 +460,10 @@ mod tests {
             "Here: {\"name\": \"get_weather\", \"arguments\": {}}",
         ] {
             assert_eq!(whole(ToolFormat::Hermes, text), (text.to_owned(), vec![]));
-            assert_eq!(by_chars(ToolFormat::Hermes, text), (text.to_owned(), vec![]));
+            assert_eq!(
+                by_chars(ToolFormat::Hermes, text),
+                (text.to_owned(), vec![])
+            );
         }
     }
 }
