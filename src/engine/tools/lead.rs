@@ -17,8 +17,9 @@
 //! whitespace than that inside the header before the grammar takes over yields a call read
 //! without the grammar's guarantee (not seen in practice).
 
-use super::parse::{read_header, Header};
-use super::ToolSpec;
+use super::header::{read_header, Header};
+use super::schema::call_schema;
+use crate::engine::chat::ToolSpec;
 use crate::engine::grammar::{pretty_json_options, with_options, GrammarSpec, LeadCheck};
 
 /// Whitespace allowed before the call or its fence, in bytes.
@@ -99,7 +100,7 @@ pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
     let alts: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();
     lark.push_str(&format!("call: {}\n", alts.join(" | ")));
     for (i, t) in offered.iter().enumerate() {
-        let schema = with_options(&super::call_schema(t), pretty_json_options());
+        let schema = with_options(&call_schema(t), pretty_json_options());
         lark.push_str(&format!(
             "call_{i}: %json {}\n",
             serde_json::to_string(&schema).unwrap_or_default()

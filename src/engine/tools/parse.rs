@@ -8,8 +8,9 @@
 //! not offered) is given back as content. A message that opens with a bare JSON call, fenced or
 //! not, is read as that call (`lead`).
 
+use super::format::{ToolSyntax, TRIGGER};
+use super::header::{read_header, Header};
 use super::lead::{self, Opening};
-use super::{ToolSyntax, TRIGGER};
 
 /// What the parser found in the text so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,70 +275,6 @@ impl ToolCallParser {
     }
 }
 
-/// What `read_header` found.
-pub(super) enum Header {
-    /// A prefix of a header: more text is needed.
-    Incomplete,
-    /// Not a call header.
-    Bad,
-    /// The header of a call to `name`; the arguments start at byte `used`.
-    Call { name: String, used: usize },
-}
-
-/// Read `[ws] open... "name": "<name>", "arguments": ` at the start of `s`, where `open` are
-/// the brackets before the first key (`["{"]`, or `["[", "{"]` for a list whose later calls
-/// come without the `[`), whitespace allowed between the pieces.
-pub(super) fn read_header(s: &str, open: &[&str]) -> Header {
-    let mut rest = s;
-    let pieces: Vec<&str> = open
-        .iter()
-        .copied()
-        .chain(["\"name\"", ":", "\""])
-        .collect();
-    for (k, p) in pieces.iter().enumerate() {
-        rest = rest.trim_start();
-        if rest.is_empty() {
-            return Header::Incomplete;
-        }
-        if let Some(r) = rest.strip_prefix(p) {
-            rest = r;
-        } else if k == 0 && open.len() > 1 && rest.starts_with('{') {
-            // A later call of the list: no "[" before it.
-            continue;
-        } else if p.starts_with(rest) {
-            return Header::Incomplete;
-        } else {
-            return Header::Bad;
-        }
-    }
-    let Some(end) = rest.find('"') else {
-        return Header::Incomplete;
-    };
-    let name = rest[..end].to_owned();
-    rest = &rest[end + 1..];
-    for p in [",", "\"arguments\"", ":"] {
-        rest = rest.trim_start();
-        if rest.is_empty() {
-            return Header::Incomplete;
-        }
-        if let Some(r) = rest.strip_prefix(p) {
-            rest = r;
-        } else if p.starts_with(rest) {
-            return Header::Incomplete;
-        } else {
-            return Header::Bad;
-        }
-    }
-    let trimmed = rest.trim_start();
-    if trimmed.is_empty() {
-        return Header::Incomplete;
-    }
-    Header::Call {
-        name,
-        used: s.len() - trimmed.len(),
-    }
-}
-
 /// Parse a whole text: (content, calls as (name, arguments text)).
 pub fn parse_all(syntax: &ToolSyntax, text: &str) -> (String, Vec<(String, String)>) {
     let mut p = ToolCallParser::new(syntax);
@@ -367,7 +304,7 @@ pub fn fold(events: Vec<ToolEvent>) -> (String, Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tools::ToolFormat;
+    use crate::engine::tools::format::ToolFormat;
 
     fn syntax(format: ToolFormat) -> ToolSyntax {
         ToolSyntax {
