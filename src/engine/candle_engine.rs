@@ -26,7 +26,7 @@ use super::scheduler::{self, Cmd, Job, Limits, Runtime};
 use super::store::TensorStore;
 use super::template::ChatTemplate;
 use super::tokenizer::ModelTokenizer;
-use super::tools::{ToolFormat, ToolSyntax, TRIGGER};
+use super::tools::{ToolFormat, ToolSyntax};
 use super::{Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
 use crate::catalog::Catalog;
 
@@ -245,7 +245,7 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
         Some(OutputConstraint::Tools { choice, parallel }) => {
             let format = ToolFormat::for_model(&f.id);
             if *choice == ToolChoice::None {
-                let ids = f.tokenizer.encode(TRIGGER).unwrap_or_default();
+                let ids = f.tokenizer.encode(format.trigger()).unwrap_or_default();
                 if ids.len() == 1 {
                     prompt.banned_tokens = ids;
                 }

@@ -6,7 +6,7 @@
 //!
 //! Owns: `ToolFormat::grammar`. May use: `format`, `lead`, `schema`, `engine::grammar`.
 
-use super::format::{ToolFormat, TRIGGER};
+use super::format::{ToolFormat, PYTHON_TAG, TRIGGER};
 use super::lead;
 use super::schema::call_schema;
 use crate::engine::chat::{ToolChoice, ToolSpec};
@@ -14,10 +14,10 @@ use crate::engine::grammar::{with_json_options, GrammarSpec, LeadSpec, Start};
 
 impl ToolFormat {
     /// The Lark grammar of the calls `choice` allows, and when it starts: from the first token,
-    /// or for `auto` lazily, after `TRIGGER` (the grammar then covers only what follows it) or
-    /// when the message opens with a bare JSON call (`lead`). `None` for `ToolChoice::None`.
-    /// `parallel` allows more than one call, except for a named function, which is called
-    /// exactly once.
+    /// or for `auto` lazily, after the format's trigger (the grammar then covers only what
+    /// follows it) or when the message opens with a bare JSON call (`lead`). `None` for
+    /// `ToolChoice::None`. `parallel` allows more than one call, except for a named function,
+    /// which is called exactly once, and in `Llama3`, whose calls are one bare JSON object.
     pub fn grammar(
         self,
         tools: &[ToolSpec],
@@ -29,6 +29,22 @@ impl ToolFormat {
             ToolChoice::Function(name) => tools.iter().filter(|t| &t.name == name).collect(),
             ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
         };
+        let auto = matches!(choice, ToolChoice::Auto);
+        if self == Self::Llama3 {
+            let spec = lead::grammar(&offered);
+            let start = if auto {
+                Start::Lazy {
+                    trigger: PYTHON_TAG.to_owned(),
+                    lead: Some(LeadSpec {
+                        spec: spec.clone(),
+                        check: lead::check,
+                    }),
+                }
+            } else {
+                Start::Now
+            };
+            return Some((spec, start));
+        }
         let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
         let mut lark = String::from("%llguidance {}\n");
         // A named function is called once, as OpenAI answers `tool_choice: {function}`.
@@ -43,7 +59,7 @@ impl ToolFormat {
             lit(self.open_rest()),
             lit(self.close())
         );
-        let start = if matches!(choice, ToolChoice::Auto) {
+        let start = if auto {
             lark.push_str(&format!("start: {body}\n"));
             Start::Lazy {
                 trigger: TRIGGER.to_owned(),
@@ -61,7 +77,8 @@ impl ToolFormat {
         for (i, t) in offered.iter().enumerate() {
             lark.push_str(&format!(
                 "call_{i}: %json {}\n",
-                serde_json::to_string(&with_json_options(&call_schema(t))).unwrap_or_default()
+                serde_json::to_string(&with_json_options(&call_schema(t, self.args_key())))
+                    .unwrap_or_default()
             ));
         }
         Some((GrammarSpec::Lark(lark), start))
@@ -83,7 +100,7 @@ mod tests {
 
     #[test]
     fn grammars_compile_for_every_choice_and_format() {
-        for f in [ToolFormat::Hermes, ToolFormat::SmolLm] {
+        for f in [ToolFormat::Hermes, ToolFormat::SmolLm, ToolFormat::Llama3] {
             for choice in [
                 ToolChoice::Auto,
                 ToolChoice::Required,

@@ -6,12 +6,15 @@
 //!   `<tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>`, blocks separated by `\n`.
 //!   Templates that render tools themselves (Qwen's) get `tools` and the messages as they are.
 //! - `SmolLm` (SmolLM2's training format): `<tool_call>[{"name": ..., "arguments": ...}, ...]</tool_call>`.
+//! - `Llama3` (Llama 3.1/3.2/3.3, Meta's JSON tool calling): one bare JSON call,
+//!   `{"name": "...", "parameters": {...}}`, possibly after `<|python_tag|>`; the model's own
+//!   template renders the tools (in the first user turn) and `tool` results (`ipython` turns).
 //!
 //! Templates without tool support (SmolLM2's and Gemma 3's ChatML/turn templates) get a built-in
 //! layer instead: a system preamble listing the tools as JSON and showing the call format,
 //! assistant calls written out in that format, and `tool` results as user turns wrapped in
-//! `<tool_response>` tags. Llama 3.x and Mistral's native call formats are not implemented yet:
-//! those families use the built-in layer.
+//! `<tool_response>` tags. Mistral's native format (`[TOOL_CALLS]`, 9-character call ids) is not
+//! implemented: Mistral models use the built-in layer.
 //!
 //! Owns: formats and prompt layers. May use: the engine's chat types. Never: grammars, parsing.
 
@@ -26,6 +29,8 @@ pub enum ToolFormat {
     Hermes,
     /// `<tool_call>[{...}, {...}]</tool_call>`.
     SmolLm,
+    /// `{"name": ..., "parameters": {...}}`, one call, no tags.
+    Llama3,
 }
 
 /// How to read the calls of one generation: the family's format and the tool names offered
@@ -36,23 +41,51 @@ pub struct ToolSyntax {
     pub names: Vec<String>,
 }
 
-/// The tag that opens a block of calls in every format (the `auto` trigger).
+/// The tag that opens a block of calls in the Hermes and SmolLM2 formats (their `auto` trigger).
 pub const TRIGGER: &str = "<tool_call>";
 
+/// The tag Llama 3.x may write before a call (its `auto` trigger).
+pub const PYTHON_TAG: &str = "<|python_tag|>";
+
 impl ToolFormat {
-    /// The format of a model: `SmolLm` for SmolLM2 checkpoints (by catalogue id), else `Hermes`.
+    /// The format of a model by catalogue id: `SmolLm` for SmolLM2 checkpoints, `Llama3` for
+    /// Llama 3.x, else `Hermes`.
     pub fn for_model(model_id: &str) -> Self {
-        if model_id.to_ascii_lowercase().contains("smollm") {
+        let id = model_id.to_ascii_lowercase();
+        if id.contains("smollm") {
             Self::SmolLm
+        } else if id.starts_with("llama-3") || id.starts_with("llama3") {
+            Self::Llama3
         } else {
             Self::Hermes
         }
     }
 
     /// Whether a chat template renders tools itself in this format (it mentions `tools` and
-    /// the `<tool_call>` tag).
+    /// the format's call shape: the `<tool_call>` tag, or Llama's `parameters`).
     pub fn template_supports(self, template: &str) -> bool {
-        self == Self::Hermes && template.contains("tools") && template.contains(TRIGGER)
+        template.contains("tools")
+            && match self {
+                Self::Hermes => template.contains(TRIGGER),
+                Self::Llama3 => template.contains("parameters"),
+                Self::SmolLm => false,
+            }
+    }
+
+    /// The tag that may open calls (the `auto` trigger; banned under `tool_choice: "none"`).
+    pub fn trigger(self) -> &'static str {
+        match self {
+            Self::Hermes | Self::SmolLm => TRIGGER,
+            Self::Llama3 => PYTHON_TAG,
+        }
+    }
+
+    /// The key of a call's arguments object.
+    pub(super) fn args_key(self) -> &'static str {
+        match self {
+            Self::Llama3 => "parameters",
+            Self::Hermes | Self::SmolLm => "arguments",
+        }
     }
 
     /// Text after the trigger that opens the first call.
@@ -60,6 +93,7 @@ impl ToolFormat {
         match self {
             Self::Hermes => "\n",
             Self::SmolLm => "[",
+            Self::Llama3 => "",
         }
     }
 
@@ -68,6 +102,7 @@ impl ToolFormat {
         match self {
             Self::Hermes => "\n</tool_call>\n<tool_call>\n",
             Self::SmolLm => ", ",
+            Self::Llama3 => "; ",
         }
     }
 
@@ -76,6 +111,7 @@ impl ToolFormat {
         match self {
             Self::Hermes => "\n</tool_call>",
             Self::SmolLm => "]</tool_call>",
+            Self::Llama3 => "",
         }
     }
 
@@ -84,10 +120,15 @@ impl ToolFormat {
         let objs: Vec<String> = calls
             .iter()
             .map(|c| {
-                let obj = serde_json::json!({"name": c.name, "arguments": c.arguments});
-                python_json(&obj)
+                let mut obj = serde_json::Map::new();
+                obj.insert("name".into(), Value::String(c.name.clone()));
+                obj.insert(self.args_key().into(), c.arguments.clone());
+                python_json(&Value::Object(obj))
             })
             .collect();
+        if self == Self::Llama3 {
+            return objs.join(self.between());
+        }
         format!(
             "{TRIGGER}{}{}{}",
             self.open_rest(),
@@ -105,6 +146,7 @@ impl ToolFormat {
         let example = match self {
             Self::Hermes => "<tool_call>\n{\"name\": \"function_name\", \"arguments\": {\"argument\": \"value\"}}\n</tool_call>",
             Self::SmolLm => "<tool_call>[{\"name\": \"function_name\", \"arguments\": {\"argument\": \"value\"}}]</tool_call>",
+            Self::Llama3 => "{\"name\": \"function_name\", \"parameters\": {\"argument\": \"value\"}}",
         };
         format!(
             "You can call functions to answer the user. These are the functions, one JSON \
@@ -158,7 +200,7 @@ impl ToolFormat {
     pub(super) fn header_open(self) -> &'static [&'static str] {
         match self {
             Self::SmolLm => &["[", "{"],
-            Self::Hermes => &["{"],
+            Self::Hermes | Self::Llama3 => &["{"],
         }
     }
 }
@@ -254,5 +296,34 @@ mod tests {
         );
         assert_eq!(out[3].role, Role::User);
         assert_eq!(out[3].content, "<tool_response>\n18C\n</tool_response>");
+    }
+
+    #[test]
+    fn llama3_is_chosen_by_id_and_writes_parameters() {
+        assert_eq!(
+            ToolFormat::for_model("llama-3.2-1b-instruct"),
+            ToolFormat::Llama3
+        );
+        assert_eq!(
+            ToolFormat::for_model("tinyllama-1.1b-chat"),
+            ToolFormat::Hermes
+        );
+        let tmpl = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/templates/llama-3.1.jinja"
+        ))
+        .unwrap();
+        assert!(ToolFormat::Llama3.template_supports(&tmpl));
+        assert!(!ToolFormat::Hermes.template_supports(&tmpl));
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: serde_json::json!({"location": "Paris"}),
+        };
+        assert_eq!(
+            ToolFormat::Llama3.render_calls(&[call]),
+            r#"{"name": "get_weather", "parameters": {"location": "Paris"}}"#
+        );
+        assert_eq!(ToolFormat::Llama3.trigger(), PYTHON_TAG);
     }
 }

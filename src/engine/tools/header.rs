@@ -11,7 +11,8 @@ pub(super) enum Header {
     Call { name: String, used: usize },
 }
 
-/// Read `[ws] open... "name": "<name>", "arguments": ` at the start of `s`, where `open` are
+/// Read `[ws] open... "name": "<name>", "arguments": ` (or Llama's `"parameters": `) at the
+/// start of `s`, where `open` are
 /// the brackets before the first key (`["{"]`, or `["[", "{"]` for a list whose later calls
 /// come without the `[`), whitespace allowed between the pieces.
 pub(super) fn read_header(s: &str, open: &[&str]) -> Header {
@@ -42,14 +43,14 @@ pub(super) fn read_header(s: &str, open: &[&str]) -> Header {
     };
     let name = rest[..end].to_owned();
     rest = &rest[end + 1..];
-    for p in [",", "\"arguments\"", ":"] {
+    for alts in [&[","][..], &["\"arguments\"", "\"parameters\""], &[":"]] {
         rest = rest.trim_start();
         if rest.is_empty() {
             return Header::Incomplete;
         }
-        if let Some(r) = rest.strip_prefix(p) {
+        if let Some(r) = alts.iter().find_map(|p| rest.strip_prefix(p)) {
             rest = r;
-        } else if p.starts_with(rest) {
+        } else if alts.iter().any(|p| p.starts_with(rest)) {
             return Header::Incomplete;
         } else {
             return Header::Bad;

@@ -6,6 +6,8 @@
 //! its `<tool_call>` tag (measured 2026-11-23; peers report the same of the Coder family, and
 //! llama.cpp's lazy grammar triggers on the same shape). So under `auto` this is the second way
 //! a call opens, beside the format's trigger tag: one call, and only at the start of the message.
+//! It is also Llama 3.x's own format (`{"name": ..., "parameters": ...}`), so for `ToolFormat::Llama3`
+//! this grammar is the whole call grammar. Either key, `arguments` or `parameters`, is accepted.
 //!
 //! The grammar (`grammar()`, started by `grammar::Start::Lazy` with this lead) follows the
 //! message unconstrained while every token fits it, and takes over once `check` sees the call's
@@ -89,7 +91,8 @@ pub fn check(text: &str) -> LeadCheck {
 }
 
 /// The lead grammar of `offered`: optional leading whitespace, then one call object (name one
-/// of `offered`, arguments that tool's schema), bare or fenced, in bounded pretty-printed JSON.
+/// of `offered`, then `arguments`, or Llama's `parameters`, in that tool's schema), bare or
+/// fenced, in bounded pretty-printed JSON.
 pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
     let mut lark = String::from("%llguidance {}\n");
     lark.push_str("start: LEAD_WS? body\n");
@@ -97,15 +100,19 @@ pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
     lark.push_str(&format!("LEAD_WS: /[ \\n]{{1,{MAX_LEAD_WS}}}/\n"));
     lark.push_str("FENCE: /```(json)?\\n/\n");
     lark.push_str("FENCE_END: /\\n?```/\n");
-    let alts: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();
-    lark.push_str(&format!("call: {}\n", alts.join(" | ")));
+    let mut alts = Vec::new();
     for (i, t) in offered.iter().enumerate() {
-        let schema = with_options(&call_schema(t), pretty_json_options());
-        lark.push_str(&format!(
-            "call_{i}: %json {}\n",
-            serde_json::to_string(&schema).unwrap_or_default()
-        ));
+        for key in ["arguments", "parameters"] {
+            let rule = format!("call_{i}_{}", &key[..1]);
+            let schema = with_options(&call_schema(t, key), pretty_json_options());
+            lark.push_str(&format!(
+                "{rule}: %json {}\n",
+                serde_json::to_string(&schema).unwrap_or_default()
+            ));
+            alts.push(rule);
+        }
     }
+    lark.push_str(&format!("call: {}\n", alts.join(" | ")));
     GrammarSpec::Lark(lark)
 }
 

@@ -8,7 +8,7 @@
 //! not offered) is given back as content. A message that opens with a bare JSON call, fenced or
 //! not, is read as that call (`lead`).
 
-use super::format::{ToolSyntax, TRIGGER};
+use super::format::ToolSyntax;
 use super::header::{read_header, Header};
 use super::lead::{self, Opening};
 
@@ -122,10 +122,11 @@ impl ToolCallParser {
                 Opening::No => {}
             }
         }
-        if let Some(at) = self.buf.find(TRIGGER) {
+        let trigger = self.syntax.format.trigger();
+        if let Some(at) = self.buf.find(trigger) {
             let before = self.buf[..at].to_owned();
-            self.buf.drain(..at + TRIGGER.len());
-            self.opener = TRIGGER.to_owned();
+            self.buf.drain(..at + trigger.len());
+            self.opener = trigger.to_owned();
             self.bare = None;
             if self.calls == 0 && before.trim().is_empty() {
                 // Whitespace before the first call is not content.
@@ -136,12 +137,12 @@ impl ToolCallParser {
             return true;
         }
         // Keep the longest tail that could still begin the trigger, and leading whitespace.
-        let keep = (1..TRIGGER.len())
+        let keep = (1..trigger.len())
             .rev()
             .find(|&n| {
                 self.buf.len() >= n
                     && self.buf.is_char_boundary(self.buf.len() - n)
-                    && TRIGGER.starts_with(&self.buf[self.buf.len() - n..])
+                    && trigger.starts_with(&self.buf[self.buf.len() - n..])
             })
             .unwrap_or(0);
         let cut = self.buf.len() - keep;
@@ -401,6 +402,24 @@ mod tests {
                 by_chars(ToolFormat::Hermes, text),
                 (text.to_owned(), vec![])
             );
+        }
+    }
+
+    #[test]
+    fn llama3_calls_are_bare_json_with_parameters_after_an_optional_python_tag() {
+        let want = (
+            String::new(),
+            vec![(
+                "get_weather".to_owned(),
+                "{\"location\": \"Paris\"}".to_owned(),
+            )],
+        );
+        for text in [
+            "{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris\"}}",
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris\"}}",
+        ] {
+            assert_eq!(whole(ToolFormat::Llama3, text), want, "{text}");
+            assert_eq!(by_chars(ToolFormat::Llama3, text), want, "{text}");
         }
     }
 }

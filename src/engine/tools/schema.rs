@@ -5,13 +5,16 @@ use serde_json::Value;
 
 use crate::engine::chat::ToolSpec;
 
-/// The JSON Schema of one call of `t`: `{"name": <t.name>, "arguments": <t.parameters>}` in
-/// that order, nothing else.
-pub(super) fn call_schema(t: &ToolSpec) -> Value {
+/// The JSON Schema of one call of `t`: `{"name": <t.name>, <key>: <t.parameters>}` in that
+/// order, nothing else (`key` is `arguments`, or `parameters` for Llama 3.x).
+pub(super) fn call_schema(t: &ToolSpec, key: &str) -> Value {
+    let mut properties = serde_json::Map::new();
+    properties.insert("name".into(), serde_json::json!({ "const": t.name }));
+    properties.insert(key.into(), closed(&t.parameters));
     serde_json::json!({
         "type": "object",
-        "properties": {"name": {"const": t.name}, "arguments": closed(&t.parameters)},
-        "required": ["name", "arguments"],
+        "properties": properties,
+        "required": ["name", key],
         "additionalProperties": false,
     })
 }
