@@ -14,6 +14,8 @@
 //! `BENCH_SKIP_QWEN_STREAMS=1` leaves out the slow 1.5B throughput part). Skips a part when its
 //! weights are missing, and everything when run by `cargo test`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,8 +27,8 @@ use tollgate::engine::grammar::{GrammarEnv, GrammarSpec, Start};
 use tollgate::engine::tokenizer::ModelTokenizer;
 use tollgate::engine::tools::ToolFormat;
 use tollgate::engine::{
-    CandleEngine, ChatInput, ChatMessage, Engine, EngineConfig, GenerateRequest, OutputConstraint,
-    Role, SamplingParams, ToolSpec,
+    CandleEngine, ChatInput, ChatMessage, Engine, GenerateRequest, OutputConstraint, Role,
+    SamplingParams, ToolSpec,
 };
 
 const SMOL: &str = "smollm2-135m-instruct";
@@ -204,22 +206,8 @@ async fn streams(
 }
 
 fn throughput(model: &str, path: PathBuf, new: usize) {
-    let engine = CandleEngine::start(EngineConfig {
-        models: vec![(model.into(), path, 8192)],
-        device: candle_core::Device::Cpu,
-        queue_depth: 64,
-        limits_max_batch: 16,
-        limits_step_tokens: 256,
-        on_demand: None,
-        memory_budget: 0,
-        kv_cache_budget: 0,
-    })
-    .expect("engine");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let engine = common::engine(model, path);
+    let rt = common::runtime();
     rt.block_on(async {
         // Warm up: the grammar environment (token trie) and the kernels.
         streams(&engine, model, 8, 4).await;

@@ -5,12 +5,14 @@
 //! the long prompt and `BENCH_DECODE_ONLY=1` after five more single streams, for profiling). `cargo bench --bench engine` (set CANDLE_NUM_THREADS to the
 //! cores the engine may use). Skips when the weights are missing or when run by `cargo test`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
 use tollgate::engine::{
-    CandleEngine, ChatInput, ChatMessage, Engine, EngineConfig, GenerateRequest, GenerationEvent,
-    Role, SamplingParams,
+    CandleEngine, ChatInput, ChatMessage, Engine, GenerateRequest, GenerationEvent, Role,
+    SamplingParams,
 };
 
 const MODEL: &str = "smollm2-135m-instruct";
@@ -82,22 +84,8 @@ fn main() {
         );
         return;
     }
-    let engine = CandleEngine::start(EngineConfig {
-        models: vec![(MODEL.into(), path, 8192)],
-        device: candle_core::Device::Cpu,
-        queue_depth: 64,
-        limits_max_batch: 16,
-        limits_step_tokens: 256,
-        on_demand: None,
-        memory_budget: 0,
-        kv_cache_budget: 0,
-    })
-    .expect("engine");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let engine = common::engine(MODEL, path);
+    let rt = common::runtime();
     rt.block_on(async {
         let _warm = one(&engine, "Hello".to_owned(), NEW_TOKENS).await;
         let solo = one(&engine, prompt(0), NEW_TOKENS).await;

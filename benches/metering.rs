@@ -3,6 +3,8 @@
 //! the FAKE engine (zero token delay), against `GET /health` over the same connection as the
 //! baseline measured in the same run. Run: `cargo bench --bench metering`.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,11 +89,7 @@ fn main() {
         .collect();
     let engine = Arc::new(FakeEngine::new(models, Duration::ZERO));
     let state = tollgate::app::state_with(engine, catalog, ledger.clone(), 1_000_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = common::runtime();
     rt.block_on(async {
         let addr = tollgate::app::spawn_for_tests(state).await.expect("serve");
         let client = reqwest::Client::new();

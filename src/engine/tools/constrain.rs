@@ -89,14 +89,7 @@ impl ToolFormat {
 mod tests {
     use super::*;
     use crate::engine::grammar;
-
-    fn weather() -> ToolSpec {
-        ToolSpec {
-            name: "get_weather".into(),
-            description: Some("Weather now".into()),
-            parameters: serde_json::json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
-        }
-    }
+    use crate::engine::tools::format::tests::weather;
 
     #[test]
     fn grammars_compile_for_every_choice_and_format() {

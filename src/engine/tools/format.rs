@@ -251,10 +251,11 @@ impl serde_json::ser::Formatter for PyFormatter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn weather() -> ToolSpec {
+    /// `get_weather(location)`, the tool of the unit tests of `tools`.
+    pub(in crate::engine::tools) fn weather() -> ToolSpec {
         ToolSpec {
             name: "get_weather".into(),
             description: Some("Weather now".into()),

@@ -1,0 +1,34 @@
+//! Set-up shared by the benches (a module of each bench crate, not a bench itself): a CPU engine
+//! serving one GGUF with the server's default batch of 16, and the two-worker tokio runtime the
+//! benches drive requests from.
+
+#![allow(dead_code)] // each bench uses what it needs
+
+use std::path::PathBuf;
+
+use tollgate::engine::{CandleEngine, EngineConfig};
+
+/// A CPU engine serving `path` as `model` (context 8192 tokens, batch 16, 256-token steps,
+/// queue 64).
+pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
+    CandleEngine::start(EngineConfig {
+        models: vec![(model.into(), path, 8192)],
+        device: candle_core::Device::Cpu,
+        queue_depth: 64,
+        limits_max_batch: 16,
+        limits_step_tokens: 256,
+        on_demand: None,
+        memory_budget: 0,
+        kv_cache_budget: 0,
+    })
+    .expect("engine")
+}
+
+/// A multi-threaded tokio runtime with two workers.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
