@@ -48,7 +48,10 @@ async fn non_stream_completion_has_the_contract_fields() {
     // Fake prompt tokens: 2 words + 1 per message; reply: 9 words.
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12})
+        json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})
     );
     // 3 * 0.5 + 9 * 1.5 = 15.0 USD per 1M tokens -> 15 micros (exact, no rounding).
     assert_eq!(v["service"]["cost_micros"], 15);

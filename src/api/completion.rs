@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::schema::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, ChunkDelta,
-    FunctionCallOut, ServiceCost, ToolCallOut, Usage,
+    CompletionTokensDetails, FunctionCallOut, PromptTokensDetails, ServiceCost, ToolCallOut, Usage,
 };
 use crate::engine::tools::{parse::parse_all, ToolSyntax};
 use crate::engine::FinishReason;
@@ -47,6 +47,8 @@ impl CompletionMeta {
                 prompt_tokens: c.prompt_tokens,
                 completion_tokens: c.completion_tokens,
                 total_tokens: c.prompt_tokens + c.completion_tokens,
+                prompt_tokens_details: PromptTokensDetails::default(),
+                completion_tokens_details: CompletionTokensDetails::default(),
             },
             ServiceCost {
                 cost_micros: c.cost_micros,

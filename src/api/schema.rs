@@ -305,6 +305,28 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// Always present, as OpenAI returns it (SDKs and dashboards read it without a check).
+    pub prompt_tokens_details: PromptTokensDetails,
+    /// Always present, as OpenAI returns it.
+    pub completion_tokens_details: CompletionTokensDetails,
+}
+
+/// Where prompt tokens came from, in tokens: all zero today (no prefix cache, no audio).
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from a prefix cache (0 until one exists).
+    pub cached_tokens: usize,
+    pub audio_tokens: usize,
+}
+
+/// What completion tokens were, in tokens: all zero today (no reasoning split, no audio, no
+/// predicted outputs).
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    pub reasoning_tokens: usize,
+    pub audio_tokens: usize,
+    pub accepted_prediction_tokens: usize,
+    pub rejected_prediction_tokens: usize,
 }
 
 /// The service's cost block (interface.md, "Chat completion response").
