@@ -221,14 +221,15 @@ impl GrammarEnv {
         let (trigger, lead) = match start {
             Start::Now => (None, None),
             Start::Lazy { trigger, lead } => {
-                let lead = match lead {
-                    Some(l) => Some(LeadState {
-                        matcher: self.matcher(l.spec)?,
-                        check: l.check,
-                        text: String::new(),
-                    }),
-                    None => None,
-                };
+                let lead = lead
+                    .map(|l| -> Result<_, String> {
+                        Ok(LeadState {
+                            matcher: self.matcher(l.spec)?,
+                            check: l.check,
+                            text: String::new(),
+                        })
+                    })
+                    .transpose()?;
                 (Some(trigger), lead)
             }
         };

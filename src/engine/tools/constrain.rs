@@ -6,7 +6,7 @@
 //!
 //! Owns: `ToolFormat::grammar`. May use: `format`, `lead`, `schema`, `engine::grammar`.
 
-use super::format::{ToolFormat, PYTHON_TAG, TRIGGER};
+use super::format::ToolFormat;
 use super::lead;
 use super::schema::call_schema;
 use crate::engine::chat::{ToolChoice, ToolSpec};
@@ -30,20 +30,17 @@ impl ToolFormat {
             ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
         };
         let auto = matches!(choice, ToolChoice::Auto);
+        // `auto`: after the trigger, or when the message opens with a bare JSON call.
+        let lazy = || Start::Lazy {
+            trigger: self.trigger().to_owned(),
+            lead: Some(LeadSpec {
+                spec: lead::grammar(&offered),
+                check: lead::check,
+            }),
+        };
         if self == Self::Llama3 {
-            let spec = lead::grammar(&offered);
-            let start = if auto {
-                Start::Lazy {
-                    trigger: PYTHON_TAG.to_owned(),
-                    lead: Some(LeadSpec {
-                        spec: spec.clone(),
-                        check: lead::check,
-                    }),
-                }
-            } else {
-                Start::Now
-            };
-            return Some((spec, start));
+            let start = if auto { lazy() } else { Start::Now };
+            return Some((lead::grammar(&offered), start));
         }
         let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
         let mut lark = String::from("%llguidance {}\n");
@@ -61,15 +58,9 @@ impl ToolFormat {
         );
         let start = if auto {
             lark.push_str(&format!("start: {body}\n"));
-            Start::Lazy {
-                trigger: TRIGGER.to_owned(),
-                lead: Some(LeadSpec {
-                    spec: lead::grammar(&offered),
-                    check: lead::check,
-                }),
-            }
+            lazy()
         } else {
-            lark.push_str(&format!("start: {} {body}\n", lit(TRIGGER)));
+            lark.push_str(&format!("start: {} {body}\n", lit(self.trigger())));
             Start::Now
         };
         let alts: Vec<String> = (0..offered.len()).map(|i| format!("call_{i}")).collect();

@@ -51,18 +51,11 @@ pub fn opening(text: &str) -> Opening {
     if body.is_empty() {
         return Opening::Maybe;
     }
-    let mut fenced = false;
-    let mut rest = body;
-    for f in FENCES {
-        if let Some(r) = body.strip_prefix(f) {
-            fenced = true;
-            rest = r;
-            break;
-        }
-    }
-    if !fenced && FENCES.iter().any(|f| f.starts_with(body)) {
-        return Opening::Maybe;
-    }
+    let (fenced, rest) = match FENCES.iter().find_map(|f| body.strip_prefix(f)) {
+        Some(r) => (true, r),
+        None if FENCES.iter().any(|f| f.starts_with(body)) => return Opening::Maybe,
+        None => (false, body),
+    };
     if rest.is_empty() {
         return Opening::Maybe;
     }

@@ -11,4 +11,4 @@ pub mod lead;
 pub mod parse;
 mod schema;
 
-pub use format::{python_json, PyFormatter, ToolFormat, ToolSyntax, TRIGGER};
+pub use format::{python_json, PyFormatter, ToolFormat, ToolSyntax};
