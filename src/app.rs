@@ -57,6 +57,8 @@ pub struct ServeConfig {
     pub public_rpm: u32,
     /// `/mcp` settings.
     pub mcp: crate::mcp::McpSettings,
+    /// Origins allowed to call `/v1` from a browser (`*`: any).
+    pub cors_origins: Vec<String>,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -155,6 +157,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         dashboard: cfg.dashboard.clone(),
         weights_dir: cfg.weights.clone(),
         mcp: cfg.mcp.clone(),
+        cors_origins: cfg.cors_origins.clone(),
         payments: cfg.payments.clone(),
         oidc,
         mail,
@@ -196,6 +199,8 @@ pub struct ApiSettings {
     pub weights_dir: PathBuf,
     /// `/mcp` settings.
     pub mcp: crate::mcp::McpSettings,
+    /// Origins allowed to call `/v1` from a browser (`*`: any).
+    pub cors_origins: Vec<String>,
     /// Stripe Checkout for top-ups (`None`: codes and the CLI only).
     pub payments: Option<crate::payments::StripeConfig>,
     /// The OpenID Connect relying party (`None`: passwords only).
@@ -212,6 +217,7 @@ impl Default for ApiSettings {
             dashboard: api::DashboardConfig::default(),
             weights_dir: PathBuf::from("weights"),
             mcp: crate::mcp::McpSettings::default(),
+            cors_origins: vec!["*".into()],
             payments: None,
             oidc: None,
             mail: crate::mail::Outbox::default(),
@@ -227,6 +233,8 @@ pub fn assemble(
     s: ApiSettings,
 ) -> AppState {
     use crate::api::state::{Accounts, Models, Paid, Public};
+    // Ask whether the hub is reachable now, so no request waits for the first answer.
+    crate::engine::hub::warm();
     AppState {
         paid: Paid {
             meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
@@ -251,6 +259,7 @@ pub fn assemble(
         public: Public {
             public_limits: Arc::new(PublicLimits::new(s.public_rpm)),
             mcp: Arc::new(s.mcp),
+            cors_origins: Arc::new(s.cors_origins),
         },
     }
 }

@@ -291,6 +291,16 @@ pub struct ServeArgs {
     /// server's token counts of models whose weights are not here.
     #[arg(long, env = "TOLLGATE_TOKENIZERS", default_value = "data/tokenizers")]
     pub tokenizers: PathBuf,
+    /// Origins whose web pages may call `/v1` with an API key (comma-separated, e.g.
+    /// `https://app.example.com`); `*` allows any, as OpenAI's API does. Credentials (the
+    /// session cookie) are never allowed cross-site.
+    #[arg(
+        long,
+        env = "TOLLGATE_CORS_ORIGINS",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub cors_origins: Vec<String>,
 }
 
 impl ServeArgs {
@@ -339,6 +349,7 @@ impl ServeArgs {
                 _ => anyhow::bail!("--stripe-secret-key and --stripe-webhook-secret go together"),
             },
             public_rpm: self.public_rpm,
+            cors_origins: self.cors_origins.clone(),
             mcp: crate::mcp::McpSettings {
                 allowed_hosts: mcp_hosts(self.public_url.as_deref(), &self.mcp_allowed_hosts),
                 tokenizers_dir: self.tokenizers.clone(),

@@ -185,16 +185,31 @@ async fn request_errors_use_the_envelope() {
         json!("model"),
     )
     .await;
-    expect_error(
+    // In the catalogue without weights here: 404, short, and SDKs are told not to retry.
+    let v = expect_error(
         &s,
         &chat_body("fake-unloaded", None, "hi", ""),
         &[],
-        502,
-        "api_error",
-        "model_unavailable",
+        404,
+        "not_found_error",
+        "model_not_available",
         json!("model"),
     )
     .await;
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("The model `fake-unloaded` has no weights on this server")
+            && !msg.contains(".gguf"),
+        "{msg}"
+    );
+    let (_, h, _) = s
+        .post(
+            "/v1/chat/completions",
+            &chat_body("fake-unloaded", None, "hi", ""),
+            &[],
+        )
+        .await;
+    assert_eq!(h["x-should-retry"], "false");
     let image = r#"{"model":"fake-model","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
     expect_error(
         &s,
@@ -365,4 +380,69 @@ async fn models_endpoints_are_the_price_list() {
         (st, e["error"]["code"].as_str()),
         (405, Some("method_not_allowed"))
     );
+}
+
+#[tokio::test]
+async fn browsers_on_other_origins_may_call_v1_with_a_key_but_never_with_credentials() {
+    let (s, _) = fake_server();
+    let client = reqwest::Client::new();
+    // The preflight a browser sends before a JSON POST with an Authorization header.
+    let pre = client
+        .request(reqwest::Method::OPTIONS, s.url("/v1/chat/completions"))
+        .header("origin", "https://app.example.com")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type,x-stainless-os",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 200, "{:?}", pre.headers());
+    let h = pre.headers();
+    assert_eq!(h["access-control-allow-origin"], "*");
+    assert!(h["access-control-allow-methods"]
+        .to_str()
+        .unwrap()
+        .contains("POST"));
+    assert!(h["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .contains("x-stainless-os"));
+    assert!(h.get("access-control-allow-credentials").is_none());
+    // The request itself: answered, readable by the page, no credentials allowed.
+    let resp = client
+        .post(s.url("/v1/chat/completions"))
+        .header("origin", "https://app.example.com")
+        .header("authorization", s.bearer())
+        .header("content-type", "application/json")
+        .body(body(""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "*");
+    assert!(resp.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .contains("x-request-id"));
+    assert!(resp
+        .headers()
+        .get("access-control-allow-credentials")
+        .is_none());
+    // The model list too (public), but not the dashboard's API.
+    let list = client
+        .get(s.url("/v1/models"))
+        .header("origin", "https://app.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.headers()["access-control-allow-origin"], "*");
+    let dash = client
+        .get(s.url("/api/v1/account"))
+        .header("origin", "https://app.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert!(dash.headers().get("access-control-allow-origin").is_none());
 }

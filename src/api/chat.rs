@@ -19,7 +19,7 @@ use super::paid;
 use super::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use super::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
-use super::state::{AppState, RequestId};
+use super::state::{AppState, RequestId, RequestModel};
 use crate::api::access::Payer;
 use crate::engine::GenerateRequest;
 use crate::metering::{Admission, Mode, PaidRequest};
@@ -42,7 +42,7 @@ const ROUTE: &str = "/v1/chat/completions";
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 402, description = "Balance too low: `code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD", body = ErrorBody),
         (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
-        (status = 404, description = "No such model", body = ErrorBody),
+        (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`, with `x-should-retry: false`)", body = ErrorBody),
         (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
         (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),
@@ -57,6 +57,7 @@ const ROUTE: &str = "/v1/chat/completions";
 pub async fn chat_completions(
     State(state): State<AppState>,
     Extension(rid): Extension<RequestId>,
+    Extension(logged): Extension<RequestModel>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -64,7 +65,7 @@ pub async fn chat_completions(
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let mut resp = handle(state, rid, payer, headers, body)
+    let mut resp = handle(state, rid, logged, payer, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     rate.apply(resp.headers_mut());
@@ -75,6 +76,7 @@ pub async fn chat_completions(
 async fn handle(
     state: AppState,
     rid: RequestId,
+    logged: RequestModel,
     payer: Payer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -82,8 +84,9 @@ async fn handle(
     let started = std::time::Instant::now();
     let body = paid::json_body(&headers, body)?;
     let req = request::parse(&body)?;
+    logged.set(&req.model);
     let idempotency = paid::idempotency(&headers, &body, req.stream, ROUTE, &payer)?;
-    let entry = paid::servable_model(&state, &req.model)?;
+    let entry = paid::servable_model(&state, &req.model).await?;
     if req.n != 1 {
         return Err(ApiError::BadRequest {
             param: Some("n".into()),

@@ -75,9 +75,17 @@ pub enum ApiError {
     /// 503 `model_capacity` with `Retry-After`: the memory budget is held by busy models.
     #[error("{0}")]
     NoCapacity(String),
-    /// 502 `model_unavailable`: in the catalogue but cannot run here now.
-    #[error("{0}")]
-    ModelUnavailable(String),
+    /// 404 `model_not_available` with `x-should-retry: false`: in the catalogue, but this
+    /// server has no weights for it and cannot fetch them. A 404, not a 502: the condition lasts
+    /// until an operator acts, so SDKs must not retry it (the contract's 502 is "usually
+    /// transient"); the model is not served here, which is what the 404 row says.
+    /// `hint` is what an operator can do; the full reason (paths, URLs) goes to the log only.
+    #[error("The model `{model}` has no weights on this server; {hint}.")]
+    ModelNotAvailable { model: String, hint: String },
+    /// 502 `model_unavailable`: its weights are here but it could not be loaded now. The
+    /// message is short; `detail` (paths, loader errors) goes to the log only.
+    #[error("The model `{model}` could not be loaded on this server; the operator's log has the reason.")]
+    ModelUnavailable { model: String, detail: String },
     /// 502 `engine_error`: the model failed while generating. The caller is not charged.
     #[error("The model failed while generating; retry shortly.")]
     EngineFailed(String),
@@ -110,7 +118,8 @@ impl ApiError {
             E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
             E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "model_capacity", None),
-            E::ModelUnavailable(_) => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
+            E::ModelNotAvailable { .. } => (StatusCode::NOT_FOUND, "not_found_error", "model_not_available", model()),
+            E::ModelUnavailable { .. } => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
             E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
             E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
         }
@@ -153,7 +162,7 @@ impl ApiError {
             let detail = match self {
                 ApiError::EngineFailed(d)
                 | ApiError::Internal(d)
-                | ApiError::ModelUnavailable(d) => d.as_str(),
+                | ApiError::ModelUnavailable { detail: d, .. } => d.as_str(),
                 _ => "",
             };
             tracing::error!(status = status.as_u16(), "{self}: {detail}");
@@ -219,7 +228,7 @@ impl IntoResponse for ApiError {
                 );
                 h.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
             }
-            ApiError::InsufficientBalance { .. } => {
+            ApiError::InsufficientBalance { .. } | ApiError::ModelNotAvailable { .. } => {
                 h.insert("x-should-retry", HeaderValue::from_static("false"));
             }
             _ => {}

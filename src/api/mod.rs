@@ -13,6 +13,7 @@
 pub mod access;
 mod chat;
 mod completion;
+mod cors;
 pub mod dashboard;
 pub mod error;
 mod headers;
@@ -41,7 +42,7 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
-use self::state::{random_id, RequestId, MAX_BODY_BYTES};
+use self::state::{random_id, RequestId, RequestModel, MAX_BODY_BYTES};
 pub use self::state::{AppState, DashboardConfig};
 
 /// Build the application router.
@@ -64,11 +65,22 @@ pub fn router(state: AppState) -> Router {
         &request::ACCEPTED_PARAMETERS,
         openapi::document(&ids).to_string(),
     ));
-    let public = Router::new()
+    let v1_public = Router::new()
         .route("/v1/models", get(models::list_models))
         .route("/v1/models/{id}", get(models::get_model))
         .route("/v1/models/{id}/languages", get(models::get_languages))
-        .route("/v1/openapi.json", get(openapi::serve))
+        .route("/v1/openapi.json", get(openapi::serve));
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .merge(v1_public.route_layer(middleware::from_fn_with_state(
+            state.public.clone(),
+            access::public_limit,
+        )))
+        // Set here, before the CORS layer wraps it: a later `method_not_allowed_fallback` would
+        // replace the layered fallback that answers preflight `OPTIONS`.
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(cors::layer(&state.public.cors_origins));
+    let mcp = Router::new()
         .nest_service(
             "/mcp",
             crate::mcp::http_service(mcp_data, state.public.mcp.allowed_hosts.clone()),
@@ -77,15 +89,17 @@ pub fn router(state: AppState) -> Router {
             state.public.clone(),
             access::public_limit,
         ));
-    Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .merge(public)
+    let rest = Router::new()
+        .merge(mcp)
         .route("/health", get(models::health))
         .route("/metrics", get(metrics::render))
         .merge(dashboard::router())
         .merge(web::router())
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed });
+    Router::new()
+        .merge(rest)
+        .merge(v1)
         .fallback(fallback)
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(
@@ -104,10 +118,28 @@ async fn fallback(req: Request) -> ApiError {
 /// Gives every request a `req_...` id: in request extensions, in the `x-request-id` response
 /// header, and as `error.request_id` inside `ApiError` 5xx bodies (rendered again from the
 /// typed envelope the error left in the response's extensions; no body is parsed).
+/// Logs every error response once at info: request id, status, `code`, `param`, route and the
+/// model the handler read (`RequestModel`); never a key, a cookie or prompt text.
 async fn request_id_layer(mut req: Request, next: Next) -> Response {
     let id = format!("req_{}", random_id(24));
+    let model = RequestModel::default();
     req.extensions_mut().insert(RequestId(id.clone()));
+    req.extensions_mut().insert(model.clone());
+    let (method, route) = (req.method().clone(), req.uri().path().to_owned());
     let mut resp = next.run(req).await;
+    if let Some(envelope) = resp.extensions().get::<schema::ErrorBody>() {
+        let e = &envelope.error;
+        tracing::info!(
+            request_id = %id,
+            status = resp.status().as_u16(),
+            code = e.code,
+            param = e.param.as_deref().unwrap_or(""),
+            method = %method,
+            route = %route,
+            model = model.get().unwrap_or(""),
+            "request rejected"
+        );
+    }
     if resp.status().is_server_error() {
         if let Some(mut envelope) = resp.extensions_mut().remove::<schema::ErrorBody>() {
             envelope.error.request_id = Some(id.clone());

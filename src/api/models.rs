@@ -11,11 +11,17 @@ use super::schema::{ErrorBody, LanguageCosts};
 use super::state::Models;
 use crate::catalog::record::{ModelList, ModelRecord};
 use crate::catalog::ModelEntry;
+use crate::engine::resolve;
 
-/// The model record of `m` (its `loaded` and `available` as of now).
+/// The model record of `m` (its `loaded` and `available` as of now). Blocking the first time
+/// the hub is probed (`engine::hub`), so handlers call it off the async threads.
 pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
     let loaded = state.engine.loaded().iter().any(|l| l.id == m.id);
-    let available = loaded || m.local_path(&state.weights_dir).is_some_and(|p| p.exists());
+    let available = if loaded {
+        Ok(())
+    } else {
+        resolve::availability(m, &state.weights_dir).map_err(|(short, _)| short)
+    };
     let languages = state.languages.get(&m.id).and_then(|l| l.multipliers());
     ModelRecord::of(m, &ACCEPTED_PARAMETERS, languages, loaded, available)
 }
@@ -25,17 +31,21 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
     responses((status = 200, description = "The price list: every model in the catalogue", body = ModelList),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
-pub async fn list_models(State(state): State<Models>) -> Json<ModelList> {
-    let data = state
-        .catalog
-        .models
-        .iter()
-        .map(|m| record(&state, m))
-        .collect();
-    Json(ModelList {
+pub async fn list_models(State(state): State<Models>) -> Result<Json<ModelList>, ApiError> {
+    let data = tokio::task::spawn_blocking(move || {
+        state
+            .catalog
+            .models
+            .iter()
+            .map(|m| record(&state, m))
+            .collect()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("model list task: {e}")))?;
+    Ok(Json(ModelList {
         object: "list",
         data,
-    })
+    }))
 }
 
 /// `GET /v1/models/{id}`: one model.
@@ -52,8 +62,14 @@ pub async fn get_model(
     State(state): State<Models>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelRecord>, ApiError> {
-    let m = state.catalog.get(&id).ok_or(ApiError::ModelNotFound(id))?;
-    Ok(Json(record(&state, m)))
+    let m = state
+        .catalog
+        .get(&id)
+        .ok_or(ApiError::ModelNotFound(id))?
+        .clone();
+    tokio::task::spawn_blocking(move || Json(record(&state, &m)))
+        .await
+        .map_err(|e| ApiError::Internal(format!("model record task: {e}")))
 }
 
 /// Measured token costs per language for one model: tokens per 1,000 characters and the

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::limits::RateInfo;
 use super::state::AppState;
 use crate::catalog::ModelEntry;
-use crate::engine::{ChatInput, EngineError, Prompt};
+use crate::engine::{resolve, ChatInput, EngineError, Prompt};
 use crate::ledger::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
 
@@ -133,28 +133,57 @@ fn sort_keys(v: &mut serde_json::Value) {
     }
 }
 
-/// The catalogue entry of `model`, if it exists and may be served commercially. Checked before
-/// anything is tokenized: a model we may not serve is never loaded or fetched.
+/// The catalogue entry of `model`, if it exists, may be served commercially and has weights
+/// here (loaded, on disk, in the hub cache, or fetchable from a reachable hub). Checked before
+/// anything is tokenized: a model we may not serve is never loaded or fetched, and a model
+/// without weights is refused at once (no hub attempt when the hub did not answer its probe).
 ///
 /// # Errors
-/// 404 `model_not_found`; 403 `model_license_forbids_commercial_use`.
-pub fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
+/// 404 `model_not_found`; 403 `model_license_forbids_commercial_use`; 404
+/// `model_not_available` (the full reason is logged at info).
+pub async fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
     let entry = state
         .models
         .catalog
         .get(model)
-        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
+        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?
+        .clone();
     if !entry.commercial_use {
         return Err(ApiError::NotLicensed(model.to_owned()));
     }
-    Ok(entry.clone())
+    if state
+        .models
+        .engine
+        .loaded()
+        .iter()
+        .any(|l| l.id == entry.id)
+    {
+        return Ok(entry);
+    }
+    let (e, dir) = (entry.clone(), state.models.weights_dir.clone());
+    let availability = tokio::task::spawn_blocking(move || resolve::availability(&e, &dir))
+        .await
+        .map_err(|e| ApiError::Internal(format!("availability task: {e}")))?;
+    match availability {
+        Ok(()) => Ok(entry),
+        Err((_, full)) => Err(not_available(&entry, &full)),
+    }
+}
+
+/// The 404 for a model without weights here; `reason` (paths, URLs) goes to the log only.
+fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
+    tracing::info!(model = %entry.id, reason, "model has no weights on this server");
+    ApiError::ModelNotAvailable {
+        model: entry.id.clone(),
+        hint: resolve::fetch_hint(entry),
+    }
 }
 
 /// Render and tokenize `messages` with `model`'s chat template, off the async threads.
 ///
 /// # Errors
-/// 502 `model_unavailable` (not loaded, cannot load), 400 `invalid_messages` (the template
-/// refuses them), 503 `model_capacity`, 500.
+/// 404 `model_not_available` (no weights found after all), 502 `model_unavailable` (cannot
+/// load), 400 `invalid_messages` (the template refuses them), 503 `model_capacity`, 500.
 pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result<Prompt, ApiError> {
     let engine = state.models.engine.clone();
     let (model, input) = (model.to_owned(), input.clone());
@@ -162,31 +191,38 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
         Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
         _ => "tools",
     };
-    tokio::task::spawn_blocking(move || engine.prepare(&model, &input))
+    let entry = state.models.catalog.get(&model).cloned();
+    let result = tokio::task::spawn_blocking(move || engine.prepare(&model, &input))
         .await
-        .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?
-        .map_err(|e| match e {
-            EngineError::ModelNotLoaded(m) => ApiError::ModelUnavailable(format!(
-                "The model `{m}` is in the catalogue but not loaded on this server."
-            )),
-            EngineError::Template(t) => ApiError::BadRequest {
-                param: Some("messages".into()),
-                code: "invalid_messages",
-                message: format!(
-                    "The messages cannot be rendered with the model's chat template: {t}"
-                ),
-            },
-            e @ (EngineError::Unavailable { .. } | EngineError::Load { .. }) => {
-                ApiError::ModelUnavailable(e.to_string())
-            }
-            e @ EngineError::NoRoom { .. } => ApiError::NoCapacity(e.to_string()),
-            EngineError::Grammar(g) => ApiError::BadRequest {
-                param: Some(grammar_param.into()),
-                code: "unsupported_grammar",
-                message: format!("The output constraint cannot be compiled for this model: {g}"),
-            },
-            other => ApiError::Internal(other.to_string()),
-        })
+        .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?;
+    result.map_err(|e| match (e, entry) {
+        (EngineError::ModelNotLoaded(m), Some(entry)) => not_available(
+            &entry,
+            &format!("`{m}` is not loaded and this engine does not load models on demand"),
+        ),
+        (e @ EngineError::Unavailable { .. }, Some(entry)) => not_available(&entry, &e.to_string()),
+        (EngineError::Template(t), _) => ApiError::BadRequest {
+            param: Some("messages".into()),
+            code: "invalid_messages",
+            message: format!("The messages cannot be rendered with the model's chat template: {t}"),
+        },
+        (e @ EngineError::NoRoom { .. }, _) => ApiError::NoCapacity(e.to_string()),
+        (EngineError::Grammar(g), _) => ApiError::BadRequest {
+            param: Some(grammar_param.into()),
+            code: "unsupported_grammar",
+            message: format!("The output constraint cannot be compiled for this model: {g}"),
+        },
+        (
+            e @ (EngineError::Load { .. }
+            | EngineError::Unavailable { .. }
+            | EngineError::ModelNotLoaded(_)),
+            entry,
+        ) => ApiError::ModelUnavailable {
+            model: entry.map(|e| e.id).unwrap_or_default(),
+            detail: e.to_string(),
+        },
+        (other, _) => ApiError::Internal(other.to_string()),
+    })
 }
 
 /// Tokens the request may generate: its limit, else the rest of the context.

@@ -76,11 +76,30 @@ pub struct Public {
     pub public_limits: Arc<PublicLimits>,
     /// `/mcp` settings (allowed Host names, reference tokenizers).
     pub mcp: Arc<crate::mcp::McpSettings>,
+    /// Origins allowed to call `/v1` from a browser (`--cors-origins`; `*`: any).
+    pub cors_origins: Arc<Vec<String>>,
 }
 
 /// The request id (`req_` + 24 alphanumerics) of the current request, set by `request_id_layer`.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
+
+/// The model a request named, set by the handler once it has read the body, so the request
+/// log line of a rejected request can name it (`request_id_layer`).
+#[derive(Debug, Clone, Default)]
+pub struct RequestModel(Arc<std::sync::OnceLock<String>>);
+
+impl RequestModel {
+    /// Record the request's model (the first call wins).
+    pub fn set(&self, model: &str) {
+        let _ = self.0.set(model.to_owned());
+    }
+
+    /// The model, if the handler got as far as reading it.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}
 
 /// Largest accepted request body, bytes.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;

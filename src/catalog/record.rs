@@ -48,8 +48,11 @@ pub struct ModelRecord {
     pub languages: Option<std::collections::BTreeMap<String, f64>>,
     /// In memory now.
     pub loaded: bool,
-    /// Weights are on this machine (servable without a download).
+    /// Servable here now: loaded, its weights on this machine (or in the hub cache), or
+    /// fetchable from a Hugging Face hub this server reaches.
     pub available: bool,
+    /// Why not, when `available` is false (short, no paths), e.g. `no weights on this server`.
+    pub unavailable_reason: Option<String>,
 }
 
 /// What a model reads and writes.
@@ -93,13 +96,14 @@ pub struct License {
 impl ModelRecord {
     /// The record of `m`: `supported_parameters` are the request fields the API accepts,
     /// `languages` the measured multipliers vs English by language code, `loaded` whether it is
-    /// in memory now and `available` whether its weights are on this machine.
+    /// in memory now and `available` whether it is servable here (`Err` with the short reason
+    /// when not).
     pub fn of(
         m: &ModelEntry,
         supported_parameters: &[&'static str],
         languages: Option<BTreeMap<String, f64>>,
         loaded: bool,
-        available: bool,
+        available: Result<(), String>,
     ) -> Self {
         Self {
             id: m.id.clone(),
@@ -133,7 +137,8 @@ impl ModelRecord {
             supported_parameters: supported_parameters.to_vec(),
             languages,
             loaded,
-            available,
+            available: available.is_ok(),
+            unavailable_reason: available.err(),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod fake;
 pub mod gguf;
 pub mod grammar;
 mod hf_files;
+pub mod hub;
 pub mod kernels;
 pub mod languages;
 pub mod model;

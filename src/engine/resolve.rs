@@ -1,7 +1,8 @@
 //! Finding a model's weights: the catalogue's sources in order, a local file under the weights
 //! directory first, then the Hugging Face hub through `hf-hub` (which honours `HF_ENDPOINT` and
 //! `HF_HOME`; downloads land in its cache). Every attempt is recorded so a failure can name what
-//! was tried.
+//! was tried. A hub source is skipped at once when the hub is not reachable (`hub`) and the
+//! file is not in `hf-hub`'s cache, so no request waits on DNS or connection timeouts.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,69 @@ pub fn resolve(entry: &ModelEntry, weights_dir: &Path) -> Result<PathBuf, Vec<St
     Err(tried)
 }
 
+/// Whether `entry` can be served here without an operator: a local source is present, or a hub
+/// source is in `hf-hub`'s cache or fetchable now (the hub answered `hub::reachable`). Blocks
+/// only for the first hub probe of the process (`hub::PROBE_TIMEOUT`).
+///
+/// # Errors
+/// Why not, in two forms: a short reason without paths or URLs (for clients and
+/// `unavailable_reason`) and the full account of every source (for the log).
+pub fn availability(entry: &ModelEntry, weights_dir: &Path) -> Result<(), (String, String)> {
+    let mut tried = Vec::new();
+    let mut hub_sources = false;
+    for src in &entry.sources {
+        if let Some(p) = &src.path {
+            let path = weights_dir.join(p);
+            if path.is_file() || path.join("config.json").is_file() {
+                return Ok(());
+            }
+            tried.push(format!(
+                "{}: not present under {}",
+                src.describe(),
+                weights_dir.display()
+            ));
+        } else if src.hf_repo.is_some() {
+            hub_sources = true;
+            if hub_cached(src).is_some() || super::hub::reachable() {
+                return Ok(());
+            }
+            tried.push(format!(
+                "{}: not cached, hub {} not reachable",
+                src.describe(),
+                super::hub::endpoint()
+            ));
+        } else {
+            tried.push(format!(
+                "{}: fetched only by scripts/fetch-weights",
+                src.describe()
+            ));
+        }
+    }
+    let short = if hub_sources {
+        "no weights on this server, and the Hugging Face hub is not reachable from it"
+    } else {
+        "no weights on this server"
+    };
+    Err((short.to_owned(), tried.join("; ")))
+}
+
+/// What an operator runs (or does) to make `entry` servable, for error messages.
+pub fn fetch_hint(entry: &ModelEntry) -> String {
+    if let Some(script) = entry.fetch_script() {
+        return format!("an operator can fetch them with `{script}`");
+    }
+    if entry.sources.iter().any(|s| s.hf_repo.is_some()) {
+        return "an operator can run the server where the Hugging Face hub is reachable, or set `HF_ENDPOINT` to a mirror".into();
+    }
+    "an operator can fetch them with `scripts/fetch-weights`".into()
+}
+
+/// The cached file of a hub source (its `config.json` for a safetensors repository).
+fn hub_cached(src: &WeightSource) -> Option<PathBuf> {
+    let repo = hf_hub::Cache::from_env().model(src.hf_repo.clone()?);
+    repo.get(src.hf_file.as_deref().unwrap_or("config.json"))
+}
+
 fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
     if let Some(p) = &src.path {
         let path = weights_dir.join(p);
@@ -35,6 +99,9 @@ fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String>
         };
     }
     if let Some(repo) = &src.hf_repo {
+        if hub_cached(src).is_none() && !super::hub::reachable() {
+            return Err(format!("hub {} not reachable", super::hub::endpoint()));
+        }
         let api = hf_hub::api::sync::ApiBuilder::from_env()
             .with_progress(false)
             .build()

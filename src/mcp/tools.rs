@@ -353,7 +353,11 @@ impl McpData {
             .engine
             .as_ref()
             .is_some_and(|e| e.loaded().iter().any(|l| l.id == m.id));
-        let available = loaded || m.local_path(&self.weights_dir).is_some_and(|p| p.exists());
+        let available = if loaded {
+            Ok(())
+        } else {
+            crate::engine::resolve::availability(m, &self.weights_dir).map_err(|(short, _)| short)
+        };
         let languages = self.languages.get(&m.id).and_then(|l| l.multipliers());
         Ok(ModelRecord::of(
             m,
