@@ -83,8 +83,10 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let body = paid::json_body(&headers, body)?;
+    if let Some(m) = paid::peek_model(&body) {
+        logged.set(&m);
+    }
     let req = request::parse(&body)?;
-    logged.set(&req.model);
     let idempotency = paid::idempotency(&headers, &body, req.stream, ROUTE, &payer)?;
     let entry = paid::servable_model(&state, &req.model).await?;
     if req.n != 1 {

@@ -60,6 +60,13 @@ pub enum ApiError {
     /// 404 `model_not_found`.
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
+    /// 404 `response_not_found`: no stored response with this id for this account (another
+    /// account's id reads the same). `param` is `previous_response_id` when it named it.
+    #[error("No response with id `{id}` is stored for this account.")]
+    ResponseNotFound {
+        id: String,
+        param: Option<&'static str>,
+    },
     /// 404 `unknown_route`.
     #[error("Unknown route: {0}")]
     UnknownRoute(String),
@@ -110,6 +117,7 @@ impl ApiError {
             E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "INSUFFICIENT_BALANCE", None),
             E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", "model_license_forbids_commercial_use", model()),
             E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "model_not_found", model()),
+            E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", "response_not_found", param.map(str::to_owned)),
             E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", "unknown_route", None),
             E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, "method_not_allowed", None),
             E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),

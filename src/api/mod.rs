@@ -1,4 +1,4 @@
-//! HTTP surface (axum): `/v1` (chat completions, models), `/health`, and the dashboard's
+//! HTTP surface (axum): `/v1` (chat completions, responses, models), `/health`, and the dashboard's
 //! `/api/v1` (`dashboard`) and its web pages (`web`).
 //! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
 //! May use: `metering` (paid requests), `engine` (prompt preparation, model lists), `auth`,
@@ -7,7 +7,8 @@
 //! Files: this one is the router only (nothing uses it); `state.rs` (what handlers share),
 //! `error.rs`, `schema.rs`, `limits.rs` (every rate limit), `session.rs` (session cookies and the
 //! same-site rule), `access.rs` (who pays), `paid.rs` (around metering), `completion.rs` and
-//! `sse.rs` (wire shapes) are shared; the handler files (`chat.rs`, `models.rs`, `metrics.rs`,
+//! `sse.rs` (wire shapes), `response_object.rs` and `response_sse.rs` (the Responses API's)
+//! are shared; the handler files (`chat.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
 //! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
 
 pub mod access;
@@ -22,6 +23,9 @@ mod metrics;
 mod models;
 pub mod openapi;
 mod paid;
+mod response_object;
+mod response_sse;
+mod responses;
 pub mod schema;
 mod session;
 mod sse;
@@ -72,6 +76,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi::serve));
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
         .merge(v1_public.route_layer(middleware::from_fn_with_state(
             state.public.clone(),
             access::public_limit,

@@ -11,7 +11,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::state::Models;
-use super::{chat, models};
+use super::{chat, models, responses};
 
 /// The `/v1` API.
 #[derive(OpenApi)]
@@ -23,6 +23,9 @@ use super::{chat, models};
     ),
     paths(
         chat::chat_completions,
+        responses::create,
+        responses::get,
+        responses::delete,
         models::list_models,
         models::get_model,
         models::get_languages
@@ -31,6 +34,7 @@ use super::{chat, models};
     modifiers(&Security),
     tags(
         (name = "chat", description = "Chat completions (metered)"),
+        (name = "responses", description = "OpenAI's Responses API (metered; stored responses)"),
         (name = "models", description = "The public price list")
     )
 )]

@@ -64,6 +64,16 @@ pub fn json_body(
     Ok(body)
 }
 
+/// The `model` a JSON body names, if any: read before the body is validated, so the log line
+/// of a request rejected by validation still names its model.
+pub fn peek_model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        model: Option<String>,
+    }
+    serde_json::from_slice::<Peek>(body).ok()?.model
+}
+
 /// The request's `Idempotency-Key` (1-255 visible ASCII characters), scoped to the payer's
 /// account and `route`, with the body's fingerprint; `None` without the header.
 ///

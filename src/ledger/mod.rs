@@ -17,6 +17,7 @@ mod idempotency;
 mod identities;
 mod keys;
 mod requests;
+mod responses;
 mod sessions;
 mod topups;
 
@@ -34,17 +35,19 @@ pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
 pub use keys::{ApiKeyRecord, KeyState};
 pub use requests::{Admitted, IdempotencyScope, StoredResponse};
+pub use responses::{SavedResponse, RESPONSE_TTL_S};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
     include_str!("migrations/0004_roles.sql"),
     include_str!("migrations/0005_identities.sql"),
     include_str!("migrations/0006_undelivered.sql"),
+    include_str!("migrations/0007_responses.sql"),
 ];
 
 pub use crate::ids::{AccountId, KeyId};

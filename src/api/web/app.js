@@ -86,13 +86,13 @@ async function viewModels() {
       h("td", {}, "$" + m.pricing.input_per_million_usd),
       h("td", {}, "$" + m.pricing.output_per_million_usd),
       h("td", {}, m.license.commercial_use ? "yes" : h("span", { class: "warn" }, "no")),
-      h("td", {}, m.available ? "yes" : "no")));
+      h("td", {}, m.available ? "yes" : h("span", { class: "warn", title: m.unavailable_reason || "" }, "no"))));
   render(
     h("h1", {}, "Models and prices"),
     h("p", { class: "muted" }, "Prices in USD per 1M tokens. Models whose licence forbids commercial use are listed but refused."),
     h("div", { class: "table-wrap" },
       h("table", {},
-        h("thead", {}, h("tr", {}, ["Model", "Maker", "Context", "Input", "Output", "Commercial use", "Weights here"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, ["Model", "Maker", "Context", "Input", "Output", "Commercial use", "Servable here"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows))));
 }
 
@@ -303,8 +303,13 @@ async function viewBalance() {
 
 async function viewPlayground() {
   const list = (await loadModels()).filter((m) => m.license.commercial_use);
+  const label = (m) => `${m.id} — $${m.pricing.input_per_million_usd} in / $${m.pricing.output_per_million_usd} out per 1M`;
+  // Servable models first; the others are listed, marked and not selectable.
+  const ready = list.filter((m) => m.available), absent = list.filter((m) => !m.available);
   const select = h("select", { name: "model", id: "pg-model" },
-    list.map((m) => h("option", { value: m.id }, `${m.id} — $${m.pricing.input_per_million_usd} in / $${m.pricing.output_per_million_usd} out per 1M`)));
+    ready.map((m) => h("option", { value: m.id }, label(m))),
+    absent.length ? h("optgroup", { label: "Not servable on this server" },
+      absent.map((m) => h("option", { value: m.id, disabled: "" }, `${label(m)} (${m.unavailable_reason})`))) : []);
   const langs = h("p", { class: "muted", id: "pg-langs" });
   const showLangs = () => {
     const m = list.find((x) => x.id === select.value);

@@ -1,0 +1,301 @@
+//! OpenAI's Responses API: `POST /v1/responses` (metered like chat completions, streamed as
+//! typed events or whole), `GET /v1/responses/{id}` and `DELETE /v1/responses/{id}` of a
+//! stored response.
+//!
+//! Order of `POST`: request id -> auth (401) -> rate limit (429) -> body (400/413/422, `param`s
+//! in Responses names) -> `previous_response_id` (404 if this account has no such stored
+//! response; its conversation is prepended and billed as input) -> `Idempotency-Key` (400) ->
+//! model (404/403) -> template + tokenize -> context (400) -> `metering` (the same money
+//! lifecycle as chat completions: hold, settle, charge) -> `store` (kept 30 days, before the
+//! response is sent). Another account's response id is a 404, never a 403: ids do not leak.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use futures::FutureExt;
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::paid;
+use super::request::responses::{self, ResponsesRequest};
+use super::response_object::{output_as_chat, Outputs, ResponseMeta, ResponseObject};
+use super::response_sse::{self, Save};
+#[allow(unused_imports)] // Named by the OpenAPI attributes.
+use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc};
+use super::state::{AppState, RequestId, RequestModel};
+use crate::api::access::Payer;
+use crate::engine::{FinishReason, GenerateRequest};
+use crate::ledger::{AccountId, SavedResponse};
+use crate::metering::{Admission, Mode, PaidRequest, StoredResponse};
+
+const ROUTE: &str = "/v1/responses";
+
+/// `POST /v1/responses`.
+#[utoipa::path(post, path = "/v1/responses", tag = "responses",
+    request_body(content = ResponsesRequestDoc, content_type = "application/json"),
+    security(("bearer" = []), ("session" = [])),
+    responses(
+        (status = 200, description = "The `response` object, or with `stream: true` server-sent events (`response.created` ... `response.completed`)",
+            content((ResponseObject = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "A parameter, built-in tool, `include` value or input item the service does not implement; a prompt longer than the context", body = ErrorBody),
+        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody),
+        (status = 402, description = "Balance too low", body = ErrorBody),
+        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
+        (status = 404, description = "No such model, no weights for it here, or no such stored `previous_response_id`", body = ErrorBody),
+        (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),
+        (status = 422, description = "A field failed validation", body = ErrorBody),
+        (status = 429, description = "Rate limit, or the model's queue is full", body = ErrorBody),
+        (status = 500, description = "Server fault", body = ErrorBody),
+        (status = 502, description = "The model failed; nothing is charged", body = ErrorBody),
+        (status = 503, description = "No capacity to load the model now", body = ErrorBody),
+    ))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(rid): Extension<RequestId>,
+    Extension(logged): Extension<RequestModel>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let (payer, rate) = match paid::payer(&state, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let mut resp = handle(state, rid, logged, payer, headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    rate.apply(resp.headers_mut());
+    resp
+}
+
+/// `GET /v1/responses/{id}`: a response this account stored.
+#[utoipa::path(get, path = "/v1/responses/{id}", tag = "responses",
+    params(("id" = String, Path, description = "`resp_...`")),
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, description = "The stored response", body = ResponseObject),
+              (status = 401, description = "API key missing or invalid", body = ErrorBody),
+              (status = 404, description = "No such response for this account (or expired)", body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (payer, rate) = match paid::payer(&state, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let mut resp = match stored(&state, &id, payer.account_id(), None).await {
+        Ok(s) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            s.body,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    };
+    rate.apply(resp.headers_mut());
+    resp
+}
+
+/// `DELETE /v1/responses/{id}`: forget a stored response.
+#[utoipa::path(delete, path = "/v1/responses/{id}", tag = "responses",
+    params(("id" = String, Path, description = "`resp_...`")),
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, description = "Deleted", body = DeletedResponse),
+              (status = 401, description = "API key missing or invalid", body = ErrorBody),
+              (status = 404, description = "No such response for this account", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (payer, rate) = match paid::payer(&state, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let (ledger, account, key) = (
+        state.accounts.ledger.clone(),
+        payer.account_id(),
+        id.clone(),
+    );
+    let deleted = ledger
+        .run(move |l| l.delete_response(&key, account))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()));
+    let mut resp = match deleted {
+        Ok(true) => axum::Json(DeletedResponse {
+            id,
+            object: "response",
+            deleted: true,
+        })
+        .into_response(),
+        Ok(false) => ApiError::ResponseNotFound { id, param: None }.into_response(),
+        Err(e) => e.into_response(),
+    };
+    rate.apply(resp.headers_mut());
+    resp
+}
+
+/// The stored response `id` of `account`.
+async fn stored(
+    state: &AppState,
+    id: &str,
+    account: AccountId,
+    param: Option<&'static str>,
+) -> Result<SavedResponse, ApiError> {
+    let (ledger, key) = (state.accounts.ledger.clone(), id.to_owned());
+    ledger
+        .run(move |l| l.response(&key, account))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .ok_or_else(|| ApiError::ResponseNotFound {
+            id: id.to_owned(),
+            param,
+        })
+}
+
+/// Extract and check the request, admit it through metering, respond (and store).
+async fn handle(
+    state: AppState,
+    rid: RequestId,
+    logged: RequestModel,
+    payer: Payer,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let body = paid::json_body(&headers, body)?;
+    if let Some(m) = paid::peek_model(&body) {
+        logged.set(&m);
+    }
+    let draft = responses::read(&body)?;
+    let previous = match &draft.echo.previous_response_id {
+        Some(id) => {
+            let s = stored(&state, id, payer.account_id(), Some("previous_response_id")).await?;
+            serde_json::from_str::<Vec<Value>>(&s.conversation)
+                .map_err(|e| ApiError::Internal(format!("stored conversation: {e}")))?
+        }
+        None => Vec::new(),
+    };
+    let req = draft.finish(previous.clone())?;
+    let stream = req.chat.stream;
+    let idempotency = paid::idempotency(&headers, &body, stream, ROUTE, &payer)?;
+    let entry = paid::servable_model(&state, &req.chat.model).await?;
+    if let (Some(img), false) = (req.chat.images.first(), entry.reads_images()) {
+        return Err(ApiError::BadRequest {
+            param: Some(format!("input[{}]", img.message)),
+            code: "image_not_supported",
+            message: format!("The model `{}` does not read images.", req.chat.model),
+        });
+    }
+    let prompt = paid::prepare(&state, &req.chat.model, &req.chat.input).await?;
+    let max_new_tokens =
+        paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(|e| match e {
+            ApiError::BadRequest {
+                param,
+                code,
+                message,
+            } => ApiError::BadRequest {
+                param: param.map(|p| {
+                    if p == "messages" {
+                        "input".into()
+                    } else {
+                        "max_output_tokens".into()
+                    }
+                }),
+                code,
+                message,
+            },
+            other => other,
+        })?;
+    let ResponsesRequest {
+        chat,
+        input_messages,
+        echo,
+    } = req;
+    let store = echo.store;
+    let meta = ResponseMeta::new(
+        &chat.model,
+        &rid.0,
+        prompt.tool_syntax.clone(),
+        echo,
+        chat.sampling.temperature,
+        chat.sampling.top_p,
+    );
+    let mut conversation = previous;
+    conversation.extend(input_messages);
+    let mode = if stream {
+        Mode::Stream
+    } else {
+        let meta = meta.clone();
+        Mode::Complete(Box::new(move |charge, text| {
+            let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
+            let _ = outputs.push(&text);
+            let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
+            StoredResponse {
+                status: 200,
+                body: serde_json::to_string(&meta.object(items, Some(charge))).unwrap_or_default(),
+            }
+        }))
+    };
+    let paid_request = PaidRequest {
+        request_id: rid.0.clone(),
+        account: payer.account_id(),
+        key: payer.key_id(),
+        model: chat.model.clone(),
+        pricing: entry.pricing,
+        generate: GenerateRequest {
+            request_id: rid.0,
+            prompt,
+            sampling: chat.sampling,
+            max_new_tokens,
+            stop: chat.stop,
+        },
+        idempotency,
+        started,
+    };
+    let saver = store.then(|| saver(&state, payer.account_id(), conversation));
+    Ok(match state.paid.meter.admit(paid_request, mode).await? {
+        Admission::Replay(stored) => paid::stored(stored, true),
+        Admission::Streaming(events, settlement) => {
+            response_sse::stream_response(meta, events, settlement, saver).into_response()
+        }
+        Admission::Completing(completion) => {
+            let (_, response) = completion.wait().await?;
+            if let Some(save) = saver {
+                save(response.body.clone()).await;
+            }
+            paid::stored(response, false)
+        }
+    })
+}
+
+/// Saves a finished response of `account` with the conversation it ends (`conversation` plus
+/// its output as an assistant message). A failed save is logged; the answer is still sent
+/// (it was charged), and a later `previous_response_id` naming it gets a 404.
+fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save {
+    let ledger = state.accounts.ledger.clone();
+    Box::new(move |body: String| {
+        async move {
+            let object: Value = serde_json::from_str(&body).unwrap_or_default();
+            let id = object["id"].as_str().unwrap_or_default().to_owned();
+            let output = object["output"].as_array().cloned().unwrap_or_default();
+            let mut conversation = conversation;
+            conversation.extend(output_as_chat(&output));
+            let saved = SavedResponse {
+                body,
+                conversation: Value::Array(conversation).to_string(),
+            };
+            let key = id.clone();
+            if let Err(e) = ledger
+                .run(move |l| l.save_response(&key, account, &saved))
+                .await
+            {
+                tracing::error!(response = %id, error = %e, "could not store the response");
+            }
+        }
+        .boxed()
+    })
+}
