@@ -7,7 +7,8 @@
 //! Files: this one is the router only (nothing uses it); `state.rs` (what handlers share),
 //! `error.rs`, `schema.rs`, `limits.rs` (every rate limit), `session.rs` (session cookies and the
 //! same-site rule), `access.rs` (who pays), `paid.rs` (around metering), `completion.rs` and
-//! `sse.rs` (wire shapes), `response_object.rs` and `response_sse.rs` (the Responses API's)
+//! `sse.rs` (wire shapes), `response_object.rs`, `response_output.rs` and `response_sse.rs`
+//! (the Responses API's)
 //! are shared; the handler files (`chat.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
 //! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
 
@@ -24,6 +25,7 @@ mod models;
 pub mod openapi;
 mod paid;
 mod response_object;
+mod response_output;
 mod response_sse;
 mod responses;
 pub mod schema;

@@ -19,7 +19,8 @@ use futures::stream::{self, Stream};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::response_object::{Outputs, ResponseMeta, Sequenced, StreamEvent};
+use super::response_object::{ResponseMeta, Sequenced, StreamEvent};
+use super::response_output::Outputs;
 use crate::engine::{FinishReason, GenerationEvent};
 use crate::metering::Settlement;
 

@@ -21,7 +21,8 @@ use serde_json::Value;
 use super::error::ApiError;
 use super::paid;
 use super::request::responses::{self, ResponsesRequest};
-use super::response_object::{output_as_chat, Outputs, ResponseMeta, ResponseObject};
+use super::response_object::{ResponseMeta, ResponseObject};
+use super::response_output::{output_as_chat, Outputs};
 use super::response_sse::{self, Save};
 #[allow(unused_imports)] // Named by the OpenAPI attributes.
 use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc};
@@ -191,25 +192,7 @@ async fn handle(
         });
     }
     let prompt = paid::prepare(&state, &req.chat.model, &req.chat.input).await?;
-    let max_new_tokens =
-        paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(|e| match e {
-            ApiError::BadRequest {
-                param,
-                code,
-                message,
-            } => ApiError::BadRequest {
-                param: param.map(|p| {
-                    if p == "messages" {
-                        "input".into()
-                    } else {
-                        "max_output_tokens".into()
-                    }
-                }),
-                code,
-                message,
-            },
-            other => other,
-        })?;
+    let max_new_tokens = paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(renamed)?;
     let ResponsesRequest {
         chat,
         input_messages,
@@ -226,20 +209,7 @@ async fn handle(
     );
     let mut conversation = previous;
     conversation.extend(input_messages);
-    let mode = if stream {
-        Mode::Stream
-    } else {
-        let meta = meta.clone();
-        Mode::Complete(Box::new(move |charge, text| {
-            let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
-            let _ = outputs.push(&text);
-            let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
-            StoredResponse {
-                status: 200,
-                body: serde_json::to_string(&meta.object(items, Some(charge))).unwrap_or_default(),
-            }
-        }))
-    };
+    let mode = mode(&meta, stream);
     let paid_request = PaidRequest {
         request_id: rid.0.clone(),
         account: payer.account_id(),
@@ -298,4 +268,44 @@ fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save
         }
         .boxed()
     })
+}
+
+/// A context error in Responses terms (`input`, `max_output_tokens`).
+fn renamed(e: ApiError) -> ApiError {
+    match e {
+        ApiError::BadRequest {
+            param,
+            code,
+            message,
+        } => ApiError::BadRequest {
+            param: param.map(|p| {
+                if p == "messages" {
+                    "input"
+                } else {
+                    "max_output_tokens"
+                }
+                .to_owned()
+            }),
+            code,
+            message,
+        },
+        other => other,
+    }
+}
+
+/// Streamed, or whole with the response object rendered from the text once it is charged.
+fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
+    if stream {
+        return Mode::Stream;
+    }
+    let meta = meta.clone();
+    Mode::Complete(Box::new(move |charge, text| {
+        let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
+        let _ = outputs.push(&text);
+        let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
+        StoredResponse {
+            status: 200,
+            body: serde_json::to_string(&meta.object(items, Some(charge))).unwrap_or_default(),
+        }
+    }))
 }

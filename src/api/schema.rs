@@ -5,7 +5,7 @@
 //! the two in step.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 /// `GET /v1/models/{id}/languages`: measured token costs per language.
@@ -88,8 +88,7 @@ pub struct ResponsesRequestDoc {
     /// A string (one user message), or a list of items: messages (`role`, `content` as a
     /// string or `input_text` / `input_image` / `output_text` parts), `function_call` and
     /// `function_call_output` items.
-    #[schema(value_type = Value)]
-    input: Value,
+    input: ResponsesInput,
     /// A system message placed first (not carried over by `previous_response_id`).
     instructions: Option<String>,
     /// Most tokens to generate.
@@ -123,6 +122,17 @@ pub struct ResponsesRequestDoc {
     include: Option<Vec<String>>,
     /// Only `disabled`.
     truncation: Option<String>,
+}
+
+/// `input` of `POST /v1/responses` (documentation only).
+#[derive(Debug, serde::Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ResponsesInput {
+    /// One user message.
+    Text(String),
+    /// Input items (objects with `type` or `role`).
+    Items(Vec<Map<String, Value>>),
 }
 
 /// The answer of `DELETE /v1/responses/{id}`.

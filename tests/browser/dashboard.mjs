@@ -1,7 +1,8 @@
 // Browser test of the dashboard: playwright-core drives Debian's Chromium against a running
 // tollgate (real SmolLM2 model) started by scripts/test. It signs up, verifies through the
 // link in the server log, creates a key and uses it with curl, revokes it and sees 401,
-// redeems a code, streams a playground reply, follows a top-up's return page, signs in through
+// redeems a code, streams a playground reply, calls /v1 from another origin (a key works, the
+// session cookie does not), follows a top-up's return page, signs in through
 // the OpenID Connect provider (tests/browser/oidc-provider.mjs, started by scripts/test), and
 // saves a screenshot of each step.
 //
@@ -10,6 +11,7 @@
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { readFileSync, mkdirSync } from "node:fs";
+import { createServer } from "node:http";
 import assert from "node:assert/strict";
 
 const { BASE, LOG, BIN, DB, OUT } = process.env;
@@ -116,6 +118,43 @@ try {
   const answer = (await page.locator("#pg-answer").textContent()).trim();
   assert.match(answer, /Paris/, "the real model's greedy answer");
   await shot("07-playground");
+
+  // A page on another origin (a second local server; same site, other port) calls /v1 with a
+  // key through fetch: CORS lets it read the answer. The same page riding the session cookie
+  // (credentials: "include") is refused: no balance moves.
+  const other = createServer((_, res) => res.end("<!doctype html><title>other origin</title>"));
+  await new Promise((r) => other.listen(0, "127.0.0.1", r));
+  const otherOrigin = `http://127.0.0.1:${other.address().port}/`;
+  const apiKey = execFileSync(BIN, ["keys", "create", "--account", email, "--name", "cors", "--db", DB],
+    { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+  const chatBody = JSON.stringify({ model, messages: [{ role: "user", content: "Say hi" }], max_tokens: 4 });
+  await page.goto(otherOrigin);
+  const withKey = await page.evaluate(async ([url, key, body]) => {
+    const r = await fetch(url, { method: "POST", body,
+      headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" } });
+    return { status: r.status, id: r.headers.get("x-request-id"), json: await r.json() };
+  }, [`${BASE}/v1/chat/completions`, apiKey, chatBody]);
+  assert.equal(withKey.status, 200, JSON.stringify(withKey));
+  assert.match(withKey.id, /^req_/, "x-request-id is exposed to the page");
+  assert.ok(withKey.json.choices[0].message.content);
+  const balance = async () => {
+    await page.goto(`${BASE}/#/models`);
+    return page.evaluate(() => fetch("/api/v1/account").then((r) => r.json()).then((j) => j.data.balance_micros));
+  };
+  const before = await balance();
+  await page.goto(otherOrigin);
+  const withCookie = await page.evaluate(async ([url, body]) => {
+    try {
+      const r = await fetch(url, { method: "POST", body, credentials: "include",
+        headers: { "Content-Type": "application/json" } });
+      return { status: r.status };
+    } catch (e) {
+      return { refused: String(e) };
+    }
+  }, [`${BASE}/v1/chat/completions`, chatBody]);
+  assert.ok(withCookie.refused || withCookie.status === 401, JSON.stringify(withCookie));
+  assert.equal(await balance(), before, "the cookie paid for nothing cross-site");
+  other.close();
 
   // Public price list, and the keys page on a phone-sized screen.
   await page.goto(`${BASE}/#/models`);

@@ -12,6 +12,7 @@
 //! `parallel_tool_calls`, `response_format`).
 
 mod messages;
+mod response_items;
 pub mod responses;
 mod tools;
 mod validator;

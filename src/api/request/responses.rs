@@ -14,6 +14,7 @@
 
 use serde_json::{Map, Value};
 
+use super::response_items::{input_items, invalid, object};
 use super::ChatRequest;
 use crate::api::error::{ApiError, FieldError};
 
@@ -75,23 +76,12 @@ pub struct ResponsesRequest {
     pub echo: Echo,
 }
 
-fn invalid(param: &str, message: &str) -> ApiError {
-    ApiError::Validation(vec![FieldError {
-        param: param.into(),
-        message: message.into(),
-    }])
-}
-
 fn unsupported_value(param: &str, message: String) -> ApiError {
     ApiError::BadRequest {
         param: Some(param.into()),
         code: "unsupported_value",
         message,
     }
-}
-
-fn object(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
-    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
 /// Check a raw body and convert everything but the stored conversation.
@@ -115,14 +105,43 @@ pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
     }
     let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
     check_include(get("include"))?;
-    if let Some(t) = get("truncation") {
-        if t != "disabled" {
-            return Err(unsupported_value(
-                "truncation",
-                "Only `truncation: \"disabled\"` is supported: a prompt longer than the context is refused, never cut.".into(),
-            ));
-        }
+    if get("truncation").is_some_and(|t| t != "disabled") {
+        return Err(unsupported_value(
+            "truncation",
+            "Only `truncation: \"disabled\"` is supported: a prompt longer than the context is refused, never cut.".into(),
+        ));
     }
+    let (chat, tools, text_format) = chat_fields(&get)?;
+    let (input_messages, item_of) = match get("input") {
+        None => return Err(invalid("input", "is required")),
+        Some(Value::String(s)) => (
+            vec![object([
+                ("role", "user".into()),
+                ("content", s.clone().into()),
+            ])],
+            vec![None],
+        ),
+        Some(Value::Array(items)) => input_items(items)?,
+        Some(_) => {
+            return Err(invalid(
+                "input",
+                "must be a string or an array of input items",
+            ))
+        }
+    };
+    Ok(Draft {
+        chat,
+        input_messages,
+        item_of,
+        echo: echo(&get, tools, text_format)?,
+    })
+}
+
+/// The chat body without `messages`, the tools as given, and `text.format`.
+type ChatFields = (Map<String, Value>, Vec<Value>, Option<Value>);
+
+/// The chat fields of the body (all but `messages`), the tools as given and `text.format`.
+fn chat_fields<'a>(get: &impl Fn(&str) -> Option<&'a Value>) -> Result<ChatFields, ApiError> {
     let mut chat = Map::new();
     for (from, to) in [
         ("model", "model"),
@@ -149,28 +168,23 @@ pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
         chat.insert("tool_choice".into(), chat_tool_choice(c)?);
     }
     let text_format = text_format(get("text"))?;
-    if let Some(f) = &text_format {
-        if let Some(rf) = response_format(f)? {
-            chat.insert("response_format".into(), rf);
-        }
+    if let Some(rf) = text_format
+        .as_ref()
+        .map(response_format)
+        .transpose()?
+        .flatten()
+    {
+        chat.insert("response_format".into(), rf);
     }
-    let (input_messages, item_of) = match get("input") {
-        None => return Err(invalid("input", "is required")),
-        Some(Value::String(s)) => (
-            vec![object([
-                ("role", "user".into()),
-                ("content", s.clone().into()),
-            ])],
-            vec![None],
-        ),
-        Some(Value::Array(items)) => input_items(items)?,
-        Some(_) => {
-            return Err(invalid(
-                "input",
-                "must be a string or an array of input items",
-            ))
-        }
-    };
+    Ok((chat, tools, text_format))
+}
+
+/// What the response echoes: the fields that only the Responses API has, checked.
+fn echo<'a>(
+    get: &impl Fn(&str) -> Option<&'a Value>,
+    tools: Vec<Value>,
+    text_format: Option<Value>,
+) -> Result<Echo, ApiError> {
     let string = |k: &str| -> Result<Option<String>, ApiError> {
         match get(k) {
             None => Ok(None),
@@ -193,7 +207,7 @@ pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(invalid("store", "must be a boolean")),
     };
-    let echo = Echo {
+    Ok(Echo {
         instructions: string("instructions")?,
         max_output_tokens: get("max_output_tokens").and_then(Value::as_u64),
         tools,
@@ -206,12 +220,6 @@ pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
         user: string("user")?,
         store,
         previous_response_id: string("previous_response_id")?,
-    };
-    Ok(Draft {
-        chat,
-        input_messages,
-        item_of,
-        echo,
     })
 }
 
@@ -323,127 +331,6 @@ fn response_format(f: &Value) -> Result<Option<Value>, ApiError> {
             ))
         }
     })
-}
-
-/// Input items as chat messages, with the item each message came from. Consecutive
-/// `function_call`s join the assistant message before them, as chat's `tool_calls`.
-fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usize>>), ApiError> {
-    let (mut msgs, mut from): (Vec<Value>, Vec<Option<usize>>) = (Vec::new(), Vec::new());
-    for (j, item) in items.iter().enumerate() {
-        let p = format!("input[{j}]");
-        let Some(o) = item.as_object() else {
-            return Err(invalid(&p, "must be an object"));
-        };
-        let kind = match o.get("type").and_then(Value::as_str) {
-            Some(k) => k,
-            None if o.contains_key("role") => "message",
-            None => return Err(invalid(&format!("{p}.type"), "is required")),
-        };
-        let text = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
-        match kind {
-            "message" => {
-                let content = match o.get("content") {
-                    Some(Value::Array(parts)) => Value::Array(chat_parts(parts, &p)?),
-                    Some(other) => other.clone(),
-                    None => Value::Null,
-                };
-                let role = o.get("role").cloned().unwrap_or(Value::Null);
-                msgs.push(object([("role", role), ("content", content)]));
-                from.push(Some(j));
-            }
-            "function_call" => {
-                let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
-                    return Err(invalid(&p, "a function_call needs `call_id` and `name` strings"));
-                };
-                let call = object([
-                    ("id", call_id.into()),
-                    ("type", "function".into()),
-                    (
-                        "function",
-                        object([
-                            ("name", name.into()),
-                            ("arguments", text("arguments").unwrap_or_else(|| "{}".into()).into()),
-                        ]),
-                    ),
-                ]);
-                let joins = msgs.last().is_some_and(|m| m["role"] == "assistant");
-                if joins {
-                    let last = msgs.last_mut().and_then(Value::as_object_mut);
-                    if let Some(last) = last {
-                        let calls = last
-                            .entry("tool_calls")
-                            .or_insert_with(|| Value::Array(Vec::new()));
-                        if let Value::Array(a) = calls {
-                            a.push(call);
-                        }
-                    }
-                } else {
-                    msgs.push(object([
-                        ("role", "assistant".into()),
-                        ("content", Value::Null),
-                        ("tool_calls", Value::Array(vec![call])),
-                    ]));
-                    from.push(Some(j));
-                }
-            }
-            "function_call_output" => {
-                let Some(call_id) = text("call_id") else {
-                    return Err(invalid(&format!("{p}.call_id"), "is required"));
-                };
-                let output = match o.get("output") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|x| x.get("text").and_then(Value::as_str))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    _ => return Err(invalid(&format!("{p}.output"), "must be a string or a list of text parts")),
-                };
-                msgs.push(object([
-                    ("role", "tool".into()),
-                    ("tool_call_id", call_id.into()),
-                    ("content", output.into()),
-                ]));
-                from.push(Some(j));
-            }
-            other => {
-                return Err(ApiError::BadRequest {
-                    param: Some(format!("{p}.type")),
-                    code: "unsupported_input_item",
-                    message: format!("Input items of type `{other}` are not supported; send `message`, `function_call` and `function_call_output` items."),
-                })
-            }
-        }
-    }
-    Ok((msgs, from))
-}
-
-/// Content parts in chat form: `input_text`/`output_text`/`refusal` -> `text`, `input_image`
-/// -> `image_url`; files and audio are a 400.
-fn chat_parts(parts: &[Value], p: &str) -> Result<Vec<Value>, ApiError> {
-    parts
-        .iter()
-        .enumerate()
-        .map(|(k, part)| {
-            let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
-            let field = |f: &str| part.get(f).cloned().unwrap_or(Value::Null);
-            match kind {
-                "input_text" | "output_text" => {
-                    Ok(object([("type", "text".into()), ("text", field("text"))]))
-                }
-                "refusal" => Ok(object([("type", "text".into()), ("text", field("refusal"))])),
-                "input_image" => Ok(object([
-                    ("type", "image_url".into()),
-                    ("image_url", object([("url", field("image_url"))])),
-                ])),
-                other => Err(ApiError::BadRequest {
-                    param: Some(format!("{p}.content[{k}].type")),
-                    code: "unsupported_content_part",
-                    message: format!("Content parts of type `{other}` are not supported; send `input_text` (or `input_image` to a model that reads images)."),
-                }),
-            }
-        })
-        .collect()
 }
 
 impl Draft {

@@ -1,0 +1,331 @@
+//! The output of one Responses API request: `Outputs` turns generated text into output items
+//! (`message`, `function_call`), and into the stream events that announce them as it goes,
+//! with the same tool-call parser chat completions use, so a streamed and a whole response
+//! read the same items. `output_as_chat` turns the items back into a chat message for the
+//! stored conversation (`previous_response_id`). Shared by the Responses handler and
+//! `response_sse`.
+
+use serde_json::{Map, Value};
+
+use super::completion::new_call_id;
+use super::response_object::{OutputItem, OutputText, StreamEvent};
+use super::state::random_id;
+use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
+use crate::engine::tools::ToolSyntax;
+
+/// The item being written.
+enum Open {
+    Message { index: usize, text: String },
+    Call { index: usize, args: String },
+}
+
+/// Builds output items from generated text, with the stream events that announce them.
+pub struct Outputs {
+    parser: Option<ToolCallParser>,
+    items: Vec<OutputItem>,
+    open: Option<Open>,
+    /// Whitespace-only text not yet placed: it opens no message (dropped if a call follows).
+    pending: String,
+}
+
+impl Outputs {
+    /// Empty output; with `syntax`, tool calls are read out of the text.
+    pub fn new(syntax: Option<&ToolSyntax>) -> Self {
+        Self {
+            parser: syntax.map(ToolCallParser::new),
+            items: Vec::new(),
+            open: None,
+            pending: String::new(),
+        }
+    }
+
+    /// Take one piece of generated text; the events it completes.
+    pub fn push(&mut self, text: &str) -> Vec<StreamEvent> {
+        let events = match self.parser.as_mut() {
+            Some(p) => p.push(text),
+            None => vec![ToolEvent::Content(text.to_owned())],
+        };
+        self.apply(events)
+    }
+
+    /// The end of the text: the last events, and the items with the status each ends with
+    /// (`incomplete` for the last one when `cut` by the token limit).
+    pub fn finish(&mut self, cut: bool) -> (Vec<StreamEvent>, Vec<OutputItem>) {
+        let rest = self
+            .parser
+            .as_mut()
+            .map(ToolCallParser::finish)
+            .unwrap_or_default();
+        let mut events = self.apply(rest);
+        if self.items.is_empty() && self.open.is_none() {
+            let text = std::mem::take(&mut self.pending);
+            events.extend(self.open_message());
+            events.extend(self.text(text));
+        }
+        events.extend(self.close(cut));
+        (events, self.items.clone())
+    }
+
+    fn apply(&mut self, events: Vec<ToolEvent>) -> Vec<StreamEvent> {
+        let mut out = Vec::new();
+        for e in events {
+            match e {
+                ToolEvent::Content(t) => {
+                    if !matches!(self.open, Some(Open::Message { .. })) {
+                        if t.trim().is_empty() {
+                            self.pending.push_str(&t);
+                            continue;
+                        }
+                        out.extend(self.close(false));
+                        out.extend(self.open_message());
+                    }
+                    let t = std::mem::take(&mut self.pending) + &t;
+                    out.extend(self.text(t));
+                }
+                ToolEvent::CallStart { name, .. } => {
+                    out.extend(self.close(false));
+                    self.pending.clear();
+                    let index = self.items.len();
+                    let item = OutputItem::FunctionCall {
+                        id: format!("fc_{}", random_id(24)),
+                        call_id: new_call_id(),
+                        name,
+                        arguments: String::new(),
+                        status: "in_progress",
+                    };
+                    self.items.push(item.clone());
+                    self.open = Some(Open::Call {
+                        index,
+                        args: String::new(),
+                    });
+                    out.push(StreamEvent::ItemAdded {
+                        output_index: index,
+                        item,
+                    });
+                }
+                ToolEvent::CallArgs { fragment, .. } => {
+                    if let Some(Open::Call { index, args }) = &mut self.open {
+                        args.push_str(&fragment);
+                        out.push(StreamEvent::ArgumentsDelta {
+                            item_id: item_id(&self.items[*index]),
+                            output_index: *index,
+                            delta: fragment,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn open_message(&mut self) -> Vec<StreamEvent> {
+        let index = self.items.len();
+        let id = format!("msg_{}", random_id(24));
+        let item = OutputItem::Message {
+            id: id.clone(),
+            status: "in_progress",
+            role: "assistant",
+            content: Vec::new(),
+        };
+        self.items.push(item.clone());
+        self.open = Some(Open::Message {
+            index,
+            text: String::new(),
+        });
+        vec![
+            StreamEvent::ItemAdded {
+                output_index: index,
+                item,
+            },
+            StreamEvent::PartAdded {
+                item_id: id,
+                output_index: index,
+                content_index: 0,
+                part: OutputText::new(String::new()),
+            },
+        ]
+    }
+
+    fn text(&mut self, t: String) -> Vec<StreamEvent> {
+        let Some(Open::Message { index, text }) = &mut self.open else {
+            return Vec::new();
+        };
+        if t.is_empty() {
+            return Vec::new();
+        }
+        text.push_str(&t);
+        vec![StreamEvent::TextDelta {
+            item_id: item_id(&self.items[*index]),
+            output_index: *index,
+            content_index: 0,
+            delta: t,
+            logprobs: Vec::new(),
+        }]
+    }
+
+    /// Close the open item: its final form and the events that say so.
+    fn close(&mut self, cut: bool) -> Vec<StreamEvent> {
+        let status = if cut { "incomplete" } else { "completed" };
+        match self.open.take() {
+            None => Vec::new(),
+            Some(Open::Message { index, text }) => {
+                let id = item_id(&self.items[index]);
+                let part = OutputText::new(text.clone());
+                self.items[index] = OutputItem::Message {
+                    id: id.clone(),
+                    status,
+                    role: "assistant",
+                    content: vec![part.clone()],
+                };
+                vec![
+                    StreamEvent::TextDone {
+                        item_id: id.clone(),
+                        output_index: index,
+                        content_index: 0,
+                        text,
+                        logprobs: Vec::new(),
+                    },
+                    StreamEvent::PartDone {
+                        item_id: id,
+                        output_index: index,
+                        content_index: 0,
+                        part,
+                    },
+                    StreamEvent::ItemDone {
+                        output_index: index,
+                        item: self.items[index].clone(),
+                    },
+                ]
+            }
+            Some(Open::Call { index, args }) => {
+                if let OutputItem::FunctionCall {
+                    arguments,
+                    status: s,
+                    ..
+                } = &mut self.items[index]
+                {
+                    arguments.clone_from(&args);
+                    *s = status;
+                }
+                let name = match &self.items[index] {
+                    OutputItem::FunctionCall { name, .. } => name.clone(),
+                    OutputItem::Message { .. } => String::new(),
+                };
+                vec![
+                    StreamEvent::ArgumentsDone {
+                        item_id: item_id(&self.items[index]),
+                        output_index: index,
+                        name,
+                        arguments: args,
+                    },
+                    StreamEvent::ItemDone {
+                        output_index: index,
+                        item: self.items[index].clone(),
+                    },
+                ]
+            }
+        }
+    }
+}
+
+fn item_id(item: &OutputItem) -> String {
+    match item {
+        OutputItem::Message { id, .. } | OutputItem::FunctionCall { id, .. } => id.clone(),
+    }
+}
+
+/// The output items of a response object (JSON) as chat messages (one assistant message: its
+/// text and its tool calls), to store with the conversation for `previous_response_id`.
+pub fn output_as_chat(items: &[Value]) -> Vec<Value> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    text.push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            Some("function_call") => {
+                let function = Map::from_iter([
+                    ("name".to_owned(), item["name"].clone()),
+                    ("arguments".to_owned(), item["arguments"].clone()),
+                ]);
+                calls.push(Value::Object(Map::from_iter([
+                    ("id".to_owned(), item["call_id"].clone()),
+                    ("type".to_owned(), Value::from("function")),
+                    ("function".to_owned(), Value::Object(function)),
+                ])));
+            }
+            _ => {}
+        }
+    }
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        Value::from(text)
+    };
+    let mut m = Map::from_iter([
+        ("role".to_owned(), Value::from("assistant")),
+        ("content".to_owned(), content),
+    ]);
+    if !calls.is_empty() {
+        m.insert("tool_calls".to_owned(), Value::Array(calls));
+    }
+    vec![Value::Object(m)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_becomes_one_message_with_its_events_in_order() {
+        let mut o = Outputs::new(None);
+        let mut events = o.push("Hello");
+        events.extend(o.push(" world"));
+        let (rest, items) = o.finish(false);
+        events.extend(rest);
+        let names: Vec<_> = events.iter().map(StreamEvent::name).collect();
+        assert_eq!(
+            names,
+            [
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done"
+            ]
+        );
+        let OutputItem::Message {
+            content, status, ..
+        } = &items[0]
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (content[0].text.as_str(), *status),
+            ("Hello world", "completed")
+        );
+        let items: Vec<Value> = items
+            .iter()
+            .map(|i| serde_json::to_value(i).unwrap())
+            .collect();
+        assert_eq!(output_as_chat(&items)[0]["content"], "Hello world");
+    }
+
+    #[test]
+    fn no_text_is_one_empty_message() {
+        let (events, items) = Outputs::new(None).finish(true);
+        assert_eq!(events.len(), 5);
+        let OutputItem::Message {
+            content, status, ..
+        } = &items[0]
+        else {
+            panic!()
+        };
+        assert_eq!((content[0].text.as_str(), *status), ("", "incomplete"));
+    }
+}
