@@ -140,12 +140,12 @@ async fn request_errors_use_the_envelope() {
     .await;
     expect_error(
         &s,
-        &body(r#""logprobs":true"#),
+        &body(r#""logit_bias":{"1":1}"#),
         &[],
         400,
         "invalid_request_error",
         "unsupported_parameter",
-        json!("logprobs"),
+        json!("logit_bias"),
     )
     .await;
     let v = expect_error(

@@ -81,9 +81,9 @@ async fn tool_and_schema_errors_name_their_param_and_move_no_money() {
             "response_format.json_schema.schema",
         ),
         (
-            format!(r#"{{{m},"logprobs":true,"top_logprobs":2}}"#),
+            format!(r#"{{{m},"logit_bias":{{"1":1}},"audio":{{}}}}"#),
             "unsupported_parameter",
-            "logprobs",
+            "logit_bias",
         ),
     ];
     for (body, code, param) in cases {
@@ -95,7 +95,7 @@ async fn tool_and_schema_errors_name_their_param_and_move_no_money() {
         if code == "unsupported_parameter" {
             assert_eq!(
                 v["error"]["details"]["unsupported"],
-                json!(["logprobs", "top_logprobs"])
+                json!(["logit_bias", "audio"])
             );
         }
         if code == "invalid_json_schema" {

@@ -105,7 +105,8 @@ async fn handle(
     }
     let prompt = paid::prepare(&state, &req.model, &req.input).await?;
     let max_new_tokens = paid::max_new_tokens(&prompt, req.max_tokens)?;
-    let meta = CompletionMeta::new(&req.model, &rid.0, prompt.tool_syntax.clone());
+    let mut meta = CompletionMeta::new(&req.model, &rid.0, prompt.tool_syntax.clone());
+    meta.logprobs = req.sampling.logprobs.is_some();
     let mode = if req.stream {
         Mode::Stream
     } else {

@@ -5,12 +5,13 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::schema::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, ChunkDelta,
-    CompletionTokensDetails, FunctionCallOut, PromptTokensDetails, ServiceCost, ToolCallOut, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
+    ChunkDelta, CompletionTokensDetails, FunctionCallOut, LogprobEntry, PromptTokensDetails,
+    ServiceCost, ToolCallOut, TopLogprob, Usage,
 };
 use crate::engine::tools::{parse::parse_all, ToolSyntax};
-use crate::engine::FinishReason;
-use crate::metering::{Charge, StoredResponse};
+use crate::engine::{FinishReason, TokenLogprob};
+use crate::metering::{Charge, Generated, StoredResponse};
 
 /// Identity of one completion, shared by all its chunks.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct CompletionMeta {
     pub request_id: String,
     /// How to read tool calls out of the text (`None`: tools off, all text is content).
     pub tool_syntax: Option<ToolSyntax>,
+    /// The request asked for `logprobs`.
+    pub logprobs: bool,
 }
 
 impl CompletionMeta {
@@ -37,6 +40,7 @@ impl CompletionMeta {
             model: model.to_owned(),
             request_id: request_id.to_owned(),
             tool_syntax,
+            logprobs: false,
         }
     }
 
@@ -58,13 +62,13 @@ impl CompletionMeta {
         )
     }
 
-    /// The whole `chat.completion` with `text` (split into content and tool calls when tools
-    /// are on), as the 200 response to store and send.
-    pub fn completion(&self, c: &Charge, text: String) -> StoredResponse {
+    /// The whole `chat.completion` with the generated text (split into content and tool calls
+    /// when tools are on) and its logprobs, as the 200 response to store and send.
+    pub fn completion(&self, c: &Charge, generated: Generated) -> StoredResponse {
         let (usage, service) = self.usage(c);
         let (content, calls) = match &self.tool_syntax {
-            Some(s) => parse_all(s, &text),
-            None => (text, Vec::new()),
+            Some(s) => parse_all(s, &generated.text),
+            None => (generated.text, Vec::new()),
         };
         let tool_calls: Vec<ToolCallOut> = calls
             .into_iter()
@@ -89,7 +93,7 @@ impl CompletionMeta {
                     refusal: None,
                     tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
                 },
-                logprobs: None,
+                logprobs: self.logprobs.then(|| choice_logprobs(&generated.logprobs)),
                 finish_reason: finish,
             }],
             usage,
@@ -130,6 +134,30 @@ impl CompletionMeta {
             usage,
             service: None,
         }
+    }
+}
+
+/// OpenAI's `logprobs` object of the tokens `l`.
+pub fn choice_logprobs(l: &[TokenLogprob]) -> ChoiceLogprobs {
+    ChoiceLogprobs {
+        content: l
+            .iter()
+            .map(|t| LogprobEntry {
+                token: t.token.text.clone(),
+                logprob: t.logprob,
+                bytes: t.token.bytes.clone(),
+                top_logprobs: t
+                    .top
+                    .iter()
+                    .map(|(tok, lp)| TopLogprob {
+                        token: tok.text.clone(),
+                        logprob: *lp,
+                        bytes: tok.bytes.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        refusal: None,
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::request::responses::Echo;
-use super::schema::ServiceCost;
+use super::schema::{LogprobEntry, ServiceCost};
 use super::state::random_id;
 use crate::engine::tools::ToolSyntax;
 use crate::engine::FinishReason;
@@ -102,8 +102,8 @@ pub struct OutputText {
     pub text: String,
     #[schema(value_type = Vec<Object>)]
     pub annotations: Vec<Value>,
-    #[schema(value_type = Vec<Object>)]
-    pub logprobs: Vec<Value>,
+    /// With `include: ["message.output_text.logprobs"]`: the text's tokens.
+    pub logprobs: Vec<LogprobEntry>,
 }
 
 impl OutputText {
@@ -174,7 +174,7 @@ pub enum StreamEvent {
         output_index: usize,
         content_index: usize,
         delta: String,
-        logprobs: Vec<Value>,
+        logprobs: Vec<LogprobEntry>,
     },
     #[serde(rename = "response.output_text.done")]
     TextDone {
@@ -182,7 +182,7 @@ pub enum StreamEvent {
         output_index: usize,
         content_index: usize,
         text: String,
-        logprobs: Vec<Value>,
+        logprobs: Vec<LogprobEntry>,
     },
     #[serde(rename = "response.content_part.done")]
     PartDone {

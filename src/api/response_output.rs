@@ -7,11 +7,13 @@
 
 use serde_json::{Map, Value};
 
-use super::completion::new_call_id;
+use super::completion::{choice_logprobs, new_call_id};
 use super::response_object::{OutputItem, OutputText, StreamEvent};
+use super::schema::LogprobEntry;
 use super::state::random_id;
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::tools::ToolSyntax;
+use crate::engine::TokenLogprob;
 
 /// The item being written.
 enum Open {
@@ -26,6 +28,10 @@ pub struct Outputs {
     open: Option<Open>,
     /// Whitespace-only text not yet placed: it opens no message (dropped if a call follows).
     pending: String,
+    /// Log-probabilities of tokens whose text is not placed yet.
+    logprobs: Vec<TokenLogprob>,
+    /// Those of the open message's text so far.
+    message_logprobs: Vec<LogprobEntry>,
 }
 
 impl Outputs {
@@ -36,7 +42,14 @@ impl Outputs {
             items: Vec::new(),
             open: None,
             pending: String::new(),
+            logprobs: Vec::new(),
+            message_logprobs: Vec::new(),
         }
+    }
+
+    /// Take the log-probabilities of tokens whose text comes next (`push`).
+    pub fn push_logprobs(&mut self, l: impl IntoIterator<Item = TokenLogprob>) {
+        self.logprobs.extend(l);
     }
 
     /// Take one piece of generated text; the events it completes.
@@ -154,12 +167,14 @@ impl Outputs {
             return Vec::new();
         }
         text.push_str(&t);
+        let logprobs = choice_logprobs(&std::mem::take(&mut self.logprobs)).content;
+        self.message_logprobs.extend(logprobs.iter().cloned());
         vec![StreamEvent::TextDelta {
             item_id: item_id(&self.items[*index]),
             output_index: *index,
             content_index: 0,
             delta: t,
-            logprobs: Vec::new(),
+            logprobs,
         }]
     }
 
@@ -170,7 +185,9 @@ impl Outputs {
             None => Vec::new(),
             Some(Open::Message { index, text }) => {
                 let id = item_id(&self.items[index]);
-                let part = OutputText::new(text.clone());
+                let logprobs = std::mem::take(&mut self.message_logprobs);
+                let mut part = OutputText::new(text.clone());
+                part.logprobs.clone_from(&logprobs);
                 self.items[index] = OutputItem::Message {
                     id: id.clone(),
                     status,
@@ -183,7 +200,7 @@ impl Outputs {
                         output_index: index,
                         content_index: 0,
                         text,
-                        logprobs: Vec::new(),
+                        logprobs,
                     },
                     StreamEvent::PartDone {
                         item_id: id,

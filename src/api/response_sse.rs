@@ -127,6 +127,7 @@ pub fn stream_response(
                     let events = st.outputs.push(&d);
                     events.into_iter().for_each(|e| st.send(e));
                 }
+                Some(GenerationEvent::Logprob(l)) => st.outputs.push_logprobs([l]),
                 Some(GenerationEvent::Started) => {}
                 None => {
                     st.done = true;

@@ -299,9 +299,10 @@ fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
         return Mode::Stream;
     }
     let meta = meta.clone();
-    Mode::Complete(Box::new(move |charge, text| {
+    Mode::Complete(Box::new(move |charge, generated| {
         let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
-        let _ = outputs.push(&text);
+        outputs.push_logprobs(generated.logprobs);
+        let _ = outputs.push(&generated.text);
         let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
         StoredResponse {
             status: 200,

@@ -75,6 +75,11 @@ pub struct ChatCompletionRequest {
     /// {"name", "schema", "strict"?}}`; JSON output is grammar-constrained to the schema.
     #[schema(value_type = Option<Value>)]
     response_format: Option<Value>,
+    /// Report each generated token's log-probability (`choices[].logprobs.content`).
+    logprobs: Option<bool>,
+    /// With `logprobs: true`: how many most likely tokens to report per step.
+    #[schema(minimum = 0, maximum = 20)]
+    top_logprobs: Option<u64>,
 }
 
 /// The body of `POST /v1/responses` (documentation only: bodies are parsed by
@@ -118,8 +123,12 @@ pub struct ResponsesRequestDoc {
     store: Option<bool>,
     /// Continue a stored response: its input and output are prepended (billed as input).
     previous_response_id: Option<String>,
-    /// Only an empty list is served.
+    /// Only `message.output_text.logprobs` is served: each `output_text` (and each text delta
+    /// event) carries its tokens' log-probabilities.
     include: Option<Vec<String>>,
+    /// With the logprobs `include`: how many most likely tokens to report per step.
+    #[schema(minimum = 0, maximum = 20)]
+    top_logprobs: Option<u64>,
     /// Only `disabled`.
     truncation: Option<String>,
 }
@@ -264,9 +273,8 @@ pub struct ChatCompletionChunk {
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: ChunkDelta,
-    /// Always null.
-    #[schema(value_type = Option<Object>)]
-    pub logprobs: Option<()>,
+    /// With `logprobs: true`: the log-probabilities of this chunk's tokens.
+    pub logprobs: Option<ChoiceLogprobs>,
     /// Null until the finish chunk: `stop` or `length`.
     pub finish_reason: Option<&'static str>,
 }
@@ -302,12 +310,39 @@ pub struct SseEvent {
 pub struct Choice {
     pub index: u32,
     pub message: AssistantMessage,
-    /// Always null.
-    #[schema(value_type = Option<Object>)]
-    pub logprobs: Option<()>,
+    /// With `logprobs: true`: every generated token's log-probability (a stop token excluded).
+    pub logprobs: Option<ChoiceLogprobs>,
     /// `stop` (end of turn or a stop string) or `length` (`max_tokens` or the context).
     #[schema(example = "stop")]
     pub finish_reason: &'static str,
+}
+
+/// `logprobs` of a choice (OpenAI's shape).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChoiceLogprobs {
+    pub content: Vec<LogprobEntry>,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    pub refusal: Option<()>,
+}
+
+/// One generated token: its text, natural-log probability (from the logits the sampler used:
+/// after penalties, before temperature), UTF-8 bytes, and the `top_logprobs` most likely tokens
+/// at its step.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LogprobEntry {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of the most likely tokens at a step.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
 }
 
 /// The model's answer.

@@ -14,11 +14,11 @@ use futures::stream::{self, Stream};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::completion::{finish_reason, new_call_id, CompletionMeta};
+use super::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
 use super::error::ApiError;
-use super::schema::{ChunkDelta, FunctionDelta, ToolCallDelta};
+use super::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::GenerationEvent;
+use crate::engine::{GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
 
 enum Phase {
@@ -36,6 +36,8 @@ struct StreamState {
     queue: VecDeque<Event>,
     /// Splits text into content and tool calls when tools are on.
     parser: Option<ToolCallParser>,
+    /// Logprobs of tokens whose text has not been sent yet.
+    logprobs: Vec<TokenLogprob>,
 }
 
 impl StreamState {
@@ -74,8 +76,19 @@ impl StreamState {
                     },
                 }),
             };
-            let c = self.meta.chunk(delta, None, self.include_usage);
+            let content = delta.content.is_some();
+            let mut c = self.meta.chunk(delta, None, self.include_usage);
+            if content {
+                self.attach_logprobs(&mut c);
+            }
             self.queue.push_back(data(&c));
+        }
+    }
+
+    /// Put the pending logprobs on chunk `c` (with `logprobs: true`).
+    fn attach_logprobs(&mut self, c: &mut ChatCompletionChunk) {
+        if let (true, Some(choice)) = (self.meta.logprobs, c.choices.first_mut()) {
+            choice.logprobs = Some(choice_logprobs(&std::mem::take(&mut self.logprobs)));
         }
     }
 }
@@ -108,6 +121,7 @@ pub fn stream_response(
         include_usage,
         phase: Phase::Role,
         queue: VecDeque::new(),
+        logprobs: Vec::new(),
     };
     let s = stream::unfold(st, |mut st| async move {
         loop {
@@ -128,6 +142,7 @@ pub fn stream_response(
                 }
                 Phase::Events => match st.events.recv().await {
                     Some(GenerationEvent::Delta(d)) => st.push_text(d),
+                    Some(GenerationEvent::Logprob(l)) => st.logprobs.push(l),
                     Some(GenerationEvent::Started) => {}
                     None => {
                         st.phase = Phase::Done;
@@ -151,6 +166,12 @@ async fn finish_stream(st: &mut StreamState) {
     let calls = st.parser.as_ref().map_or(0, ToolCallParser::calls);
     if let Some(rest) = st.parser.as_mut().map(ToolCallParser::finish) {
         st.push_events(rest);
+    }
+    if !st.logprobs.is_empty() && st.meta.logprobs {
+        // Tokens whose text went into tool calls, or was held back and dropped.
+        let mut c = st.meta.chunk(ChunkDelta::default(), None, st.include_usage);
+        st.attach_logprobs(&mut c);
+        st.queue.push_back(data(&c));
     }
     let charge = match settlement.wait().await {
         Ok(c) => c,

@@ -123,6 +123,7 @@ impl ModelTokenizer {
             stop_ids,
             bos_text,
             eos_text,
+            token_bytes: std::sync::OnceLock::new(),
         })
     }
 }

@@ -28,7 +28,8 @@ pub mod tools;
 
 pub use candle_engine::{CandleEngine, EngineConfig};
 pub use chat::{ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec};
-pub use sampler::SamplingParams;
+pub use sampler::{SamplingParams, TokenLogprob};
+pub use tokenizer::TokenText;
 
 use std::sync::Arc;
 
@@ -106,6 +107,10 @@ pub enum GenerationEvent {
     Started,
     /// New text, always whole UTF-8 characters, never part of a stop string.
     Delta(String),
+    /// A sampled token's log-probability, when the request asked for them
+    /// (`SamplingParams::logprobs`); sent before the `Delta` that carries its text. Not sent for
+    /// a stop token.
+    Logprob(TokenLogprob),
 }
 
 /// Handle to a running generation. Dropping `events` cancels it before the next step.

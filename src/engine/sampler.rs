@@ -23,6 +23,9 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     /// Subtracted per occurrence from the logit of generated tokens (OpenAI `frequency_penalty`).
     pub frequency_penalty: f32,
+    /// `Some(k)`: report each chosen token's log-probability and the `k` (0-20) most likely
+    /// tokens at its step (OpenAI `logprobs` / `top_logprobs`); `None`: off.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -33,8 +36,63 @@ impl Default for SamplingParams {
             seed: None,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            logprobs: None,
         }
     }
+}
+
+/// One generated token's log-probability and its step's most likely alternatives (OpenAI's
+/// `logprobs.content[]` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token as text (its bytes decoded lossily: a token that is part of a UTF-8
+    /// character shows U+FFFD) and its bytes.
+    pub token: super::tokenizer::TokenText,
+    /// Natural log of its probability (`sampler::logprobs`).
+    pub logprob: f32,
+    /// The most likely tokens at this step, most likely first.
+    pub top: Vec<(super::tokenizer::TokenText, f32)>,
+}
+
+/// Natural-log probabilities under `logits` (length = vocabulary size) as OpenAI reports them:
+/// from the logits the sampler used, after the penalties (and any grammar mask or banned
+/// token, which make a token impossible) and before temperature. Returns the log-probability
+/// of `tok` and the `k` most likely tokens, most likely first (ties by lower id). NaN counts
+/// as impossible. The normaliser is summed in `f64`.
+pub fn logprobs(logits: &[f32], tok: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|x| !x.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .filter(|x| !x.is_nan())
+        .map(|&l| f64::from(l - max).exp())
+        .sum();
+    #[allow(clippy::cast_possible_truncation)]
+    let lse = max + sum.ln() as f32;
+    let lp = |l: f32| {
+        if l.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            l - lse
+        }
+    };
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        let l = lp(l);
+        if top.len() == k && top.last().is_none_or(|&(_, m)| l <= m) {
+            continue;
+        }
+        let at = top.partition_point(|&(_, m)| m >= l);
+        top.insert(at, (u32::try_from(i).unwrap_or(u32::MAX), l));
+        top.truncate(k);
+    }
+    (
+        lp(logits.get(tok as usize).copied().unwrap_or(f32::NAN)),
+        top,
+    )
 }
 
 /// Per-sequence sampler state: parameters, RNG and generated-token counts.
@@ -213,5 +271,20 @@ mod tests {
         let mut second = [0.0, 2.0, 1.0];
         assert_eq!(s.sample(&mut second), 2);
         assert!((second[1] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn logprobs_normalise_and_rank() {
+        let logits = [1.0_f32, 3.0, f32::NAN, 2.0, f32::NEG_INFINITY];
+        let (lp, top) = super::logprobs(&logits, 3, 2);
+        let z: f32 = [1.0_f32, 3.0, 2.0].iter().map(|x| x.exp()).sum();
+        assert!((lp - (2.0 - z.ln())).abs() < 1e-6);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3]);
+        let total: f32 = [0, 1, 3]
+            .iter()
+            .map(|&i| super::logprobs(&logits, i, 0).0.exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert_eq!(super::logprobs(&logits, 2, 0).0, f32::NEG_INFINITY);
     }
 }

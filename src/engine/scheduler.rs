@@ -31,7 +31,7 @@ use super::model::{StepSeq, Transformer};
 use super::sampler::Sampler;
 use super::stop::{StopMatcher, StopStep};
 use super::tokenizer::{ModelTokenizer, StreamDecoder};
-use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome};
+use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
 
 /// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
 /// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
@@ -464,6 +464,19 @@ fn sample_and_emit(
         &s.job.request.prompt.banned_tokens,
     );
     s.generated += 1;
+    if let Some(k) = s.job.request.sampling.logprobs {
+        if !tokenizer.stop_ids.contains(&tok) {
+            let (logprob, top) = super::sampler::logprobs(row, tok, k);
+            let _ = s.job.events.send(GenerationEvent::Logprob(TokenLogprob {
+                token: tokenizer.token_text(tok),
+                logprob,
+                top: top
+                    .into_iter()
+                    .map(|(t, l)| (tokenizer.token_text(t), l))
+                    .collect(),
+            }));
+        }
+    }
     let now = Instant::now();
     if let Some(prev) = s.last_token.replace(now) {
         metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => model_id.to_owned())

@@ -60,6 +60,7 @@ fn tokenizer() -> Arc<ModelTokenizer> {
         stop_ids: Vec::new(),
         bos_text: String::new(),
         eos_text: String::new(),
+        token_bytes: std::sync::OnceLock::new(),
     })
 }
 

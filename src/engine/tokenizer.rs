@@ -16,6 +16,13 @@ use tokenizers::Tokenizer;
 use super::gguf::{f32_array, int_array, string_array, GgufFile};
 use super::store::TensorStore;
 
+/// A token's text and raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenText {
+    pub text: String,
+    pub bytes: Vec<u8>,
+}
+
 /// A tokenizer plus the special ids generation needs.
 pub struct ModelTokenizer {
     pub tokenizer: Tokenizer,
@@ -28,6 +35,9 @@ pub struct ModelTokenizer {
     /// Text of BOS and EOS, for chat templates.
     pub bos_text: String,
     pub eos_text: String,
+    /// Every token's bytes, built on first use (`token_text`): `None` when the vocabulary's
+    /// bytes cannot be recovered.
+    pub token_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
 }
 
 const GPT2_REGEX: &str =
@@ -132,6 +142,7 @@ impl ModelTokenizer {
             stop_ids,
             bos_text: text(bos_id),
             eos_text: text(eos_id),
+            token_bytes: std::sync::OnceLock::new(),
         })
     }
 
@@ -150,6 +161,32 @@ impl ModelTokenizer {
     /// Decode ids, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> String {
         self.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+
+    /// Token `id`'s raw bytes and its text (lossy), for logprobs. The byte table is llguidance's
+    /// reading of `tokenizer.json` (byte-level and byte-fallback vocabularies), built once per
+    /// model on first use; special tokens are their names. Falls back to decoding the one id.
+    pub fn token_text(&self, id: u32) -> TokenText {
+        let table = self.token_bytes.get_or_init(|| {
+            let json = self.tokenizer.to_string(false).ok()?;
+            let json: Value = serde_json::from_str(&json).ok()?;
+            std::panic::catch_unwind(|| llguidance::token_bytes_from_tokenizer_json(&json).ok())
+                .ok()
+                .flatten()
+        });
+        let bytes = match table.as_ref().and_then(|t| t.get(id as usize)) {
+            // llguidance marks special tokens with a 0xFF lead byte.
+            Some(b) => b.strip_prefix(&[0xFF]).unwrap_or(b).to_vec(),
+            None => self
+                .tokenizer
+                .decode(&[id], false)
+                .unwrap_or_default()
+                .into_bytes(),
+        };
+        TokenText {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            bytes,
+        }
     }
 }
 

@@ -39,7 +39,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 pub use self::error::MeterError;
-pub use self::settle::{Charge, Completion, Render, Settlement};
+pub use self::settle::{Charge, Completion, Generated, Render, Settlement};
 use crate::billing::{self, Metered};
 use crate::catalog::Pricing;
 use crate::engine::{EngineError, GenerateRequest, GenerationEvent, SharedEngine};

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::MeterError;
 use crate::billing::{self, Ending, Metered};
-use crate::engine::{FinishReason, Generation, GenerationEvent, Outcome};
+use crate::engine::{FinishReason, Generation, GenerationEvent, Outcome, TokenLogprob};
 use crate::ledger::{IdempotencyScope, Ledger, StoredResponse};
 use crate::money::Micros;
 
@@ -19,9 +19,17 @@ const SETTLE_ATTEMPTS: u32 = 3;
 /// First and largest wait between background void attempts.
 const VOID_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
+/// What a whole (non-streamed) generation produced: its text and, when the request asked for
+/// them, its tokens' log-probabilities in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Generated {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+}
+
 /// Renders the response to keep and send once the charge is known: the charge and the whole
 /// generated text in, status and JSON body out.
-pub type Render = Box<dyn FnOnce(&Charge, String) -> StoredResponse + Send>;
+pub type Render = Box<dyn FnOnce(&Charge, Generated) -> StoredResponse + Send>;
 
 /// What a settled request cost, as billed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,25 +155,26 @@ pub(super) async fn after_completion(
     }
 }
 
-/// The text of every delta. Without a claim, stops early (dropping the events cancels the
+/// The text of every delta and every logprob. Without a claim, stops early (dropping the events cancels the
 /// generation) when the caller goes away.
 async fn collect<T>(
     mut events: mpsc::UnboundedReceiver<GenerationEvent>,
     caller: &mut oneshot::Sender<T>,
     run_to_end: bool,
-) -> String {
-    let mut text = String::new();
+) -> Generated {
+    let mut out = Generated::default();
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                Some(GenerationEvent::Delta(d)) => text.push_str(&d),
+                Some(GenerationEvent::Delta(d)) => out.text.push_str(&d),
+                Some(GenerationEvent::Logprob(l)) => out.logprobs.push(l),
                 Some(GenerationEvent::Started) => {}
                 None => break,
             },
             () = caller.closed(), if !run_to_end => break,
         }
     }
-    text
+    out
 }
 
 /// The engine's outcome; a dropped engine (its thread died) is a failure.

@@ -78,9 +78,9 @@ def test_models_list(client):
 
 def test_unsupported_parameter_is_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, logprobs=True)
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, logit_bias={"1": 1})
     assert e.value.code == "unsupported_parameter"
-    assert e.value.param == "logprobs"
+    assert e.value.param == "logit_bias"
     assert e.value.response.headers["x-request-id"].startswith("req_")
 
 
@@ -165,3 +165,14 @@ def test_idempotent_retries_are_charged_once(client):
     cost = a.model_extra["service"]["cost_micros"]
     assert cost > 0
     assert balance_micros("sdk@example.com") == before - cost
+
+
+def test_logprobs_and_top_logprobs(client):
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=10,
+                                       logprobs=True, top_logprobs=5)
+    content = r.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 5
+        assert t.top_logprobs[0].token == t.token  # greedy
+        assert bytes(t.bytes).decode() == t.token

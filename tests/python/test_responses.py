@@ -192,3 +192,15 @@ def test_what_is_not_served_is_a_400_naming_it(client):
         client.responses.create(model=MODEL, input="x", reasoning={"effort": "low"})
     assert e.value.body["param"] == "reasoning"
     assert balance_micros() == before
+
+
+def test_output_text_logprobs_whole_and_streamed(client):
+    args = dict(model=MODEL, instructions=INSTRUCTIONS, input="What is the capital of France?", max_output_tokens=12,
+                temperature=0, include=["message.output_text.logprobs"], top_logprobs=3)
+    r = client.responses.create(**args)
+    part = r.output[0].content[0]
+    assert part.logprobs and all(len(t.top_logprobs) == 3 for t in part.logprobs)
+    assert "".join(t.token for t in part.logprobs) == part.text
+    with client.responses.stream(**args) as stream:
+        streamed = [lp for e in stream if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in part.logprobs]

@@ -26,7 +26,7 @@ use super::error::{ApiError, FieldError};
 use crate::engine::{ChatInput, SamplingParams};
 
 /// The accepted top-level fields; anything else is `unsupported_parameter`.
-pub const ACCEPTED_PARAMETERS: [&str; 18] = [
+pub const ACCEPTED_PARAMETERS: [&str; 20] = [
     "model",
     "messages",
     "stream",
@@ -45,6 +45,8 @@ pub const ACCEPTED_PARAMETERS: [&str; 18] = [
     "tool_choice",
     "parallel_tool_calls",
     "response_format",
+    "logprobs",
+    "top_logprobs",
 ];
 
 /// A validated chat request.
@@ -110,8 +112,20 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let n = v.integer("n", 1).unwrap_or(1);
     let stop = v.stop();
     let _ = v.string("user", false);
+    let logprobs = v.bool("logprobs").unwrap_or(false);
+    let top_logprobs = v.integer("top_logprobs", 0);
+    if top_logprobs.is_some_and(|k| k > 20) {
+        v.err("top_logprobs", "must be an integer between 0 and 20");
+    }
     if !v.errors.is_empty() {
         return Err(ApiError::Validation(v.errors));
+    }
+    if top_logprobs.is_some() && !logprobs {
+        return Err(ApiError::BadRequest {
+            param: Some("top_logprobs".into()),
+            code: "invalid_value",
+            message: "`top_logprobs` needs `logprobs: true`.".into(),
+        });
     }
     messages::check_tool_call_ids(&messages)?;
     let constraint = tools::constraint(&tools, tool_choice, parallel, response_format)?;
@@ -128,6 +142,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         seed,
         presence_penalty: presence_penalty as f32,
         frequency_penalty: frequency_penalty as f32,
+        logprobs: logprobs.then(|| to_usize(top_logprobs.unwrap_or(0))),
     };
     Ok(ChatRequest {
         model,
@@ -210,14 +225,14 @@ mod tests {
     #[test]
     fn every_unsupported_parameter_is_listed_and_nulls_are_skipped() {
         let e = err(
-            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"tools":null,"audio":{},"metadata":null}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{},"tools":null,"audio":{},"metadata":null}"#,
         );
-        assert!(matches!(&e, ApiError::UnsupportedParameter(p) if p == &["logprobs", "audio"]));
+        assert!(matches!(&e, ApiError::UnsupportedParameter(p) if p == &["logit_bias", "audio"]));
         let body = serde_json::to_value(e.envelope(None)).unwrap();
-        assert_eq!(body["error"]["param"], "logprobs");
+        assert_eq!(body["error"]["param"], "logit_bias");
         assert_eq!(
             body["error"]["details"]["unsupported"],
-            serde_json::json!(["logprobs", "audio"])
+            serde_json::json!(["logit_bias", "audio"])
         );
     }
 

@@ -19,7 +19,7 @@ use super::ChatRequest;
 use crate::api::error::{ApiError, FieldError};
 
 /// The accepted top-level fields; anything else (not null) is `unsupported_parameter`.
-pub const ACCEPTED_PARAMETERS: [&str; 17] = [
+pub const ACCEPTED_PARAMETERS: [&str; 18] = [
     "model",
     "input",
     "instructions",
@@ -37,6 +37,7 @@ pub const ACCEPTED_PARAMETERS: [&str; 17] = [
     "previous_response_id",
     "include",
     "truncation",
+    "top_logprobs",
 ];
 
 /// What the response object echoes back of the request (OpenAI returns these fields).
@@ -104,14 +105,26 @@ pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
         return Err(ApiError::UnsupportedParameter(unknown));
     }
     let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
-    check_include(get("include"))?;
+    let logprobs = check_include(get("include"))?;
     if get("truncation").is_some_and(|t| t != "disabled") {
         return Err(unsupported_value(
             "truncation",
             "Only `truncation: \"disabled\"` is supported: a prompt longer than the context is refused, never cut.".into(),
         ));
     }
-    let (chat, tools, text_format) = chat_fields(&get)?;
+    let (mut chat, tools, text_format) = chat_fields(&get)?;
+    if logprobs {
+        chat.insert("logprobs".into(), Value::Bool(true));
+    }
+    if let Some(k) = get("top_logprobs") {
+        if !logprobs {
+            return Err(unsupported_value(
+                "top_logprobs",
+                format!("`top_logprobs` needs `include: [\"{INCLUDE_LOGPROBS}\"]`."),
+            ));
+        }
+        chat.insert("top_logprobs".into(), k.clone());
+    }
     let (input_messages, item_of) = match get("input") {
         None => return Err(invalid("input", "is required")),
         Some(Value::String(s)) => (
@@ -223,21 +236,31 @@ fn echo<'a>(
     })
 }
 
-/// `include`: only an empty list is served (no value we could produce is implemented yet).
-fn check_include(v: Option<&Value>) -> Result<(), ApiError> {
+/// The one `include` value served: the output text's token log-probabilities.
+const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
+
+/// `include`: whether it asks for logprobs; any other value is a 400 naming it.
+fn check_include(v: Option<&Value>) -> Result<bool, ApiError> {
     match v {
-        None => Ok(()),
-        Some(Value::Array(a)) if a.is_empty() => Ok(()),
-        Some(Value::Array(a)) => Err(unsupported_value(
-            "include",
-            format!(
-                "These `include` values are not supported: {}.",
-                a.iter()
-                    .map(Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
+        None => Ok(false),
+        Some(Value::Array(a)) => {
+            let other: Vec<String> = a
+                .iter()
+                .filter(|x| x.as_str() != Some(INCLUDE_LOGPROBS))
+                .map(Value::to_string)
+                .collect();
+            if other.is_empty() {
+                Ok(!a.is_empty())
+            } else {
+                Err(unsupported_value(
+                    "include",
+                    format!(
+                        "These `include` values are not supported: {} (only `{INCLUDE_LOGPROBS}` is).",
+                        other.join(", ")
+                    ),
+                ))
+            }
+        }
         Some(_) => Err(invalid("include", "must be an array of strings")),
     }
 }
@@ -494,7 +517,7 @@ mod tests {
             "input[0]"
         );
         assert_eq!(
-            param(r#"{"model":"m","input":"x","include":["message.output_text.logprobs"]}"#),
+            param(r#"{"model":"m","input":"x","include":["reasoning.encrypted_content"]}"#),
             "include"
         );
         assert_eq!(
