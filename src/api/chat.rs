@@ -61,15 +61,12 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (payer, rate) = match paid::payer(&state, &headers).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let mut resp = handle(state, rid, logged, payer, headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
-    rate.apply(resp.headers_mut());
-    resp
+    let s = state.clone();
+    let h = headers.clone();
+    paid::for_payer(&s, &h, |payer| {
+        handle(state, rid, logged, payer, headers, body)
+    })
+    .await
 }
 
 /// Extract and check the request, admit it through metering, respond.

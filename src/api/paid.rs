@@ -42,6 +42,25 @@ pub async fn payer(state: &AppState, headers: &HeaderMap) -> Result<(Payer, Rate
     }
 }
 
+/// Run `handle` for the request's payer: authenticate and rate-limit (a 401 or 429 is answered
+/// here), then answer `handle`'s response or error, with the `x-ratelimit-*` headers on every
+/// authenticated answer.
+pub async fn for_payer<F, Fut>(state: &AppState, headers: &HeaderMap, handle: F) -> Response
+where
+    F: FnOnce(Payer) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ApiError>>,
+{
+    let (payer, rate) = match payer(state, headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let mut resp = handle(payer)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    rate.apply(resp.headers_mut());
+    resp
+}
+
 /// The body, if it fit in the limit and is declared JSON (or undeclared).
 ///
 /// # Errors

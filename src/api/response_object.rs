@@ -41,7 +41,8 @@ pub struct ResponseObject {
     pub store: bool,
     pub temperature: f32,
     pub text: TextConfig,
-    #[schema(value_type = Object)]
+    /// `auto`, `none`, `required`, or `{"type": "function", "name"}` as sent.
+    #[schema(value_type = Value)]
     pub tool_choice: Value,
     #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Value>,

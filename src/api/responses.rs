@@ -60,15 +60,12 @@ pub async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (payer, rate) = match paid::payer(&state, &headers).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let mut resp = handle(state, rid, logged, payer, headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
-    rate.apply(resp.headers_mut());
-    resp
+    let s = state.clone();
+    let h = headers.clone();
+    paid::for_payer(&s, &h, |payer| {
+        handle(state, rid, logged, payer, headers, body)
+    })
+    .await
 }
 
 /// `GET /v1/responses/{id}`: a response this account stored.
@@ -83,21 +80,17 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let (payer, rate) = match paid::payer(&state, &headers).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let mut resp = match stored(&state, &id, payer.account_id(), None).await {
-        Ok(s) => (
+    let (st, id) = (&state, &id);
+    paid::for_payer(st, &headers, |payer| async move {
+        let s = stored(st, id, payer.account_id(), None).await?;
+        Ok((
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
             s.body,
         )
-            .into_response(),
-        Err(e) => e.into_response(),
-    };
-    rate.apply(resp.headers_mut());
-    resp
+            .into_response())
+    })
+    .await
 }
 
 /// `DELETE /v1/responses/{id}`: forget a stored response.
@@ -112,31 +105,24 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let (payer, rate) = match paid::payer(&state, &headers).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let (ledger, account, key) = (
-        state.accounts.ledger.clone(),
-        payer.account_id(),
-        id.clone(),
-    );
-    let deleted = ledger
-        .run(move |l| l.delete_response(&key, account))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()));
-    let mut resp = match deleted {
-        Ok(true) => axum::Json(DeletedResponse {
+    let st = &state;
+    paid::for_payer(st, &headers, |payer| async move {
+        let (ledger, account, key) = (st.accounts.ledger.clone(), payer.account_id(), id.clone());
+        let deleted = ledger
+            .run(move |l| l.delete_response(&key, account))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if !deleted {
+            return Err(ApiError::ResponseNotFound { id, param: None });
+        }
+        Ok(axum::Json(DeletedResponse {
             id,
             object: "response",
             deleted: true,
         })
-        .into_response(),
-        Ok(false) => ApiError::ResponseNotFound { id, param: None }.into_response(),
-        Err(e) => e.into_response(),
-    };
-    rate.apply(resp.headers_mut());
-    resp
+        .into_response())
+    })
+    .await
 }
 
 /// The stored response `id` of `account`.

@@ -17,12 +17,10 @@ pub mod responses;
 mod tools;
 mod validator;
 
-use serde_json::Value;
-
 pub use validator::ImagePart;
 use validator::Validator;
 
-use super::error::{ApiError, FieldError};
+use super::error::ApiError;
 use crate::engine::{ChatInput, SamplingParams};
 
 /// The accepted top-level fields; anything else is `unsupported_parameter`.
@@ -71,22 +69,7 @@ pub struct ChatRequest {
 /// # Errors
 /// `InvalidJson`, `UnsupportedParameter`, `Validation`.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::Validation(vec![FieldError {
-            param: "body".into(),
-            message: "must be a JSON object".into(),
-        }]));
-    };
-    let unknown: Vec<String> = obj
-        .iter()
-        .filter(|(k, v)| !v.is_null() && !ACCEPTED_PARAMETERS.contains(&k.as_str()))
-        .map(|(k, _)| k.clone())
-        .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::UnsupportedParameter(unknown));
-    }
+    let obj = validator::top_level(body, &ACCEPTED_PARAMETERS)?;
     let mut v = Validator {
         obj: &obj,
         errors: Vec::new(),

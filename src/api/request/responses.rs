@@ -91,19 +91,7 @@ fn unsupported_value(param: &str, message: String) -> ApiError {
 /// `InvalidJson`, `UnsupportedParameter`, `Validation` (422), `BadRequest` (400 naming the
 /// built-in tool, `include` value or input item we do not serve).
 pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let Value::Object(obj) = value else {
-        return Err(invalid("body", "must be a JSON object"));
-    };
-    let unknown: Vec<String> = obj
-        .iter()
-        .filter(|(k, v)| !v.is_null() && !ACCEPTED_PARAMETERS.contains(&k.as_str()))
-        .map(|(k, _)| k.clone())
-        .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::UnsupportedParameter(unknown));
-    }
+    let obj = super::validator::top_level(body, &ACCEPTED_PARAMETERS)?;
     let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
     let logprobs = check_include(get("include"))?;
     if get("truncation").is_some_and(|t| t != "disabled") {

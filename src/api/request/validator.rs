@@ -12,6 +12,34 @@ pub struct ImagePart {
     pub part: usize,
 }
 
+/// A body's top-level object, with every non-null field outside `accepted` refused.
+///
+/// # Errors
+/// `InvalidJson`; 422 for a body that is not an object; `UnsupportedParameter` listing them all.
+pub(super) fn top_level(
+    body: &[u8],
+    accepted: &[&str],
+) -> Result<Map<String, Value>, crate::api::error::ApiError> {
+    use crate::api::error::ApiError;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::Validation(vec![FieldError {
+            param: "body".into(),
+            message: "must be a JSON object".into(),
+        }]));
+    };
+    let unknown: Vec<String> = obj
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !accepted.contains(&k.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::UnsupportedParameter(unknown));
+    }
+    Ok(obj)
+}
+
 pub(super) struct Validator<'a> {
     pub(super) obj: &'a Map<String, Value>,
     pub(super) errors: Vec<FieldError>,
