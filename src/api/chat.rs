@@ -61,31 +61,26 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let s = state.clone();
-    let h = headers.clone();
-    paid::for_payer(&s, &h, |payer| {
-        handle(state, rid, logged, payer, headers, body)
+    paid::for_payer(&state, &headers, |payer| {
+        handle(&state, rid, logged, payer, &headers, body)
     })
     .await
 }
 
 /// Extract and check the request, admit it through metering, respond.
 async fn handle(
-    state: AppState,
+    state: &AppState,
     rid: RequestId,
     logged: RequestModel,
     payer: Payer,
-    headers: HeaderMap,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let body = paid::json_body(&headers, body)?;
-    if let Some(m) = paid::peek_model(&body) {
-        logged.set(&m);
-    }
+    let body = paid::json_body(headers, body, &logged)?;
     let req = request::parse(&body)?;
-    let idempotency = paid::idempotency(&headers, &body, req.stream, ROUTE, &payer)?;
-    let entry = paid::servable_model(&state, &req.model).await?;
+    let idempotency = paid::idempotency(headers, &body, req.stream, ROUTE, &payer)?;
+    let entry = paid::servable_model(state, &req.model).await?;
     if req.n != 1 {
         return Err(ApiError::BadRequest {
             param: Some("n".into()),
@@ -100,7 +95,7 @@ async fn handle(
             message: format!("The model `{}` does not read images.", req.model),
         });
     }
-    let prompt = paid::prepare(&state, &req.model, &req.input).await?;
+    let prompt = paid::prepare(state, &req.model, &req.input).await?;
     let max_new_tokens = paid::max_new_tokens(&prompt, req.max_tokens)?;
     let mut meta = CompletionMeta::new(&req.model, &rid.0, prompt.tool_syntax.clone());
     meta.logprobs = req.sampling.logprobs.is_some();

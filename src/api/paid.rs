@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use super::access::{self, Payer};
 use super::error::ApiError;
 use super::limits::RateInfo;
-use super::state::AppState;
+use super::state::{AppState, RequestModel};
 use crate::catalog::ModelEntry;
 use crate::engine::{resolve, ChatInput, EngineError, Prompt};
 use crate::ledger::IdempotencyScope;
@@ -61,15 +61,20 @@ where
     resp
 }
 
-/// The body, if it fit in the limit and is declared JSON (or undeclared).
+/// The body, if it fit in the limit and is declared JSON (or undeclared). The `model` it
+/// names goes to `logged` first, so the log line of a request that fails validation names it.
 ///
 /// # Errors
 /// 413 `request_too_large`; 400 `unsupported_content_type`.
 pub fn json_body(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    logged: &RequestModel,
 ) -> Result<Bytes, ApiError> {
     let body = body.map_err(|_| ApiError::TooLarge)?;
+    if let Some(m) = peek_model(&body) {
+        logged.set(&m);
+    }
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("").trim_start().to_ascii_lowercase();
         if !ct.starts_with("application/json") {
@@ -83,9 +88,8 @@ pub fn json_body(
     Ok(body)
 }
 
-/// The `model` a JSON body names, if any: read before the body is validated, so the log line
-/// of a request rejected by validation still names its model.
-pub fn peek_model(body: &[u8]) -> Option<String> {
+/// The `model` a JSON body names, if any (read before the body is validated).
+fn peek_model(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Peek {
         model: Option<String>,
@@ -215,21 +219,21 @@ fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
 /// load), 400 `invalid_messages` (the template refuses them), 503 `model_capacity`, 500.
 pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result<Prompt, ApiError> {
     let engine = state.models.engine.clone();
-    let (model, input) = (model.to_owned(), input.clone());
+    let (id, model, input) = (model, model.to_owned(), input.clone());
     let grammar_param = match input.constraint {
         Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
         _ => "tools",
     };
-    let entry = state.models.catalog.get(&model).cloned();
     let result = tokio::task::spawn_blocking(move || engine.prepare(&model, &input))
         .await
         .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?;
-    result.map_err(|e| match (e, entry) {
+    // The catalogue entry, looked up only when there is an error to name it in.
+    result.map_err(|e| match (e, state.models.catalog.get(id)) {
         (EngineError::ModelNotLoaded(m), Some(entry)) => not_available(
-            &entry,
+            entry,
             &format!("`{m}` is not loaded and this engine does not load models on demand"),
         ),
-        (e @ EngineError::Unavailable { .. }, Some(entry)) => not_available(&entry, &e.to_string()),
+        (e @ EngineError::Unavailable { .. }, Some(entry)) => not_available(entry, &e.to_string()),
         (EngineError::Template(t), _) => ApiError::BadRequest {
             param: Some("messages".into()),
             code: "invalid_messages",
@@ -245,9 +249,9 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
             e @ (EngineError::Load { .. }
             | EngineError::Unavailable { .. }
             | EngineError::ModelNotLoaded(_)),
-            entry,
+            _,
         ) => ApiError::ModelUnavailable {
-            model: entry.map(|e| e.id).unwrap_or_default(),
+            model: id.to_owned(),
             detail: e.to_string(),
         },
         (other, _) => ApiError::Internal(other.to_string()),

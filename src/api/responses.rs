@@ -60,10 +60,8 @@ pub async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let s = state.clone();
-    let h = headers.clone();
-    paid::for_payer(&s, &h, |payer| {
-        handle(state, rid, logged, payer, headers, body)
+    paid::for_payer(&state, &headers, |payer| {
+        handle(&state, rid, logged, payer, &headers, body)
     })
     .await
 }
@@ -145,22 +143,19 @@ async fn stored(
 
 /// Extract and check the request, admit it through metering, respond (and store).
 async fn handle(
-    state: AppState,
+    state: &AppState,
     rid: RequestId,
     logged: RequestModel,
     payer: Payer,
-    headers: HeaderMap,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let body = paid::json_body(&headers, body)?;
-    if let Some(m) = paid::peek_model(&body) {
-        logged.set(&m);
-    }
+    let body = paid::json_body(headers, body, &logged)?;
     let draft = responses::read(&body)?;
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
-            let s = stored(&state, id, payer.account_id(), Some("previous_response_id")).await?;
+            let s = stored(state, id, payer.account_id(), Some("previous_response_id")).await?;
             serde_json::from_str::<Vec<Value>>(&s.conversation)
                 .map_err(|e| ApiError::Internal(format!("stored conversation: {e}")))?
         }
@@ -168,8 +163,8 @@ async fn handle(
     };
     let req = draft.finish(previous.clone())?;
     let stream = req.chat.stream;
-    let idempotency = paid::idempotency(&headers, &body, stream, ROUTE, &payer)?;
-    let entry = paid::servable_model(&state, &req.chat.model).await?;
+    let idempotency = paid::idempotency(headers, &body, stream, ROUTE, &payer)?;
+    let entry = paid::servable_model(state, &req.chat.model).await?;
     if let (Some(img), false) = (req.chat.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
             param: Some(format!("input[{}]", img.message)),
@@ -177,7 +172,7 @@ async fn handle(
             message: format!("The model `{}` does not read images.", req.chat.model),
         });
     }
-    let prompt = paid::prepare(&state, &req.chat.model, &req.chat.input).await?;
+    let prompt = paid::prepare(state, &req.chat.model, &req.chat.input).await?;
     let max_new_tokens = paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(renamed)?;
     let ResponsesRequest {
         chat,
@@ -212,7 +207,7 @@ async fn handle(
         idempotency,
         started,
     };
-    let saver = store.then(|| saver(&state, payer.account_id(), conversation));
+    let saver = store.then(|| saver(state, payer.account_id(), conversation));
     Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {

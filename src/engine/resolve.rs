@@ -36,8 +36,7 @@ pub fn availability(entry: &ModelEntry, weights_dir: &Path) -> Result<(), (Strin
     let mut hub_sources = false;
     for src in &entry.sources {
         if let Some(p) = &src.path {
-            let path = weights_dir.join(p);
-            if path.is_file() || path.join("config.json").is_file() {
+            if holds_weights(&weights_dir.join(p)) {
                 return Ok(());
             }
             tried.push(format!(
@@ -87,10 +86,15 @@ fn hub_cached(src: &WeightSource) -> Option<PathBuf> {
     repo.get(src.hf_file.as_deref().unwrap_or("config.json"))
 }
 
+/// A GGUF file, or a checkpoint directory with its `config.json`.
+fn holds_weights(path: &Path) -> bool {
+    path.is_file() || path.join("config.json").is_file()
+}
+
 fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
     if let Some(p) = &src.path {
         let path = weights_dir.join(p);
-        return if path.is_file() || path.join("config.json").is_file() {
+        return if holds_weights(&path) {
             Ok(path)
         } else if path.is_dir() {
             Err("directory has no config.json".into())
