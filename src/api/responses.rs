@@ -25,7 +25,7 @@ use super::response_object::{ResponseMeta, ResponseObject};
 use super::response_output::{output_as_chat, Outputs};
 use super::response_sse::{self, Save};
 #[allow(unused_imports)] // Named by the OpenAPI attributes.
-use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc};
+use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
 use super::state::{AppState, RequestId, RequestModel};
 use crate::api::access::Payer;
 use crate::engine::{FinishReason, GenerateRequest};
@@ -40,7 +40,7 @@ const ROUTE: &str = "/v1/responses";
     security(("bearer" = []), ("session" = [])),
     responses(
         (status = 200, description = "The `response` object, or with `stream: true` server-sent events (`response.created` ... `response.completed`)",
-            content((ResponseObject = "application/json"), (String = "text/event-stream"))),
+            content((ResponseObject = "application/json"), (SseEvent = "text/event-stream"))),
         (status = 400, description = "A parameter, built-in tool, `include` value or input item the service does not implement; a prompt longer than the context", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody),
         (status = 402, description = "Balance too low", body = ErrorBody),

@@ -290,14 +290,16 @@ pub struct ChunkDelta {
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
-/// One server-sent event of a streamed completion (the `text/event-stream` body is a sequence
-/// of these, as OpenAPI 3.2's SSE item model describes them).
+/// One server-sent event of a streamed chat completion or response (the `text/event-stream`
+/// body is a sequence of these, as OpenAPI 3.2's SSE item model describes them). A response's
+/// events name their type in `event` (`response.output_text.delta`, ...).
 #[derive(Debug, Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct SseEvent {
-    /// A JSON `ChatCompletionChunk` (the last one with `finish_reason` carries `service`; with
-    /// `stream_options.include_usage` a final one has `usage` and `service`), a JSON
-    /// `ErrorBody` if generation fails after the stream started, or `[DONE]`.
+    /// Chat: a JSON `ChatCompletionChunk` (the last one with `finish_reason` carries `service`;
+    /// with `stream_options.include_usage` a final one has `usage` and `service`), a JSON
+    /// `ErrorBody` if generation fails after the stream started, or `[DONE]`. Responses: a
+    /// typed event with `type` and `sequence_number`.
     data: String,
     /// The event type, when sent (SSE default: `message`).
     event: Option<String>,
