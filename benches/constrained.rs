@@ -184,8 +184,9 @@ async fn one(engine: &CandleEngine, model: &str, i: usize, constrained: bool, ne
         },
         max_new_tokens: new,
         stop: vec![],
+        n: 1,
     };
-    let mut g = engine.submit(req).expect("submit");
+    let mut g = engine.submit(req).expect("submit").remove(0);
     while g.events.recv().await.is_some() {}
     g.outcome.await.expect("outcome").completion_tokens
 }

@@ -39,9 +39,10 @@ async fn one(engine: &CandleEngine, text: String, max_new_tokens: usize) -> Run 
         },
         max_new_tokens,
         stop: vec![],
+        n: 1,
     };
     let t0 = Instant::now();
-    let mut g = engine.submit(req).expect("submit");
+    let mut g = engine.submit(req).expect("submit").remove(0);
     let mut first = None;
     while let Some(ev) = g.events.recv().await {
         if matches!(ev, GenerationEvent::Started) && first.is_none() {

@@ -251,11 +251,11 @@ async fn request_errors_use_the_envelope() {
     .await;
     expect_error(
         &s,
-        &body(r#""n":2"#),
+        &body(r#""n":9"#),
         &[],
-        400,
+        422,
         "invalid_request_error",
-        "unsupported_value",
+        "invalid_request",
         json!("n"),
     )
     .await;

@@ -104,6 +104,53 @@ async fn a_sequence_gives_the_same_tokens_alone_and_inside_a_batch() {
     assert_eq!(solo, batch);
 }
 
+/// `n: 3`: one prefill whose KV cache the three choices share; choice `i` is exactly what a
+/// request with `n: 1` and seed `seed + i` generates alone, and the prompt is billed once.
+#[tokio::test]
+async fn n_choices_each_match_their_seed_alone_and_bill_the_prompt_once() {
+    let s = shared();
+    let body = |n: u64, seed: u64| {
+        let extra =
+            format!(r#""temperature":0.9,"top_p":0.95,"seed":{seed},"max_tokens":12,"n":{n}"#);
+        chat_body(
+            SMOL,
+            Some(SYSTEM),
+            "Write one sentence about the sea.",
+            &extra,
+        )
+    };
+    let v = chat(s, &body(3, 77)).await;
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{v}");
+    let mut completion = 0;
+    let mut texts = Vec::new();
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"].as_u64(), Some(i as u64));
+        let alone = chat(s, &body(1, 77 + i as u64)).await;
+        assert_eq!(c["message"], alone["choices"][0]["message"], "choice {i}");
+        assert_eq!(c["finish_reason"], alone["choices"][0]["finish_reason"]);
+        assert_eq!(v["usage"]["prompt_tokens"], alone["usage"]["prompt_tokens"]);
+        completion += alone["usage"]["completion_tokens"].as_i64().unwrap();
+        texts.push(content(&alone));
+    }
+    texts.dedup();
+    assert!(
+        texts.len() > 1,
+        "different seeds, different choices: {texts:?}"
+    );
+    let p = v["usage"]["prompt_tokens"].as_i64().unwrap();
+    assert_eq!(v["usage"]["completion_tokens"].as_i64(), Some(completion));
+    assert_eq!(
+        v["service"]["cost_micros"].as_i64().unwrap(),
+        (p * 20_000 + completion * 40_000 + 999_999) / 1_000_000
+    );
+    // (The server is shared with tests still in flight, so `ledger check` would see their
+    // open holds; the usage record is checked instead.)
+    let rid = v["service"]["request_id"].as_str().unwrap();
+    let u = s.ledger.usage(rid).unwrap().unwrap();
+    assert_eq!((u.prompt_tokens, u.completion_tokens), (p, completion));
+}
+
 #[tokio::test]
 async fn stop_strings_end_generation_and_are_never_emitted() {
     let s = shared();
@@ -231,8 +278,9 @@ async fn engine_reports_exact_counts_for_a_cancelled_generation() {
         sampling,
         max_new_tokens: 500,
         stop: vec![],
+        n: 1,
     };
-    let mut g = s.engine.submit(req).unwrap();
+    let mut g = s.engine.submit(req).unwrap().remove(0);
     let mut deltas = 0;
     while deltas < 3 {
         if let Some(tollgate::engine::GenerationEvent::Delta(_)) = g.events.recv().await {

@@ -415,3 +415,67 @@ async fn a_client_that_leaves_a_non_stream_request_leaves_no_hold() {
     }
     assert!(s.ledger.check().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn n_choices_bill_the_prompt_once_and_every_choice_s_tokens() {
+    let (s, _) = fake_server();
+    let before = balance(&s, s.account);
+    let (st, _, v) = s.post(CHAT, &body(r#""n":3"#), &[]).await;
+    assert_eq!(st, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    let indexes: Vec<_> = choices
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    assert!(choices
+        .iter()
+        .all(|c| c["message"]["content"] == tollgate::engine::fake::FAKE_REPLY));
+    // 3 prompt tokens once and 3 x 9 completion tokens: (3 * 0.5 + 27 * 1.5) = 42 micros
+    // (45 if the prompt were billed per choice).
+    assert_eq!(
+        (
+            &v["usage"]["prompt_tokens"],
+            &v["usage"]["completion_tokens"]
+        ),
+        (&json!(3), &json!(27))
+    );
+    assert_eq!(v["service"]["cost_micros"], 42);
+    assert_eq!(balance(&s, s.account), before - 42);
+    let rid = v["service"]["request_id"].as_str().unwrap();
+    let u = s.ledger.usage(rid).unwrap().unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.cost_micros.0),
+        (3, 27, 42)
+    );
+
+    // Streamed: each choice's role, content and finish chunks carry its index.
+    let chunks = s
+        .stream(
+            CHAT,
+            &body(r#""n":2,"stream":true,"stream_options":{"include_usage":true}"#),
+        )
+        .await;
+    for i in 0..2u64 {
+        let mine: Vec<&Value> = chunks
+            .iter()
+            .filter(|c| c["choices"].get(0).is_some_and(|ch| ch["index"] == i))
+            .collect();
+        let text: String = mine
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, tollgate::engine::fake::FAKE_REPLY, "choice {i}");
+        assert_eq!(mine[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(mine.last().unwrap()["choices"][0]["finish_reason"], "stop");
+    }
+    let usage = &chunks[chunks.len() - 2]["usage"];
+    assert_eq!(
+        (&usage["prompt_tokens"], &usage["completion_tokens"]),
+        (&json!(3), &json!(18))
+    );
+    // 3 * 0.5 + 18 * 1.5 = 28.5, rounded up to 29 micros.
+    assert_eq!(balance(&s, s.account), before - 42 - 29);
+    assert_eq!(s.ledger.account(s.account).unwrap().reserved_micros, 0);
+    assert!(s.ledger.check().unwrap().is_empty());
+}

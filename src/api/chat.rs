@@ -81,13 +81,6 @@ async fn handle(
     let req = request::parse(&body)?;
     let idempotency = paid::idempotency(headers, &body, req.stream, ROUTE, &payer)?;
     let entry = paid::servable_model(state, &req.model).await?;
-    if req.n != 1 {
-        return Err(ApiError::BadRequest {
-            param: Some("n".into()),
-            code: "unsupported_value",
-            message: "Only `n: 1` is supported.".into(),
-        });
-    }
     if let (Some(img), false) = (req.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
             param: Some(format!("messages[{}].content[{}]", img.message, img.part)),
@@ -117,6 +110,7 @@ async fn handle(
             sampling: req.sampling,
             max_new_tokens,
             stop: req.stop,
+            n: req.n,
         },
         idempotency,
         started,

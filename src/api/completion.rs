@@ -62,10 +62,36 @@ impl CompletionMeta {
         )
     }
 
-    /// The whole `chat.completion` with the generated text (split into content and tool calls
-    /// when tools are on) and its logprobs, as the 200 response to store and send.
-    pub fn completion(&self, c: &Charge, generated: Generated) -> StoredResponse {
+    /// The whole `chat.completion` with each choice's generated text (split into content and
+    /// tool calls when tools are on) and its logprobs, as the 200 response to store and send.
+    pub fn completion(&self, c: &Charge, generated: Vec<Generated>) -> StoredResponse {
         let (usage, service) = self.usage(c);
+        let choices = generated
+            .into_iter()
+            .enumerate()
+            .map(|(index, g)| {
+                let finish = c.finishes.get(index).unwrap_or(&c.finish);
+                self.choice(index, g, finish)
+            })
+            .collect();
+        let body = ChatCompletion {
+            id: self.id.clone(),
+            object: "chat.completion",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: None,
+            choices,
+            usage,
+            service,
+        };
+        StoredResponse {
+            status: 200,
+            body: serde_json::to_string(&body).unwrap_or_default(),
+        }
+    }
+
+    /// Choice `index` of a whole completion: its message and `finish_reason`.
+    fn choice(&self, index: usize, generated: Generated, finish: &FinishReason) -> Choice {
         let (content, calls) = match &self.tool_syntax {
             Some(s) => parse_all(s, &generated.text),
             None => (generated.text, Vec::new()),
@@ -78,43 +104,30 @@ impl CompletionMeta {
                 function: FunctionCallOut { name, arguments },
             })
             .collect();
-        let finish = finish_reason(&c.finish, !tool_calls.is_empty());
-        let body = ChatCompletion {
-            id: self.id.clone(),
-            object: "chat.completion",
-            created: self.created,
-            model: self.model.clone(),
-            system_fingerprint: None,
-            choices: vec![Choice {
-                index: 0,
-                message: AssistantMessage {
-                    role: "assistant",
-                    content: (tool_calls.is_empty() || !content.is_empty()).then_some(content),
-                    refusal: None,
-                    tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-                },
-                logprobs: self.logprobs.then(|| choice_logprobs(&generated.logprobs)),
-                finish_reason: finish,
-            }],
-            usage,
-            service,
-        };
-        StoredResponse {
-            status: 200,
-            body: serde_json::to_string(&body).unwrap_or_default(),
+        Choice {
+            index,
+            finish_reason: finish_reason(finish, !tool_calls.is_empty()),
+            message: AssistantMessage {
+                role: "assistant",
+                content: (tool_calls.is_empty() || !content.is_empty()).then_some(content),
+                refusal: None,
+                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+            },
+            logprobs: self.logprobs.then(|| choice_logprobs(&generated.logprobs)),
         }
     }
 
-    /// A chunk with one choice; `usage: null` when the client asked for usage.
+    /// A chunk with one choice, choice `index`; `usage: null` when the client asked for usage.
     pub fn chunk(
         &self,
+        index: usize,
         delta: ChunkDelta,
         finish: Option<&'static str>,
         include_usage: bool,
     ) -> ChatCompletionChunk {
         let mut c = self.empty_chunk(include_usage.then_some(None));
         c.choices.push(ChunkChoice {
-            index: 0,
+            index,
             delta,
             logprobs: None,
             finish_reason: finish,

@@ -16,12 +16,11 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::future::BoxFuture;
 use futures::stream::{self, Stream};
-use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::response_object::{ResponseMeta, Sequenced, StreamEvent};
 use super::response_output::Outputs;
-use crate::engine::{FinishReason, GenerationEvent};
+use crate::engine::{ChoiceEvents, FinishReason, GenerationEvent};
 use crate::metering::Settlement;
 
 /// Saves a finished response (the response object's JSON); awaited before the last event.
@@ -29,7 +28,8 @@ pub type Save = Box<dyn FnOnce(String) -> BoxFuture<'static, ()> + Send>;
 
 struct StreamState {
     meta: ResponseMeta,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    /// The one choice's events (a response has one output).
+    events: ChoiceEvents,
     settlement: Option<Settlement>,
     outputs: Outputs,
     save: Option<Save>,
@@ -90,7 +90,7 @@ impl StreamState {
 /// The SSE response of a streamed Responses request.
 pub fn stream_response(
     meta: ResponseMeta,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    events: ChoiceEvents,
     settlement: Settlement,
     save: Option<Save>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -123,12 +123,12 @@ pub fn stream_response(
                 continue;
             }
             match st.events.recv().await {
-                Some(GenerationEvent::Delta(d)) => {
+                Some((_, GenerationEvent::Delta(d))) => {
                     let events = st.outputs.push(&d);
                     events.into_iter().for_each(|e| st.send(e));
                 }
-                Some(GenerationEvent::Logprob(l)) => st.outputs.push_logprobs([l]),
-                Some(GenerationEvent::Started) => {}
+                Some((_, GenerationEvent::Logprob(l))) => st.outputs.push_logprobs([l]),
+                Some((_, GenerationEvent::Started)) => {}
                 None => {
                     st.done = true;
                     st.finish().await;

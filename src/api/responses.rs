@@ -203,6 +203,8 @@ async fn handle(
             sampling: chat.sampling,
             max_new_tokens,
             stop: chat.stop,
+            // A response has one output; the Responses API has no `n`.
+            n: 1,
         },
         idempotency,
         started,
@@ -280,7 +282,8 @@ fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
         return Mode::Stream;
     }
     let meta = meta.clone();
-    Mode::Complete(Box::new(move |charge, generated| {
+    Mode::Complete(Box::new(move |charge, choices| {
+        let generated = choices.into_iter().next().unwrap_or_default();
         let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
         outputs.push_logprobs(generated.logprobs);
         let _ = outputs.push(&generated.text);

@@ -58,8 +58,10 @@ pub struct ChatCompletionRequest {
     presence_penalty: Option<f64>,
     #[schema(minimum = -2.0, maximum = 2.0)]
     frequency_penalty: Option<f64>,
-    /// Choices to generate; only 1 is served (400 otherwise).
-    #[schema(minimum = 1)]
+    /// Choices to generate (default 1). The prompt is prefilled once and its KV cache shared
+    /// by every choice; it is billed once, plus every choice's completion tokens. With a
+    /// `seed`, choice `i` samples with `seed + i`.
+    #[schema(minimum = 1, maximum = 8)]
     n: Option<u64>,
     /// An end-user id (accepted, not used).
     user: Option<String>,
@@ -271,7 +273,8 @@ pub struct ChatCompletionChunk {
 /// The choice of a chunk.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChunkChoice {
-    pub index: u32,
+    /// Which choice (`0..n`) this chunk continues.
+    pub index: usize,
     pub delta: ChunkDelta,
     /// With `logprobs: true`: the log-probabilities of this chunk's tokens.
     pub logprobs: Option<ChoiceLogprobs>,
@@ -307,10 +310,11 @@ pub struct SseEvent {
     retry: Option<u64>,
 }
 
-/// The single choice served.
+/// One of the `n` choices.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Choice {
-    pub index: u32,
+    /// `0..n`.
+    pub index: usize,
     pub message: AssistantMessage,
     /// With `logprobs: true`: every generated token's log-probability (a stop token excluded).
     pub logprobs: Option<ChoiceLogprobs>,

@@ -1,6 +1,8 @@
-//! Server-sent events for streamed chat completions, framed as OpenAI sends them: a role chunk,
-//! content chunks, a finish chunk (with `service`), an optional usage chunk (`choices: []`,
-//! with `service`), then `data: [DONE]`. Every payload is a typed struct (`schema.rs`).
+//! Server-sent events for streamed chat completions, framed as OpenAI sends them: a role chunk
+//! per choice, content chunks (each naming its choice's `index`, the `n` choices interleaved
+//! as their tokens arrive), a finish chunk per choice (with `service`), an optional usage chunk
+//! (`choices: []`, with `service`), then `data: [DONE]`. Every payload is a typed struct
+//! (`schema.rs`).
 //!
 //! Dropping the body (client gone) drops the engine's event receiver, which cancels the
 //! sequence before its next step; metering's settlement still charges the tokens produced.
@@ -12,13 +14,12 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::stream::{self, Stream};
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use super::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
 use super::error::ApiError;
 use super::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::{GenerationEvent, TokenLogprob};
+use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
 
 enum Phase {
@@ -29,11 +30,17 @@ enum Phase {
 
 struct StreamState {
     meta: CompletionMeta,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    events: ChoiceEvents,
     settlement: Option<Settlement>,
     include_usage: bool,
     phase: Phase,
     queue: VecDeque<Event>,
+    /// Per choice, in choice order.
+    choices: Vec<ChoiceState>,
+}
+
+/// What the stream keeps of one choice between its events.
+struct ChoiceState {
     /// Splits text into content and tool calls when tools are on.
     parser: Option<ToolCallParser>,
     /// Logprobs of tokens whose text has not been sent yet.
@@ -41,16 +48,17 @@ struct StreamState {
 }
 
 impl StreamState {
-    /// Queue the chunks of one piece of generated text (content, or tool-call pieces).
-    fn push_text(&mut self, text: String) {
-        let events = match self.parser.as_mut() {
+    /// Queue the chunks of one piece of choice `i`'s generated text (content, or tool-call
+    /// pieces).
+    fn push_text(&mut self, i: usize, text: String) {
+        let events = match self.choices[i].parser.as_mut() {
             Some(p) => p.push(&text),
             None => vec![ToolEvent::Content(text)],
         };
-        self.push_events(events);
+        self.push_events(i, events);
     }
 
-    fn push_events(&mut self, events: Vec<ToolEvent>) {
+    fn push_events(&mut self, i: usize, events: Vec<ToolEvent>) {
         for e in events {
             let delta = match e {
                 ToolEvent::Content(t) => ChunkDelta {
@@ -77,18 +85,20 @@ impl StreamState {
                 }),
             };
             let content = delta.content.is_some();
-            let mut c = self.meta.chunk(delta, None, self.include_usage);
+            let mut c = self.meta.chunk(i, delta, None, self.include_usage);
             if content {
-                self.attach_logprobs(&mut c);
+                self.attach_logprobs(i, &mut c);
             }
             self.queue.push_back(data(&c));
         }
     }
 
-    /// Put the pending logprobs on chunk `c` (with `logprobs: true`).
-    fn attach_logprobs(&mut self, c: &mut ChatCompletionChunk) {
+    /// Put choice `i`'s pending logprobs on chunk `c` (with `logprobs: true`).
+    fn attach_logprobs(&mut self, i: usize, c: &mut ChatCompletionChunk) {
         if let (true, Some(choice)) = (self.meta.logprobs, c.choices.first_mut()) {
-            choice.logprobs = Some(choice_logprobs(&std::mem::take(&mut self.logprobs)));
+            choice.logprobs = Some(choice_logprobs(&std::mem::take(
+                &mut self.choices[i].logprobs,
+            )));
         }
     }
 }
@@ -109,19 +119,23 @@ fn data(v: &impl Serialize) -> Event {
 pub fn stream_response(
     meta: CompletionMeta,
     include_usage: bool,
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
+    events: ChoiceEvents,
     settlement: Settlement,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let parser = meta.tool_syntax.as_ref().map(ToolCallParser::new);
+    let choices = (0..events.len())
+        .map(|_| ChoiceState {
+            parser: meta.tool_syntax.as_ref().map(ToolCallParser::new),
+            logprobs: Vec::new(),
+        })
+        .collect();
     let st = StreamState {
-        parser,
+        choices,
         meta,
         events,
         settlement: Some(settlement),
         include_usage,
         phase: Phase::Role,
         queue: VecDeque::new(),
-        logprobs: Vec::new(),
     };
     let s = stream::unfold(st, |mut st| async move {
         loop {
@@ -132,18 +146,20 @@ pub fn stream_response(
                 Phase::Done => return None,
                 Phase::Role => {
                     st.phase = Phase::Events;
-                    let delta = ChunkDelta {
-                        role: Some("assistant"),
-                        content: Some(String::new()),
-                        tool_calls: None,
-                    };
-                    let c = st.meta.chunk(delta, None, st.include_usage);
-                    st.queue.push_back(data(&c));
+                    for i in 0..st.choices.len() {
+                        let delta = ChunkDelta {
+                            role: Some("assistant"),
+                            content: Some(String::new()),
+                            tool_calls: None,
+                        };
+                        let c = st.meta.chunk(i, delta, None, st.include_usage);
+                        st.queue.push_back(data(&c));
+                    }
                 }
                 Phase::Events => match st.events.recv().await {
-                    Some(GenerationEvent::Delta(d)) => st.push_text(d),
-                    Some(GenerationEvent::Logprob(l)) => st.logprobs.push(l),
-                    Some(GenerationEvent::Started) => {}
+                    Some((i, GenerationEvent::Delta(d))) => st.push_text(i, d),
+                    Some((i, GenerationEvent::Logprob(l))) => st.choices[i].logprobs.push(l),
+                    Some((_, GenerationEvent::Started)) => {}
                     None => {
                         st.phase = Phase::Done;
                         finish_stream(&mut st).await;
@@ -163,15 +179,21 @@ async fn finish_stream(st: &mut StreamState) {
     let Some(settlement) = st.settlement.take() else {
         return;
     };
-    let calls = st.parser.as_ref().map_or(0, ToolCallParser::calls);
-    if let Some(rest) = st.parser.as_mut().map(ToolCallParser::finish) {
-        st.push_events(rest);
-    }
-    if !st.logprobs.is_empty() && st.meta.logprobs {
-        // Tokens whose text went into tool calls, or was held back and dropped.
-        let mut c = st.meta.chunk(ChunkDelta::default(), None, st.include_usage);
-        st.attach_logprobs(&mut c);
-        st.queue.push_back(data(&c));
+    let mut calls = Vec::with_capacity(st.choices.len());
+    for i in 0..st.choices.len() {
+        let parser = st.choices[i].parser.as_mut();
+        calls.push(parser.as_ref().map_or(0, |p| p.calls()));
+        if let Some(rest) = parser.map(ToolCallParser::finish) {
+            st.push_events(i, rest);
+        }
+        if !st.choices[i].logprobs.is_empty() && st.meta.logprobs {
+            // Tokens whose text went into tool calls, or was held back and dropped.
+            let mut c = st
+                .meta
+                .chunk(i, ChunkDelta::default(), None, st.include_usage);
+            st.attach_logprobs(i, &mut c);
+            st.queue.push_back(data(&c));
+        }
     }
     let charge = match settlement.wait().await {
         Ok(c) => c,
@@ -184,12 +206,15 @@ async fn finish_stream(st: &mut StreamState) {
         }
     };
     let (usage, service) = st.meta.usage(&charge);
-    let finish = finish_reason(&charge.finish, calls > 0);
-    let mut c = st
-        .meta
-        .chunk(ChunkDelta::default(), Some(finish), st.include_usage);
-    c.service = Some(service.clone());
-    st.queue.push_back(data(&c));
+    for (i, called) in calls.into_iter().enumerate() {
+        let end = charge.finishes.get(i).unwrap_or(&charge.finish);
+        let finish = finish_reason(end, called > 0);
+        let mut c = st
+            .meta
+            .chunk(i, ChunkDelta::default(), Some(finish), st.include_usage);
+        c.service = Some(service.clone());
+        st.queue.push_back(data(&c));
+    }
     if st.include_usage {
         let mut u = st.meta.empty_chunk(Some(Some(usage)));
         u.service = Some(service);

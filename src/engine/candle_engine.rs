@@ -22,7 +22,7 @@ use super::hf_files;
 use super::model::Transformer;
 use super::resolve;
 use super::safetensors::{self as st, HfModel, MatrixType};
-use super::scheduler::{self, Cmd, Job, Limits, Runtime};
+use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
 use super::store::TensorStore;
 use super::template::ChatTemplate;
 use super::tokenizer::ModelTokenizer;
@@ -348,22 +348,34 @@ impl Engine for CandleEngine {
         prompt_ids(&f, input).ok().map(|ids| ids.len())
     }
 
-    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
+    fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError> {
         let (index, f) = self
             .front(&request.prompt.model)
             .ok_or_else(|| EngineError::ModelNotLoaded(request.prompt.model.clone()))?;
-        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-        let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
+        let mut handles = Vec::with_capacity(request.n.max(1));
+        let mut senders: Vec<ChoiceTx> = (0..request.n.max(1))
+            .map(|_| {
+                let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+                let (outcome_tx, outcome) = tokio::sync::oneshot::channel();
+                handles.push(Generation { events, outcome });
+                ChoiceTx {
+                    events: events_tx,
+                    outcome: outcome_tx,
+                }
+            })
+            .collect();
+        let first = senders.remove(0);
         f.waiting.fetch_add(1, Ordering::Relaxed);
         let job = Job {
             model: index,
             request,
-            events: events_tx,
-            outcome: outcome_tx,
+            events: first.events,
+            outcome: first.outcome,
+            forks: senders,
             queued: Instant::now(),
         };
         match self.tx.try_send(Cmd::Job(Box::new(job))) {
-            Ok(()) => Ok(Generation { events, outcome }),
+            Ok(()) => Ok(handles),
             Err(e) => {
                 f.waiting.fetch_sub(1, Ordering::Relaxed);
                 Err(match e {

@@ -123,54 +123,9 @@ impl FakeEngine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
 
-impl Engine for FakeEngine {
-    fn loaded(&self) -> Vec<LoadedModel> {
-        self.models.clone()
-    }
-
-    /// A fake prompt: one token per whitespace-separated word of every message plus one per
-    /// message, plus the words of the tools' JSON (so tools are billed as prompt tokens). The
-    /// output constraint is not compiled: the fake's text never follows a grammar.
-    fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
-        assert!(
-            self.fault() != FakeFault::PanicInPrepare,
-            "injected fake panic"
-        );
-        let m = self
-            .models
-            .iter()
-            .find(|m| m.id == model)
-            .ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
-        let tool_words = if input.tools.is_empty() {
-            0
-        } else {
-            let v = serde_json::to_value(&input.tools).unwrap_or_default();
-            super::tools::python_json(&v).split_whitespace().count()
-        };
-        let n: usize = input
-            .messages
-            .iter()
-            .map(|m| m.content.split_whitespace().count() + 1)
-            .sum::<usize>()
-            + tool_words;
-        Ok(Prompt::plain(
-            model,
-            (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
-            m.context_length,
-        ))
-    }
-
-    fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
-        self.prepare(model, input).ok().map(|p| p.token_ids.len())
-    }
-
-    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError> {
-        let fault = self.fault();
-        if fault == FakeFault::Overloaded {
-            return Err(EngineError::Overloaded);
-        }
+    /// One choice of a fake generation, on its own thread.
+    fn spawn_choice(&self, request: GenerateRequest, fault: FakeFault) -> Generation {
         let (tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (otx, outcome) = tokio::sync::oneshot::channel();
         let delay = self.token_delay;
@@ -231,7 +186,60 @@ impl Engine for FakeEngine {
                 finish,
             });
         });
-        Ok(Generation { events, outcome })
+        Generation { events, outcome }
+    }
+}
+
+impl Engine for FakeEngine {
+    fn loaded(&self) -> Vec<LoadedModel> {
+        self.models.clone()
+    }
+
+    /// A fake prompt: one token per whitespace-separated word of every message plus one per
+    /// message, plus the words of the tools' JSON (so tools are billed as prompt tokens). The
+    /// output constraint is not compiled: the fake's text never follows a grammar.
+    fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
+        assert!(
+            self.fault() != FakeFault::PanicInPrepare,
+            "injected fake panic"
+        );
+        let m = self
+            .models
+            .iter()
+            .find(|m| m.id == model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.into()))?;
+        let tool_words = if input.tools.is_empty() {
+            0
+        } else {
+            let v = serde_json::to_value(&input.tools).unwrap_or_default();
+            super::tools::python_json(&v).split_whitespace().count()
+        };
+        let n: usize = input
+            .messages
+            .iter()
+            .map(|m| m.content.split_whitespace().count() + 1)
+            .sum::<usize>()
+            + tool_words;
+        Ok(Prompt::plain(
+            model,
+            (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
+            m.context_length,
+        ))
+    }
+
+    fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
+        self.prepare(model, input).ok().map(|p| p.token_ids.len())
+    }
+
+    /// Every choice (`request.n`) produces the same `FAKE_REPLY`, each on its own thread.
+    fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError> {
+        let fault = self.fault();
+        if fault == FakeFault::Overloaded {
+            return Err(EngineError::Overloaded);
+        }
+        Ok((0..request.n.max(1))
+            .map(|_| self.spawn_choice(request.clone(), fault))
+            .collect())
     }
 
     fn stats(&self) -> Vec<ModelStats> {

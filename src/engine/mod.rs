@@ -8,6 +8,7 @@
 
 mod candle_engine;
 pub mod chat;
+mod choices;
 pub mod fake;
 pub mod gguf;
 pub mod grammar;
@@ -28,6 +29,7 @@ pub mod tools;
 
 pub use candle_engine::{CandleEngine, EngineConfig};
 pub use chat::{ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec};
+pub use choices::ChoiceEvents;
 pub use sampler::{SamplingParams, TokenLogprob};
 pub use tokenizer::TokenText;
 
@@ -75,6 +77,10 @@ pub struct GenerateRequest {
     pub max_new_tokens: usize,
     /// Up to 4 stop strings; matched across token boundaries and never emitted.
     pub stop: Vec<String>,
+    /// Choices to generate (OpenAI's `n`; 0 counts as 1). The prompt is prefilled once and
+    /// its KV cache shared by every choice (`model::kv_cache`); each choice then samples on
+    /// its own, choice `i` with seed `sampling.seed + i` when a seed is given.
+    pub n: usize,
 }
 
 /// Why a generation ended.
@@ -113,7 +119,8 @@ pub enum GenerationEvent {
     Logprob(TokenLogprob),
 }
 
-/// Handle to a running generation. Dropping `events` cancels it before the next step.
+/// Handle to one choice of a running generation. Dropping `events` cancels it before the next
+/// step.
 pub struct Generation {
     pub events: tokio::sync::mpsc::UnboundedReceiver<GenerationEvent>,
     /// Resolves exactly once, even if `events` was dropped: the source of truth for billing.
@@ -176,11 +183,13 @@ pub trait Engine: Send + Sync + 'static {
     /// loaded now: never loads a model and does not count as a use (for cost estimates).
     /// `None` when the model is not loaded or its template fails. CPU-bound like `prepare`.
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize>;
-    /// Queue a generation; never blocks.
+    /// Queue a generation; never blocks. Returns one handle per choice (`request.n`, at least
+    /// one), in choice order; each choice's outcome counts the whole prompt, which was
+    /// prefilled once for all of them.
     ///
     /// # Errors
     /// `Overloaded` when the model's admission queue is full; `ModelNotLoaded`; `ShutDown`.
-    fn submit(&self, request: GenerateRequest) -> Result<Generation, EngineError>;
+    fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError>;
     /// Scheduler counters per model.
     fn stats(&self) -> Vec<ModelStats>;
 }

@@ -10,6 +10,10 @@
 //! and leave. A panic or error in a step fails only the sequences of that step. The loop must
 //! never exit while the channel is open.
 //!
+//! A job of `n` choices runs as one sequence until its prompt is prefilled; then (`fork`) its
+//! prompt's KV cache is frozen and shared read-only, and choices 1.. become sequences of their
+//! own that append after it. All `n` sample from the prefill's logits in that same step.
+//!
 //! Metrics (the `metrics` facade; exported at `/metrics`), labelled by `model`:
 //! `tollgate_time_to_first_token_seconds` (from submit), `tollgate_inter_token_latency_seconds`,
 //! `tollgate_batch_size` (sequences per step), `tollgate_step_tokens`, gauges
@@ -78,12 +82,23 @@ pub struct Runtime {
     pub waiting: Arc<AtomicUsize>,
 }
 
+/// Where one choice's events and outcome go.
+pub struct ChoiceTx {
+    pub events: mpsc::UnboundedSender<GenerationEvent>,
+    pub outcome: oneshot::Sender<Outcome>,
+}
+
 /// A submitted request on its way to the engine thread.
 pub struct Job {
     pub model: usize,
     pub request: GenerateRequest,
+    /// Choice 0's events.
     pub events: mpsc::UnboundedSender<GenerationEvent>,
+    /// Choice 0's outcome.
     pub outcome: oneshot::Sender<Outcome>,
+    /// Choices 1.. of `request.n`: forked from this job's sequence once its prompt is
+    /// prefilled (see `fork`). A job that ends before then ends them the same way.
+    pub forks: Vec<ChoiceTx>,
     /// When `submit` queued it (TTFT is measured from here).
     pub queued: Instant,
 }
@@ -120,6 +135,8 @@ struct Seq {
     kv_reserved: usize,
     /// The output constraint, taken out of the prompt at admission.
     grammar: Option<Box<Grammar>>,
+    /// A choice forked from another sequence's prefill (its prompt was not computed here).
+    fork: bool,
 }
 
 impl Seq {
@@ -140,6 +157,7 @@ impl Seq {
             last_token: None,
             kv_reserved,
             grammar,
+            fork: false,
         }
     }
 
@@ -151,14 +169,25 @@ impl Seq {
             FinishReason::Cancelled => "cancelled",
             FinishReason::Failed(_) => "failed",
         };
-        metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())
-            .increment(self.job.request.prompt.token_ids.len() as u64);
+        if !self.fork {
+            metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())
+                .increment(self.job.request.prompt.token_ids.len() as u64);
+        }
         metrics::counter!("tollgate_generation_tokens_total", "model" => model.clone())
             .increment(self.generated as u64);
         metrics::counter!("tollgate_request_finished_total", "model" => model, "finish_reason" => reason)
             .increment(1);
+        let prompt_tokens = self.job.request.prompt.token_ids.len();
+        for fork in self.job.forks {
+            // Never forked (cancelled or failed during prefill): they end as this one did.
+            let _ = fork.outcome.send(Outcome {
+                prompt_tokens,
+                completion_tokens: 0,
+                finish: finish.clone(),
+            });
+        }
         let _ = self.job.outcome.send(Outcome {
-            prompt_tokens: self.job.request.prompt.token_ids.len(),
+            prompt_tokens,
             completion_tokens: self.generated,
             finish,
         });
@@ -314,14 +343,54 @@ const KV_PREALLOC: usize = 4096;
 #[path = "scheduler_tests.rs"]
 mod tests;
 
-/// KV cache bytes a job may fill: `(prompt + max_new_tokens) * bytes per token` (keys and
-/// values, every layer, f32). 0 when its model is gone (the job is then dropped at admission).
+/// KV cache bytes a job may fill: `(prompt + n * max_new_tokens) * bytes per token` (keys and
+/// values, every layer, f32; the prompt's rows are shared by its `n` choices). 0 when its
+/// model is gone (the job is then dropped at admission).
 fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
     let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
         return 0;
     };
-    (job.request.prompt.token_ids.len() + job.request.max_new_tokens)
+    let choices = 1 + job.forks.len();
+    (job.request.prompt.token_ids.len() + choices * job.request.max_new_tokens)
         * kv_bytes_per_token(rt.model.as_ref())
+}
+
+/// At the end of `s`'s prefill: its prompt's KV cache becomes shared (`SeqCache::fork`) and
+/// each pending choice of its job becomes a sequence reading it, with its own sampler (seed
+/// `seed + i` for choice `i`), stop matcher and a copy of the constraint in its start state.
+/// Returns the new sequences; they sample from the same logits as `s` this step.
+fn fork(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
+    let pending = std::mem::take(&mut s.job.forks);
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let (_, row) = rt.model.kv_shape();
+    let room = s.job.request.max_new_tokens.min(KV_PREALLOC);
+    let mut caches = std::mem::take(&mut s.cache).fork(pending.len() + 1, room, row);
+    s.cache = caches.pop().unwrap_or_default();
+    rt.running.fetch_add(pending.len(), Ordering::Relaxed);
+    pending
+        .into_iter()
+        .zip(caches)
+        .zip(1u64..)
+        .map(|((tx, cache), i)| {
+            let mut request = s.job.request.clone();
+            request.sampling.seed = request.sampling.seed.map(|x| x.wrapping_add(i));
+            let job = Job {
+                model: s.job.model,
+                request,
+                events: tx.events,
+                outcome: tx.outcome,
+                forks: Vec::new(),
+                queued: s.job.queued,
+            };
+            let mut f = Seq::new(job, cache, &rt.id, 0);
+            f.fed = s.fed;
+            f.fork = true;
+            f.grammar.clone_from(&s.grammar);
+            f
+        })
+        .collect()
 }
 
 /// One forward step for the sequences of one model; returns those still running.
@@ -397,9 +466,14 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
                 slots.push((s, None));
                 continue;
             }
-            let _ = s.job.events.send(GenerationEvent::Started);
-            metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => rt.id.clone())
-                .record(s.job.queued.elapsed().as_secs_f64());
+            let forks = fork(rt, &mut s);
+            started(rt, &s);
+            slots.push((s, Some(row.clone())));
+            for f in forks {
+                started(rt, &f);
+                slots.push((f, Some(row.clone())));
+            }
+            continue;
         }
         slots.push((s, Some(row)));
     }
@@ -432,11 +506,29 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
     out
 }
 
+/// A sequence's prefill is done: tell its request, record its time to first token.
+fn started(rt: &Runtime, s: &Seq) {
+    let _ = s.job.events.send(GenerationEvent::Started);
+    metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => rt.id.clone())
+        .record(s.job.queued.elapsed().as_secs_f64());
+}
+
 /// Gauges after a step: running and waiting sequences, KV cache tokens and bytes (f32 keys
 /// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
 #[allow(clippy::cast_precision_loss)]
 fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
-    let tokens: usize = seqs.iter().map(|s| s.cache.len).sum();
+    // Own rows of each sequence, plus each shared prefix once.
+    let mut shared: Vec<*const super::model::attention::SharedKv> = Vec::new();
+    let mut tokens = 0;
+    for s in seqs {
+        tokens += s.cache.len - s.cache.shared_len();
+        if let Some(kv) = &s.cache.shared {
+            if !shared.contains(&Arc::as_ptr(kv)) {
+                shared.push(Arc::as_ptr(kv));
+                tokens += kv.len;
+            }
+        }
+    }
     let per_token = kv_bytes_per_token(rt.model.as_ref());
     let model = rt.id.clone();
     metrics::gauge!("tollgate_num_requests_running", "model" => model.clone())

@@ -91,8 +91,24 @@ impl Harness {
 
     /// Queue a greedy job of `prompt` tokens generating up to `max_new`.
     fn submit(&self, prompt: usize, max_new: usize) -> Submitted {
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let (outcome_tx, outcome) = oneshot::channel();
+        self.submit_n(prompt, max_new, 1).remove(0)
+    }
+
+    /// Queue a greedy job of `n` choices; one handle per choice.
+    fn submit_n(&self, prompt: usize, max_new: usize, n: usize) -> Vec<Submitted> {
+        let mut handles = Vec::new();
+        let mut senders: Vec<ChoiceTx> = (0..n)
+            .map(|_| {
+                let (events, events_rx) = mpsc::unbounded_channel();
+                let (outcome, outcome_rx) = oneshot::channel();
+                handles.push(Submitted {
+                    events: events_rx,
+                    outcome: outcome_rx,
+                });
+                ChoiceTx { events, outcome }
+            })
+            .collect();
+        let first = senders.remove(0);
         let request = GenerateRequest {
             request_id: format!("req_{prompt}_{max_new}"),
             prompt: Prompt::plain(
@@ -106,19 +122,21 @@ impl Harness {
             },
             max_new_tokens: max_new,
             stop: Vec::new(),
+            n,
         };
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let job = Job {
             model: 0,
             request,
-            events: events_tx,
-            outcome: outcome_tx,
+            events: first.events,
+            outcome: first.outcome,
+            forks: senders,
             queued: Instant::now(),
         };
         self.tx
             .send(Cmd::Job(Box::new(job)))
             .expect("engine thread alive");
-        Submitted { events, outcome }
+        handles
     }
 
     /// Start the engine thread on the jobs queued so far (so the first admission sees them all).
@@ -251,4 +269,52 @@ fn a_sequence_whose_client_left_is_cancelled_before_its_next_step() {
         steps.iter().all(|s| s == &vec![3] || s == &vec![1]),
         "only the kept job ran: {steps:?}"
     );
+}
+
+#[test]
+fn n_choices_share_one_prefill_and_each_generates_on_its_own() {
+    let mut h = Harness::new();
+    let choices = h.submit_n(5, 4, 3);
+    let thread = h.start(limits(8, 64, 0));
+    for c in choices {
+        let (o, text) = wait(c);
+        assert_eq!(
+            (o.prompt_tokens, o.completion_tokens, o.finish),
+            (5, 4, FinishReason::Length)
+        );
+        // Greedy on the script: every choice continues `w0..w4` with w5..w8.
+        assert_eq!(
+            text.split_whitespace().collect::<Vec<_>>(),
+            ["w5", "w6", "w7", "w8"]
+        );
+    }
+    let steps = h.finish(thread);
+    // The prompt is fed once; then three decode tokens per step (the first token of each
+    // choice came from the prefill's logits).
+    assert_eq!(
+        steps,
+        vec![vec![5], vec![1, 1, 1], vec![1, 1, 1], vec![1, 1, 1]]
+    );
+}
+
+#[test]
+fn choices_of_a_job_cancelled_during_prefill_end_cancelled_with_nothing_generated() {
+    let mut h = Harness::new();
+    let choices = h.submit_n(6, 4, 3);
+    let outcomes: Vec<_> = choices
+        .into_iter()
+        .map(|c| {
+            drop(c.events);
+            c.outcome
+        })
+        .collect();
+    let thread = h.start(limits(8, 64, 0));
+    for o in outcomes {
+        let o = o.blocking_recv().expect("an outcome");
+        assert_eq!(
+            (o.prompt_tokens, o.completion_tokens, o.finish),
+            (6, 0, FinishReason::Cancelled)
+        );
+    }
+    assert!(h.finish(thread).is_empty(), "nothing ran");
 }

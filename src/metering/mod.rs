@@ -36,13 +36,11 @@ mod settle;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
-
 pub use self::error::MeterError;
 pub use self::settle::{Charge, Completion, Generated, Render, Settlement};
 use crate::billing::{self, Metered};
 use crate::catalog::Pricing;
-use crate::engine::{EngineError, GenerateRequest, GenerationEvent, SharedEngine};
+use crate::engine::{ChoiceEvents, EngineError, GenerateRequest, SharedEngine};
 pub use crate::ledger::{AccountId, KeyId, StoredResponse};
 use crate::ledger::{Admitted, Claim, IdempotencyScope, Ledger, LedgerError};
 
@@ -93,8 +91,9 @@ pub enum Mode {
 pub enum Admission {
     /// The key's request finished before: this is its stored response. Nothing new is charged.
     Replay(StoredResponse),
-    /// `Mode::Stream`: the events, and the settlement that resolves exactly once after them.
-    Streaming(mpsc::UnboundedReceiver<GenerationEvent>, Settlement),
+    /// `Mode::Stream`: every choice's events, and the settlement that resolves exactly once
+    /// after them.
+    Streaming(ChoiceEvents, Settlement),
     /// `Mode::Complete`: resolves once with the settled charge and the stored response.
     Completing(Completion),
 }
@@ -138,7 +137,10 @@ impl Meter {
     async fn admit_detached(self, req: PaidRequest, mode: Mode) -> Result<Admission, MeterError> {
         let prompt_tokens = req.generate.prompt.token_ids.len();
         let max_new = req.generate.max_new_tokens;
-        let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new);
+        // The prompt is billed once however many choices share it; each choice may generate
+        // up to `max_new` tokens.
+        let choices = req.generate.n.max(1);
+        let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new * choices);
         let (rid, account) = (req.request_id.clone(), req.account);
         let claim = req.idempotency.clone();
         let admitted = self
@@ -189,7 +191,7 @@ impl Meter {
             hold_micros: hold,
             claim: req.idempotency.map(|c| c.scope),
         };
-        let generation = match self.engine.submit(req.generate) {
+        let generations = match self.engine.submit(req.generate) {
             Ok(g) => g,
             Err(e) => {
                 settle::void(&ctx, 0).await;
@@ -199,15 +201,20 @@ impl Meter {
                 });
             }
         };
+        let (events, outcomes): (Vec<_>, Vec<_>) = generations
+            .into_iter()
+            .map(|g| (g.events, g.outcome))
+            .unzip();
+        let events = ChoiceEvents::new(events);
         Ok(match mode {
             Mode::Stream => {
                 let (settlement, tx) = Settlement::channel();
-                tokio::spawn(settle::after_stream(ctx, generation.outcome, tx));
-                Admission::Streaming(generation.events, settlement)
+                tokio::spawn(settle::after_stream(ctx, outcomes, tx));
+                Admission::Streaming(events, settlement)
             }
             Mode::Complete(render) => {
                 let (completion, tx) = Completion::channel();
-                tokio::spawn(settle::after_completion(ctx, generation, render, tx));
+                tokio::spawn(settle::after_completion(ctx, events, outcomes, render, tx));
                 Admission::Completing(completion)
             }
         })

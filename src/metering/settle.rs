@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::error::MeterError;
 use crate::billing::{self, Ending, Metered};
-use crate::engine::{FinishReason, Generation, GenerationEvent, Outcome, TokenLogprob};
+use crate::engine::{ChoiceEvents, FinishReason, GenerationEvent, Outcome, TokenLogprob};
 use crate::ledger::{IdempotencyScope, Ledger, StoredResponse};
 use crate::money::Micros;
 
@@ -27,21 +27,24 @@ pub struct Generated {
     pub logprobs: Vec<TokenLogprob>,
 }
 
-/// Renders the response to keep and send once the charge is known: the charge and the whole
-/// generated text in, status and JSON body out.
-pub type Render = Box<dyn FnOnce(&Charge, Generated) -> StoredResponse + Send>;
+/// Renders the response to keep and send once the charge is known: the charge and each
+/// choice's whole generated text (in choice order) in, status and JSON body out.
+pub type Render = Box<dyn FnOnce(&Charge, Vec<Generated>) -> StoredResponse + Send>;
 
 /// What a settled request cost, as billed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charge {
-    /// Input tokens billed.
+    /// Input tokens billed: the prompt once, however many choices shared it.
     pub prompt_tokens: usize,
-    /// Output tokens billed (a final EOS included).
+    /// Output tokens billed, every choice's together (a final EOS included).
     pub completion_tokens: usize,
     /// Micro-USD charged (`billing::cost_micros`, never above the hold).
     pub cost_micros: Micros,
-    /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`).
+    /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`):
+    /// `Cancelled` when any choice was, else choice 0's.
     pub finish: FinishReason,
+    /// How each choice ended, in choice order.
+    pub finishes: Vec<FinishReason>,
 }
 
 /// The settlement of a streamed request; resolves exactly once.
@@ -107,16 +110,17 @@ pub(super) struct Context {
     pub(super) claim: Option<IdempotencyScope>,
 }
 
-/// Wait for a streamed generation's outcome and settle it; the caller owns the events.
+/// Wait for a streamed generation's outcomes (one per choice) and settle them; the caller owns
+/// the events.
 pub(super) async fn after_stream(
     ctx: Context,
-    outcome: oneshot::Receiver<Outcome>,
+    outcomes: Vec<oneshot::Receiver<Outcome>>,
     tx: SettlementTx,
 ) {
-    let outcome = wait_outcome(&ctx, outcome).await;
-    let result = match charge_of(&ctx, &outcome) {
+    let outcomes = wait_outcomes(&ctx, outcomes).await;
+    let result = match charge_of(&ctx, &outcomes) {
         Err(msg) => {
-            void(&ctx, outcome.completion_tokens).await;
+            void(&ctx, completion_tokens(&outcomes)).await;
             Err(MeterError::EngineFailed(msg))
         }
         Ok(charge) => settle(&ctx, &charge, None).await.map(|()| charge),
@@ -128,15 +132,16 @@ pub(super) async fn after_stream(
 /// result to the caller; marks it `undelivered` when the caller is gone.
 pub(super) async fn after_completion(
     ctx: Context,
-    generation: Generation,
+    events: ChoiceEvents,
+    outcomes: Vec<oneshot::Receiver<Outcome>>,
     render: Render,
     mut tx: CompletionTx,
 ) {
-    let text = collect(generation.events, &mut tx, ctx.claim.is_some()).await;
-    let outcome = wait_outcome(&ctx, generation.outcome).await;
-    let result = match charge_of(&ctx, &outcome) {
+    let text = collect(events, &mut tx, ctx.claim.is_some()).await;
+    let outcomes = wait_outcomes(&ctx, outcomes).await;
+    let result = match charge_of(&ctx, &outcomes) {
         Err(msg) => {
-            void(&ctx, outcome.completion_tokens).await;
+            void(&ctx, completion_tokens(&outcomes)).await;
             Err(MeterError::EngineFailed(msg))
         }
         Ok(charge) => {
@@ -155,20 +160,20 @@ pub(super) async fn after_completion(
     }
 }
 
-/// The text of every delta and every logprob. Without a claim, stops early (dropping the events cancels the
-/// generation) when the caller goes away.
+/// Each choice's text from its deltas and its logprobs. Without a claim, stops early
+/// (dropping the events cancels the generation) when the caller goes away.
 async fn collect<T>(
-    mut events: mpsc::UnboundedReceiver<GenerationEvent>,
+    mut events: ChoiceEvents,
     caller: &mut oneshot::Sender<T>,
     run_to_end: bool,
-) -> Generated {
-    let mut out = Generated::default();
+) -> Vec<Generated> {
+    let mut out = vec![Generated::default(); events.len()];
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                Some(GenerationEvent::Delta(d)) => out.text.push_str(&d),
-                Some(GenerationEvent::Logprob(l)) => out.logprobs.push(l),
-                Some(GenerationEvent::Started) => {}
+                Some((i, GenerationEvent::Delta(d))) => out[i].text.push_str(&d),
+                Some((i, GenerationEvent::Logprob(l))) => out[i].logprobs.push(l),
+                Some((_, GenerationEvent::Started)) => {}
                 None => break,
             },
             () = caller.closed(), if !run_to_end => break,
@@ -177,27 +182,51 @@ async fn collect<T>(
     out
 }
 
-/// The engine's outcome; a dropped engine (its thread died) is a failure.
-async fn wait_outcome(ctx: &Context, outcome: oneshot::Receiver<Outcome>) -> Outcome {
-    outcome.await.unwrap_or(Outcome {
-        prompt_tokens: ctx.prompt_tokens,
-        completion_tokens: 0,
-        finish: FinishReason::Failed("the engine dropped the request".into()),
-    })
+/// Every choice's outcome, in choice order; a dropped engine (its thread died) is a failure.
+async fn wait_outcomes(ctx: &Context, outcomes: Vec<oneshot::Receiver<Outcome>>) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(outcomes.len());
+    for o in outcomes {
+        out.push(o.await.unwrap_or(Outcome {
+            prompt_tokens: ctx.prompt_tokens,
+            completion_tokens: 0,
+            finish: FinishReason::Failed("the engine dropped the request".into()),
+        }));
+    }
+    out
 }
 
-/// The charge of a successful outcome, or the failure message.
-fn charge_of(ctx: &Context, o: &Outcome) -> Result<Charge, String> {
-    if let FinishReason::Failed(msg) = &o.finish {
-        return Err(msg.clone());
+/// Output tokens of every choice together.
+fn completion_tokens(outcomes: &[Outcome]) -> usize {
+    outcomes.iter().map(|o| o.completion_tokens).sum()
+}
+
+/// The charge of the choices' outcomes, or the first failure's message (one failed choice
+/// fails the request: nothing is charged). The prompt counts once: every choice read the same
+/// prefill.
+fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
+    if let Some(msg) = outcomes.iter().find_map(|o| match &o.finish {
+        FinishReason::Failed(msg) => Some(msg.clone()),
+        _ => None,
+    }) {
+        return Err(msg);
     }
+    let prompt = outcomes
+        .first()
+        .map_or(ctx.prompt_tokens, |o| o.prompt_tokens);
+    let completion = completion_tokens(outcomes);
+    let finishes: Vec<FinishReason> = outcomes.iter().map(|o| o.finish.clone()).collect();
+    let finish = if finishes.contains(&FinishReason::Cancelled) {
+        FinishReason::Cancelled
+    } else {
+        finishes.first().cloned().unwrap_or(FinishReason::Stop)
+    };
     let p = &ctx.metered.pricing;
     Ok(Charge {
-        prompt_tokens: o.prompt_tokens,
-        completion_tokens: o.completion_tokens,
-        cost_micros: billing::cost_micros(p, o.prompt_tokens as u64, o.completion_tokens as u64)
-            .min(ctx.hold_micros),
-        finish: o.finish.clone(),
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cost_micros: billing::cost_micros(p, prompt as u64, completion as u64).min(ctx.hold_micros),
+        finish,
+        finishes,
     })
 }
 

@@ -176,3 +176,28 @@ def test_logprobs_and_top_logprobs(client):
         assert t.logprob <= 0 and len(t.top_logprobs) == 5
         assert t.top_logprobs[0].token == t.token  # greedy
         assert bytes(t.bytes).decode() == t.token
+
+
+def test_n_choices_with_a_seed_bill_the_prompt_once(client):
+    """`n=3` with a seed: three choices, each what `n=1` with seed + index gives alone; the
+    prompt is billed once (SmolLM2: 20,000 / 40,000 micro-USD per 1M tokens, rounded up)."""
+    args = dict(model=MODEL, messages=MESSAGES, temperature=0.9, max_tokens=10)
+    r = client.chat.completions.create(n=3, seed=7, **args)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    alone = [client.chat.completions.create(n=1, seed=7 + i, **args) for i in range(3)]
+    assert [c.message.content for c in r.choices] == [a.choices[0].message.content for a in alone]
+    assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+    want = -(-(r.usage.prompt_tokens * 20_000 + r.usage.completion_tokens * 40_000) // 1_000_000)
+    assert r.model_extra["service"]["cost_micros"] == want
+
+    stream = client.chat.completions.create(n=2, seed=7, stream=True, stream_options={"include_usage": True}, **args)
+    texts = {0: "", 1: ""}
+    finished = set()
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finished.add(c.index)
+    assert finished == {0, 1}
+    assert [texts[0], texts[1]] == [c.message.content for c in r.choices[:2]]

@@ -24,6 +24,9 @@ use super::error::ApiError;
 use crate::engine::{ChatInput, SamplingParams};
 
 /// The accepted top-level fields; anything else is `unsupported_parameter`.
+/// Most choices one request may ask for (`n`).
+pub const MAX_CHOICES: u64 = 8;
+
 pub const ACCEPTED_PARAMETERS: [&str; 20] = [
     "model",
     "messages",
@@ -60,8 +63,8 @@ pub struct ChatRequest {
     /// `max_completion_tokens` if given, else `max_tokens`, with the name of the field used.
     pub max_tokens: Option<(usize, &'static str)>,
     pub stop: Vec<String>,
-    /// `n`, only 1 is served.
-    pub n: u64,
+    /// `n`: choices to generate, 1 to `MAX_CHOICES`.
+    pub n: usize,
 }
 
 /// Parse a raw body.
@@ -97,6 +100,9 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let _ = v.string("user", false);
     let logprobs = v.bool("logprobs").unwrap_or(false);
     let top_logprobs = v.integer("top_logprobs", 0);
+    if n > MAX_CHOICES {
+        v.err("n", "must be an integer between 1 and 8");
+    }
     if top_logprobs.is_some_and(|k| k > 20) {
         v.err("top_logprobs", "must be an integer between 0 and 20");
     }
@@ -140,7 +146,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         sampling,
         max_tokens,
         stop,
-        n,
+        n: to_usize(n),
     })
 }
 

@@ -1,8 +1,8 @@
 //! Host-side attention for the packed batch: rotary position embedding (RoPE), per-sequence
 //! KV caches, and causal (optionally sliding-window) softmax attention in f32.
 //!
-//! Each sequence owns its cache; attention reads it in place, so no per-step copy of the caches
-//! is made. Work is split over (token, head) rows with rayon; a row's result depends only on its
+//! Each sequence's cache (`kv_cache.rs`: its own rows, after rows shared with the other choices
+//! of its request) is read in place, so no per-step copy of the caches is made. Work is split over (token, head) rows with rayon; a row's result depends only on its
 //! own sequence, which keeps outputs identical whether a sequence runs alone or in a batch.
 //!
 //! RoPE: Su et al., "RoFormer" (2021). Two layouts: `Interleaved` pairs (x[2i], x[2i+1]) as in
@@ -10,6 +10,8 @@
 //! Hugging Face `rotate_half` (Qwen2, Gemma).
 
 use rayon::prelude::*;
+
+pub use super::kv_cache::{LayerCache, LayerView, SeqCache, SharedKv};
 
 /// RoPE pairing layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,53 +115,6 @@ impl Rope {
     }
 }
 
-/// One layer's cache for one sequence: keys and values as `[position][kv_head][head_dim]`.
-#[derive(Debug, Default, Clone)]
-pub struct LayerCache {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-}
-
-/// A sequence's KV cache across layers.
-#[derive(Debug, Default, Clone)]
-pub struct SeqCache {
-    pub layers: Vec<LayerCache>,
-    /// Positions stored (the same in every layer after a full step).
-    pub len: usize,
-}
-
-impl SeqCache {
-    pub fn new(n_layers: usize) -> Self {
-        Self {
-            layers: vec![LayerCache::default(); n_layers],
-            len: 0,
-        }
-    }
-
-    /// A cache with room for `tokens` positions of `row` floats (`n_kv_heads * head_dim`) per
-    /// layer, for keys and values, so a sequence's steps never reallocate or copy it. The
-    /// memory is reserved, not touched: pages are backed as positions are written.
-    pub fn with_capacity(n_layers: usize, tokens: usize, row: usize) -> Self {
-        Self {
-            layers: (0..n_layers)
-                .map(|_| LayerCache {
-                    k: Vec::with_capacity(tokens * row),
-                    v: Vec::with_capacity(tokens * row),
-                })
-                .collect(),
-            len: 0,
-        }
-    }
-
-    /// Bytes held (capacity), for accounting.
-    pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| (l.k.capacity() + l.v.capacity()) * 4)
-            .sum()
-    }
-}
-
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnShape {
@@ -175,10 +130,11 @@ pub struct AttnShape {
 }
 
 /// Attention for a packed step. `q` is `[T][n_heads][head_dim]`; `seqs` gives, in packed order,
-/// each sequence's cache (already holding this step's keys/values) and its new-token count.
+/// each sequence's cache layer (already holding this step's keys/values), its new-token count
+/// and its total positions.
 /// Token `j` of a sequence with `n` new tokens sits at position `cache.len - n + j` and attends
 /// to positions `..=` its own (bottom-right causal). Returns `[T][n_heads][head_dim]`.
-pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape) -> Vec<f32> {
+pub fn attend(q: &[f32], seqs: &[(LayerView<'_>, usize, usize)], shape: AttnShape) -> Vec<f32> {
     let AttnShape {
         n_heads,
         n_kv_heads,
@@ -238,7 +194,7 @@ pub fn attend(q: &[f32], seqs: &[(&LayerCache, usize, usize)], shape: AttnShape)
 struct GroupJob<'a> {
     /// `[group][head_dim]`.
     q: &'a [f32],
-    cache: &'a LayerCache,
+    cache: LayerView<'a>,
     kv_head: usize,
     start: usize,
     pos: usize,
@@ -274,7 +230,8 @@ impl GroupJob<'_> {
         let max = &mut max[..group.min(16)];
         let row_at = |p: usize| (p * n_kv_heads + self.kv_head) * d;
         for (i, p) in (self.start..=self.pos).enumerate() {
-            let kv = &self.cache.k[row_at(p)..row_at(p) + d];
+            let (rows, p) = self.cache.locate(p);
+            let kv = &rows.k[row_at(p)..row_at(p) + d];
             for (j, qj) in self.q.chunks_exact(d).enumerate() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `AVX` is only true inside `run_avx2`.
@@ -310,26 +267,28 @@ impl GroupJob<'_> {
                 *x *= inv;
             }
         }
-        let v_at = |i: usize| row_at(self.start + i);
+        let v_row = |i: usize| {
+            let (rows, p) = self.cache.locate(self.start + i);
+            &rows.v[row_at(p)..row_at(p) + d]
+        };
         for (j, oj) in o.chunks_exact_mut(d).enumerate() {
             let w = &scores[j * len..(j + 1) * len];
             #[cfg(target_arch = "x86_64")]
             if AVX {
-                // SAFETY: `AVX` is only true inside `run_avx2`; rows lie inside the cache.
-                unsafe { weighted_rows_avx2(w, &self.cache.v, v_at, oj) };
+                // SAFETY: `AVX` is only true inside `run_avx2`; every row has `d` floats.
+                unsafe { weighted_rows_avx2(w, v_row, oj) };
                 continue;
             }
-            weighted_rows(w, &self.cache.v, v_at, oj);
+            weighted_rows(w, v_row, oj);
         }
     }
 }
 
-/// `o[e] += Σ_i w[i] * v[row(i) + e]`, adding in order of `i` (a product, then an add).
+/// `o[e] += Σ_i w[i] * row(i)[e]`, adding in order of `i` (a product, then an add).
 #[inline(always)]
-fn weighted_rows(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize, o: &mut [f32]) {
-    let d = o.len();
+fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
     for (i, &wi) in w.iter().enumerate() {
-        for (a, b) in o.iter_mut().zip(&v[row(i)..row(i) + d]) {
+        for (a, b) in o.iter_mut().zip(row(i)) {
             *a += wi * b;
         }
     }
@@ -339,16 +298,15 @@ fn weighted_rows(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize, o: &mut [f3
 /// instead of loaded and stored for every row; the same operations in the same order.
 ///
 /// # Safety
-/// The CPU must support AVX; every `row(i) + o.len()` must be within `v`.
+/// The CPU must support AVX; every `row(i)` must hold at least `o.len()` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn weighted_rows_avx2(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize, o: &mut [f32]) {
+unsafe fn weighted_rows_avx2<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
         _mm256_storeu_ps,
     };
     let d = o.len();
-    let vp = v.as_ptr();
     let mut c = 0;
     while c + 64 <= d {
         let op = o.as_mut_ptr().add(c);
@@ -358,7 +316,7 @@ unsafe fn weighted_rows_avx2(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize,
         }
         for (i, &wi) in w.iter().enumerate() {
             let wv = _mm256_set1_ps(wi);
-            let src = vp.add(row(i) + c);
+            let src = row(i).as_ptr().add(c);
             for (l, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, _mm256_loadu_ps(src.add(8 * l))));
             }
@@ -370,7 +328,7 @@ unsafe fn weighted_rows_avx2(w: &[f32], v: &[f32], row: impl Fn(usize) -> usize,
     }
     if c < d {
         for (i, &wi) in w.iter().enumerate() {
-            let src = &v[row(i) + c..row(i) + d];
+            let src = &row(i)[c..d];
             for (a, b) in o[c..].iter_mut().zip(src) {
                 *a += wi * b;
             }
@@ -458,11 +416,11 @@ mod tests {
             let rows = 5;
             let v: Vec<f32> = (0..rows * n + 3).map(|i| det(i + 77)).collect();
             let w: Vec<f32> = (0..rows).map(|i| det(i + 9).abs()).collect();
-            let at = |i: usize| i * n + 3 * (i % 2);
+            let at = |i: usize| &v[i * n + 3 * (i % 2)..][..n];
             let (mut o1, mut o2) = (vec![0.5f32; n], vec![0.5f32; n]);
-            weighted_rows(&w, &v, at, &mut o1);
-            // SAFETY: AVX2 detected above; every row lies inside `v`.
-            unsafe { weighted_rows_avx2(&w, &v, at, &mut o2) };
+            weighted_rows(&w, at, &mut o1);
+            // SAFETY: AVX2 detected above; every row holds `n` floats.
+            unsafe { weighted_rows_avx2(&w, at, &mut o2) };
             assert_eq!(o1, o2, "weighted rows, n = {n}");
         }
     }
@@ -507,7 +465,7 @@ mod tests {
             let seqs: Vec<_> = caches
                 .iter()
                 .zip(lens)
-                .map(|(c, (n, tot))| (c, n, tot))
+                .map(|(c, (n, tot))| (LayerView::own(c), n, tot))
                 .collect();
             let shape = AttnShape {
                 n_heads: h,
@@ -538,6 +496,40 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A cache forked after `k` positions (rows `..k` shared, the rest its own) attends
+    /// exactly as the same rows held in one piece.
+    #[test]
+    fn a_forked_cache_attends_exactly_as_a_whole_one() {
+        let (h, hk, d) = (4, 2, 64);
+        let row = hk * d;
+        let (tot, n_new) = (9usize, 3usize);
+        let whole = LayerCache {
+            k: (0..tot * row).map(|i| det(i + 5)).collect(),
+            v: (0..tot * row).map(|i| det(i * 3 + 1)).collect(),
+        };
+        let q: Vec<f32> = (0..n_new * h * d).map(|i| det(i * 7)).collect();
+        let shape = AttnShape {
+            n_heads: h,
+            n_kv_heads: hk,
+            head_dim: d,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+        };
+        let want = attend(&q, &[(LayerView::own(&whole), n_new, tot)], shape);
+        for k in [1, 4, 6, 8] {
+            let mut c = SeqCache::new(1);
+            c.layers[0].k.extend_from_slice(&whole.k[..k * row]);
+            c.layers[0].v.extend_from_slice(&whole.v[..k * row]);
+            c.len = k;
+            let mut fork = c.fork(2, tot - k, row).remove(1);
+            fork.layers[0].k.extend_from_slice(&whole.k[k * row..]);
+            fork.layers[0].v.extend_from_slice(&whole.v[k * row..]);
+            let got = attend(&q, &[(fork.layer(0), n_new, tot)], shape);
+            assert_eq!(got, want, "forked after {k} positions");
         }
     }
 

@@ -22,6 +22,7 @@ mod family_shapes;
 mod family_tests;
 #[cfg(test)]
 mod family_tests_hf;
+pub mod kv_cache;
 pub mod linear;
 mod load;
 mod moe;
@@ -270,7 +271,7 @@ impl Transformer {
                 .iter()
                 .map(|s| {
                     (
-                        &s.cache.layers[li],
+                        s.cache.layer(li),
                         s.tokens.len(),
                         s.cache.len + s.tokens.len(),
                     )
