@@ -51,6 +51,7 @@ fn main() {
     // Reserve + settle, each one BEGIN IMMEDIATE transaction with fsync.
     let pricing = tollgate::catalog::Pricing {
         input: tollgate::catalog::PricePerMTok(20_000),
+        cached_input: None,
         output: tollgate::catalog::PricePerMTok(40_000),
     };
     let t = Instant::now();
@@ -73,7 +74,7 @@ fn main() {
             started: Instant::now(),
         };
         let usage =
-            tollgate::billing::usage_record(&m, 30, 10, tollgate::billing::Ending::Completed);
+            tollgate::billing::usage_record(&m, 30, 0, 10, tollgate::billing::Ending::Completed);
         ledger.settle_request(&usage, None).expect("settle");
     }
     let hold_cycle = per_op(t.elapsed(), N);

@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub memory_budget: u64,
     /// Bytes of KV cache the running sequences may reserve (0: no limit).
     pub kv_cache_budget: u64,
+    /// Bytes of KV blocks each model's prefix cache keeps (0: off).
+    pub prefix_cache_budget: u64,
     /// Dashboard cookies, links and sign-up grant.
     pub dashboard: api::DashboardConfig,
     /// SMTP relay URL and sender for e-mails (`None`: e-mails go to the log).
@@ -132,6 +134,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
                 memory_budget: cfg.memory_budget,
                 kv_cache_budget: cfg.kv_cache_budget,
+                prefix_cache_budget: cfg.prefix_cache_budget,
             })?)
         }
     };

@@ -3,17 +3,27 @@
 //! May use: `catalog` (prices), `ledger`'s record types (never its database calls). Never: HTTP,
 //! SQL, candle.
 //!
-//! Rounding rule: `cost_micros = ceil((prompt_tokens * input_price + completion_tokens *
-//! output_price) / 1_000_000)`, all in integers, with prices in micro-USD per 1M tokens. A
-//! request is never under-charged by rounding and over-charged by less than one micro-USD.
+//! Rounding rule: `cost_micros = ceil(((prompt_tokens - cached_tokens) * input_price +
+//! cached_tokens * cached_input_price + completion_tokens * output_price) / 1_000_000)`, all in
+//! integers, with prices in micro-USD per 1M tokens (`cached_tokens` are prompt tokens the
+//! prefix cache supplied; `Pricing::cached_input` gives their price). A request is never
+//! under-charged by rounding and over-charged by less than one micro-USD.
 
 use crate::catalog::Pricing;
 use crate::money::Micros;
 
-/// Cost of `prompt_tokens` input and `completion_tokens` output tokens. Saturates at
-/// `i64::MAX` micros (unreachable with real token counts).
-pub fn cost_micros(pricing: &Pricing, prompt_tokens: u64, completion_tokens: u64) -> Micros {
-    let num = i128::from(prompt_tokens) * i128::from(pricing.input.0)
+/// Cost of `prompt_tokens` input tokens, `cached_tokens` of them from the prefix cache (at
+/// most `prompt_tokens`), and `completion_tokens` output tokens. Saturates at `i64::MAX`
+/// micros (unreachable with real token counts).
+pub fn cost_micros(
+    pricing: &Pricing,
+    prompt_tokens: u64,
+    cached_tokens: u64,
+    completion_tokens: u64,
+) -> Micros {
+    let cached = cached_tokens.min(prompt_tokens);
+    let num = i128::from(prompt_tokens - cached) * i128::from(pricing.input.0)
+        + i128::from(cached) * i128::from(pricing.cached_input().0)
         + i128::from(completion_tokens) * i128::from(pricing.output.0);
     let micros = (num + 999_999).div_euclid(1_000_000);
     Micros(i64::try_from(micros).unwrap_or(i64::MAX))
@@ -28,14 +38,35 @@ mod tests {
     fn cost_rounds_up_to_whole_micros() {
         let p = Pricing {
             input: PricePerMTok(20_000),
+            cached_input: None,
             output: PricePerMTok(40_000),
         };
-        assert_eq!(cost_micros(&p, 0, 0), Micros(0));
+        assert_eq!(cost_micros(&p, 0, 0, 0), Micros(0));
         // 37 * 0.02 + 9 * 0.04 = 0.74 + 0.36 = 1.1 micros -> 2
-        assert_eq!(cost_micros(&p, 37, 9), Micros(2));
+        assert_eq!(cost_micros(&p, 37, 0, 9), Micros(2));
         // exactly 1M input tokens at 0.02 USD/M = 20_000 micros
-        assert_eq!(cost_micros(&p, 1_000_000, 0), Micros(20_000));
-        assert_eq!(cost_micros(&p, 1, 0), Micros(1));
+        assert_eq!(cost_micros(&p, 1_000_000, 0, 0), Micros(20_000));
+        assert_eq!(cost_micros(&p, 1, 0, 0), Micros(1));
+    }
+
+    #[test]
+    fn cached_tokens_cost_the_cached_input_price() {
+        let mut p = Pricing {
+            input: PricePerMTok(20_000),
+            cached_input: None,
+            output: PricePerMTok(40_000),
+        };
+        // Default: a tenth of the input price. 1M prompt tokens, 600k cached:
+        // 400k * 0.02 + 600k * 0.002 = 8_000 + 1_200 micros.
+        assert_eq!(p.cached_input(), PricePerMTok(2_000));
+        assert_eq!(cost_micros(&p, 1_000_000, 600_000, 0), Micros(9_200));
+        // 300 prompt tokens, 288 cached, 10 out: (12 * 20_000 + 288 * 2_000 + 10 * 40_000)
+        // = 1_216_000 -> 1.216 micros -> 2.
+        assert_eq!(cost_micros(&p, 300, 288, 10), Micros(2));
+        p.cached_input = Some(PricePerMTok(0));
+        assert_eq!(cost_micros(&p, 1_000_000, 1_000_000, 0), Micros(0));
+        // Never more cached than prompt tokens.
+        assert_eq!(cost_micros(&p, 10, 50, 0), Micros(0));
     }
 }
 
@@ -53,7 +84,7 @@ pub struct Metered {
 /// The worst-case cost reserved at admission: every prompt token plus `max_new_tokens` output
 /// tokens, by the same rounding rule as the charge.
 pub fn hold_micros(pricing: &Pricing, prompt_tokens: usize, max_new_tokens: usize) -> Micros {
-    cost_micros(pricing, prompt_tokens as u64, max_new_tokens as u64)
+    cost_micros(pricing, prompt_tokens as u64, 0, max_new_tokens as u64)
 }
 
 /// How a generation ended, as billing sees it.
@@ -67,12 +98,13 @@ pub enum Ending {
     Failed,
 }
 
-/// The usage record of `m` after `prompt_tokens` in and `completion_tokens` out, ended as
-/// `ending`, costed by `cost_micros` (the ledger clamps the charge to the hold and charges 0
-/// for a `Failed` ending). Pure: writes nothing.
+/// The usage record of `m` after `prompt_tokens` in (`cached_tokens` of them from the prefix
+/// cache) and `completion_tokens` out, ended as `ending`, costed by `cost_micros` (the ledger
+/// clamps the charge to the hold and charges 0 for a `Failed` ending). Pure: writes nothing.
 pub fn usage_record(
     m: &Metered,
     prompt_tokens: usize,
+    cached_tokens: usize,
     completion_tokens: usize,
     ending: Ending,
 ) -> crate::ledger::UsageRecord {
@@ -83,8 +115,14 @@ pub fn usage_record(
         key_id: m.key_id,
         model: m.model.clone(),
         prompt_tokens: i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
+        cached_tokens: i64::try_from(cached_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::try_from(completion_tokens).unwrap_or(i64::MAX),
-        cost_micros: cost_micros(&m.pricing, prompt_tokens as u64, completion_tokens as u64),
+        cost_micros: cost_micros(
+            &m.pricing,
+            prompt_tokens as u64,
+            cached_tokens as u64,
+            completion_tokens as u64,
+        ),
         status: match ending {
             Ending::Completed => UsageStatus::Ok,
             Ending::Cancelled => UsageStatus::Cancelled,

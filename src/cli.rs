@@ -217,6 +217,11 @@ pub struct ServeArgs {
     /// fits beside the reservations of those already running; otherwise it waits.
     #[arg(long, env = "TOLLGATE_KV_CACHE_BUDGET", default_value = "4GiB", value_parser = parse_bytes)]
     pub kv_cache_budget: u64,
+    /// Most KV cache memory each model's prefix cache keeps, e.g. `1GiB`; `0` turns it off.
+    /// Prompts that start with tokens already prefilled (a shared system prompt, earlier turns)
+    /// reuse them; least recently used blocks are evicted past this.
+    #[arg(long, env = "TOLLGATE_PREFIX_CACHE_BUDGET", default_value = "512MiB", value_parser = parse_bytes)]
+    pub prefix_cache_budget: u64,
     /// Leave `Secure` off the dashboard's session cookie, for plain-HTTP local use only.
     #[arg(long, env = "TOLLGATE_INSECURE_COOKIES")]
     pub insecure_cookies: bool,
@@ -323,6 +328,7 @@ impl ServeArgs {
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,
             kv_cache_budget: self.kv_cache_budget,
+            prefix_cache_budget: self.prefix_cache_budget,
             dashboard: crate::api::DashboardConfig {
                 insecure_cookies: self.insecure_cookies,
                 public_url: self.public_url.clone(),

@@ -20,6 +20,7 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
         on_demand: None,
         memory_budget: 0,
         kv_cache_budget: 0,
+        prefix_cache_budget: 512 << 20,
     })
     .expect("engine")
 }

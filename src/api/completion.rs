@@ -51,7 +51,10 @@ impl CompletionMeta {
                 prompt_tokens: c.prompt_tokens,
                 completion_tokens: c.completion_tokens,
                 total_tokens: c.prompt_tokens + c.completion_tokens,
-                prompt_tokens_details: PromptTokensDetails::default(),
+                prompt_tokens_details: PromptTokensDetails {
+                    cached_tokens: c.cached_tokens,
+                    audio_tokens: 0,
+                },
                 completion_tokens_details: CompletionTokensDetails::default(),
             },
             ServiceCost {

@@ -129,7 +129,7 @@ pub struct ResponseUsage {
     pub total_tokens: usize,
 }
 
-/// Input tokens served from a prefix cache (0 until one exists).
+/// Input tokens whose KV cache the prefix cache supplied (billed at the cached-input price).
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct InputTokensDetails {
     pub cached_tokens: usize,
@@ -319,7 +319,9 @@ impl ResponseMeta {
             truncation: "disabled",
             usage: charge.map(|c| ResponseUsage {
                 input_tokens: c.prompt_tokens,
-                input_tokens_details: InputTokensDetails::default(),
+                input_tokens_details: InputTokensDetails {
+                    cached_tokens: c.cached_tokens,
+                },
                 output_tokens: c.completion_tokens,
                 output_tokens_details: OutputTokensDetails::default(),
                 total_tokens: c.prompt_tokens + c.completion_tokens,

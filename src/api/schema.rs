@@ -419,10 +419,11 @@ pub struct Usage {
     pub completion_tokens_details: CompletionTokensDetails,
 }
 
-/// Where prompt tokens came from, in tokens: all zero today (no prefix cache, no audio).
+/// Where prompt tokens came from, in tokens (no audio input is served).
 #[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
 pub struct PromptTokensDetails {
-    /// Prompt tokens read from a prefix cache (0 until one exists).
+    /// Prompt tokens whose KV cache the prefix cache supplied (whole blocks of 16 tokens of
+    /// an earlier prompt that started the same way), billed at the model's cached-input price.
     pub cached_tokens: usize,
     pub audio_tokens: usize,
 }

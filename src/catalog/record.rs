@@ -72,13 +72,21 @@ pub struct ModelPricing {
     pub prompt: String,
     /// USD per output token.
     pub completion: String,
+    /// USD per cached input token (a prompt token the prefix cache supplied; OpenRouter's
+    /// `input_cache_read`).
+    pub input_cache_read: String,
     /// USD per 1M input tokens.
     #[schema(example = "0.02")]
     pub input_per_million_usd: String,
     /// USD per 1M output tokens.
     pub output_per_million_usd: String,
+    /// USD per 1M cached input tokens.
+    pub cached_input_per_million_usd: String,
     /// Micro-USD per 1M input tokens.
     pub input_micros_per_mtok: i64,
+    /// Micro-USD per 1M cached input tokens (the catalogue's `cached_input`, else a tenth of
+    /// the input price, rounded down).
+    pub cached_input_micros_per_mtok: i64,
     /// Micro-USD per 1M output tokens.
     pub output_micros_per_mtok: i64,
     /// Always `USD`.
@@ -123,9 +131,12 @@ impl ModelRecord {
             pricing: ModelPricing {
                 prompt: usd_per_token(m.pricing.input),
                 completion: usd_per_token(m.pricing.output),
+                input_cache_read: usd_per_token(m.pricing.cached_input()),
                 input_per_million_usd: usd_per_million(m.pricing.input),
                 output_per_million_usd: usd_per_million(m.pricing.output),
+                cached_input_per_million_usd: usd_per_million(m.pricing.cached_input()),
                 input_micros_per_mtok: m.pricing.input.0,
+                cached_input_micros_per_mtok: m.pricing.cached_input().0,
                 output_micros_per_mtok: m.pricing.output.0,
                 currency: "USD",
             },

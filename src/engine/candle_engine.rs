@@ -49,6 +49,9 @@ pub struct EngineConfig {
     /// Bytes of KV cache the running sequences may reserve (0: no limit); see
     /// `scheduler::Limits::kv_cache_bytes`.
     pub kv_cache_budget: u64,
+    /// Bytes of KV blocks each model's prefix cache keeps (0: no prefix cache); see
+    /// `prefix_cache`.
+    pub prefix_cache_budget: u64,
 }
 
 /// The request-side view of a loaded model.
@@ -91,6 +94,7 @@ impl CandleEngine {
             max_batch: config.limits_max_batch.max(1),
             step_tokens: config.limits_step_tokens.max(1),
             kv_cache_bytes: usize::try_from(config.kv_cache_budget).unwrap_or(usize::MAX),
+            prefix_cache_bytes: usize::try_from(config.prefix_cache_budget).unwrap_or(usize::MAX),
         };
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();
@@ -313,13 +317,7 @@ fn load(
         grammar_env: OnceLock::new(),
     };
     Ok((
-        Runtime {
-            id: id.to_owned(),
-            model: Box::new(model),
-            tokenizer,
-            running,
-            waiting,
-        },
+        Runtime::new(id, Box::new(model), tokenizer, running, waiting),
         front,
     ))
 }

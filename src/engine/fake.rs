@@ -182,6 +182,7 @@ impl FakeEngine {
             running.fetch_sub(1, Ordering::Relaxed);
             let _ = otx.send(Outcome {
                 prompt_tokens: request.prompt.token_ids.len(),
+                cached_tokens: 0,
                 completion_tokens: generated,
                 finish,
             });

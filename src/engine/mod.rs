@@ -17,6 +17,7 @@ pub mod hub;
 pub mod kernels;
 pub mod languages;
 pub mod model;
+pub mod prefix_cache;
 pub mod resolve;
 pub mod safetensors;
 pub mod sampler;
@@ -101,6 +102,9 @@ pub enum FinishReason {
 pub struct Outcome {
     /// Tokens in the prompt (input tokens).
     pub prompt_tokens: usize,
+    /// Of `prompt_tokens`, those whose KV cache came from the prefix cache instead of being
+    /// prefilled for this request (OpenAI's `cached_tokens`).
+    pub cached_tokens: usize,
     /// Tokens generated and sampled (output tokens), including a final EOS.
     pub completion_tokens: usize,
     pub finish: FinishReason,

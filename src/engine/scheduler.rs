@@ -10,17 +10,23 @@
 //! and leave. A panic or error in a step fails only the sequences of that step. The loop must
 //! never exit while the channel is open.
 //!
-//! A job of `n` choices runs as one sequence until its prompt is prefilled; then (`fork`) its
-//! prompt's KV cache is frozen and shared read-only, and choices 1.. become sequences of their
-//! own that append after it. All `n` sample from the prefill's logits in that same step.
+//! Prefix cache (`prefix_cache.rs`): at admission a sequence starts from the longest cached
+//! run of whole KV blocks of its prompt and prefills only the rest; at the end of its prefill
+//! (`share_prompt`) its prompt's full blocks are frozen, shared read-only and cached.
+//! A job of `n` choices runs as one sequence until its prompt is prefilled; then its choices
+//! 1.. become sequences of their own reading the same blocks (and a copy of the last partial
+//! block). All `n` sample from the prefill's logits in that same step.
 //!
 //! Metrics (the `metrics` facade; exported at `/metrics`), labelled by `model`:
 //! `tollgate_time_to_first_token_seconds` (from submit), `tollgate_inter_token_latency_seconds`,
 //! `tollgate_batch_size` (sequences per step), `tollgate_step_tokens`, gauges
 //! `tollgate_num_requests_running` / `_waiting`, `tollgate_kv_cache_tokens` / `_bytes`, and
 //! counters `tollgate_prompt_tokens_total`, `tollgate_generation_tokens_total`,
-//! `tollgate_request_finished_total{finish_reason}`.
+//! `tollgate_request_finished_total{finish_reason}`; for the prefix cache, counters
+//! `tollgate_prefix_cache_queries_total` / `_hits_total` (prompt tokens looked up / found) and
+//! gauges `tollgate_prefix_cache_hit_rate` (their ratio) and `_bytes`.
 
+use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -30,8 +36,9 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::grammar::{self, Grammar};
-use super::model::attention::SeqCache;
+use super::model::attention::{SeqCache, BLOCK};
 use super::model::{StepSeq, Transformer};
+use super::prefix_cache::PrefixCache;
 use super::sampler::Sampler;
 use super::stop::{StopMatcher, StopStep};
 use super::tokenizer::{ModelTokenizer, StreamDecoder};
@@ -80,6 +87,35 @@ pub struct Runtime {
     pub running: Arc<AtomicUsize>,
     /// Jobs submitted but not yet running (incremented by `submit`).
     pub waiting: Arc<AtomicUsize>,
+    /// The model's prefix cache, sized by `run` from `Limits::prefix_cache_bytes` (the engine
+    /// thread is its only user).
+    pub prefix: RefCell<PrefixCache>,
+}
+
+impl Runtime {
+    /// The runtime of `model` (no prefix cache until `run` takes it in).
+    pub fn new(
+        id: &str,
+        model: Box<dyn StepModel>,
+        tokenizer: Arc<ModelTokenizer>,
+        running: Arc<AtomicUsize>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            id: id.to_owned(),
+            model,
+            tokenizer,
+            running,
+            waiting,
+            prefix: RefCell::new(PrefixCache::new(0)),
+        }
+    }
+
+    /// This runtime with a prefix cache of `bytes` (0: none).
+    fn with_prefix_cache(mut self, bytes: usize) -> Self {
+        self.prefix = RefCell::new(PrefixCache::new(bytes));
+        self
+    }
 }
 
 /// Where one choice's events and outcome go.
@@ -115,6 +151,8 @@ pub struct Limits {
     /// waits (first come, first served) until enough sequences finish. When nothing runs, the
     /// next job is admitted whatever its size, so no request waits forever.
     pub kv_cache_bytes: usize,
+    /// Most bytes of KV blocks each model's prefix cache keeps (0: no prefix cache).
+    pub prefix_cache_bytes: usize,
 }
 
 struct Seq {
@@ -137,6 +175,8 @@ struct Seq {
     grammar: Option<Box<Grammar>>,
     /// A choice forked from another sequence's prefill (its prompt was not computed here).
     fork: bool,
+    /// Prompt tokens whose KV cache came from the prefix cache.
+    cached: usize,
 }
 
 impl Seq {
@@ -158,6 +198,7 @@ impl Seq {
             kv_reserved,
             grammar,
             fork: false,
+            cached: 0,
         }
     }
 
@@ -182,12 +223,14 @@ impl Seq {
             // Never forked (cancelled or failed during prefill): they end as this one did.
             let _ = fork.outcome.send(Outcome {
                 prompt_tokens,
+                cached_tokens: self.cached,
                 completion_tokens: 0,
                 finish: finish.clone(),
             });
         }
         let _ = self.job.outcome.send(Outcome {
             prompt_tokens,
+            cached_tokens: self.cached,
             completion_tokens: self.generated,
             finish,
         });
@@ -205,7 +248,11 @@ pub enum Cmd {
 
 /// Run the loop until the channel closes. `Job::model` indexes the runtimes in load order.
 pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
-    let mut runtimes: Vec<Option<Runtime>> = runtimes.into_iter().map(Some).collect();
+    let cache = limits.prefix_cache_bytes;
+    let mut runtimes: Vec<Option<Runtime>> = runtimes
+        .into_iter()
+        .map(|rt| Some(rt.with_prefix_cache(cache)))
+        .collect();
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
     let mut next_model = 0usize;
     // A job taken off the channel that did not fit the KV budget; admitted before any other.
@@ -219,7 +266,7 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             }
             Cmd::Load(rt) => {
                 tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
-                runtimes.push(Some(*rt));
+                runtimes.push(Some(rt.with_prefix_cache(cache)));
                 running.push(Vec::new());
                 false
             }
@@ -326,13 +373,36 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     };
     rt.waiting.fetch_sub(1, Ordering::Relaxed);
     rt.running.fetch_add(1, Ordering::Relaxed);
-    // Room for the whole sequence up front (no copies as it grows), up to `KV_PREALLOC`
-    // positions; longer sequences grow from there.
+    // The longest cached prefix of the prompt, then room for the rest of the sequence up
+    // front (no copies as it grows), up to `KV_PREALLOC` positions; longer sequences grow
+    // from there.
     let (layers, row) = rt.model.kv_shape();
-    let positions = job.request.prompt.token_ids.len() + job.request.max_new_tokens;
-    let cache = SeqCache::with_capacity(layers, positions.min(KV_PREALLOC), row);
+    let prompt = &job.request.prompt.token_ids;
+    let blocks = reuse_prefix(rt, prompt);
+    let cached = blocks.len() * BLOCK;
+    let rest = prompt.len() + job.request.max_new_tokens - cached;
+    let cache = SeqCache::after_blocks(blocks, layers, rest.min(KV_PREALLOC), row);
     let kv = kv_reservation(runtimes, &job);
-    running[job.model].push(Seq::new(job, cache, &rt.id, kv));
+    let mut s = Seq::new(job, cache, &rt.id, kv);
+    (s.fed, s.cached) = (cached, cached);
+    running[s.job.model].push(s);
+}
+
+/// The prefix cache's blocks for `prompt`, counted in the cache metrics (prompt tokens
+/// looked up and found, labelled by model).
+fn reuse_prefix(rt: &Runtime, prompt: &[u32]) -> Vec<Arc<super::model::attention::KvBlock>> {
+    let mut cache = rt.prefix.borrow_mut();
+    if !cache.enabled() {
+        return Vec::new();
+    }
+    let blocks = cache.lookup(prompt);
+    let model = rt.id.clone();
+    metrics::counter!("tollgate_prefix_cache_queries_total", "model" => model.clone())
+        .increment(prompt.len() as u64);
+    metrics::counter!("tollgate_prefix_cache_hits_total", "model" => model.clone())
+        .increment((blocks.len() * BLOCK) as u64);
+    metrics::gauge!("tollgate_prefix_cache_hit_rate", "model" => model).set(cache.hit_rate());
+    blocks
 }
 
 /// Most positions a sequence's KV cache reserves at admission (memory is reserved, and backed
@@ -355,25 +425,29 @@ fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
         * kv_bytes_per_token(rt.model.as_ref())
 }
 
-/// At the end of `s`'s prefill: its prompt's KV cache becomes shared (`SeqCache::fork`) and
-/// each pending choice of its job becomes a sequence reading it, with its own sampler (seed
-/// `seed + i` for choice `i`), stop matcher and a copy of the constraint in its start state.
-/// Returns the new sequences; they sample from the same logits as `s` this step.
-fn fork(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
+/// At the end of `s`'s prefill: the full blocks of its prompt's KV cache become shared
+/// (`SeqCache::freeze`) and go into the prefix cache, and each pending choice of its job
+/// becomes a sequence reading them (`SeqCache::fork`), with its own sampler (seed `seed + i`
+/// for choice `i`), stop matcher and a copy of the constraint in its start state. Returns the
+/// new sequences; they sample from the same logits as `s` this step.
+fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
     let pending = std::mem::take(&mut s.job.forks);
-    if pending.is_empty() {
+    let mut cache = rt.prefix.borrow_mut();
+    if pending.is_empty() && !cache.enabled() {
         return Vec::new();
     }
     let (_, row) = rt.model.kv_shape();
     let room = s.job.request.max_new_tokens.min(KV_PREALLOC);
-    let mut caches = std::mem::take(&mut s.cache).fork(pending.len() + 1, room, row);
-    s.cache = caches.pop().unwrap_or_default();
+    s.cache.freeze(room, row);
+    cache.insert(&s.job.request.prompt.token_ids, &s.cache.blocks);
+    #[allow(clippy::cast_precision_loss)]
+    metrics::gauge!("tollgate_prefix_cache_bytes", "model" => rt.id.clone())
+        .set(cache.bytes() as f64);
     rt.running.fetch_add(pending.len(), Ordering::Relaxed);
     pending
         .into_iter()
-        .zip(caches)
         .zip(1u64..)
-        .map(|((tx, cache), i)| {
+        .map(|(tx, i)| {
             let mut request = s.job.request.clone();
             request.sampling.seed = request.sampling.seed.map(|x| x.wrapping_add(i));
             let job = Job {
@@ -384,9 +458,8 @@ fn fork(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
                 forks: Vec::new(),
                 queued: s.job.queued,
             };
-            let mut f = Seq::new(job, cache, &rt.id, 0);
-            f.fed = s.fed;
-            f.fork = true;
+            let mut f = Seq::new(job, s.cache.fork(room, row), &rt.id, 0);
+            (f.fed, f.cached, f.fork) = (s.fed, s.cached, true);
             f.grammar.clone_from(&s.grammar);
             f
         })
@@ -466,7 +539,7 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
                 slots.push((s, None));
                 continue;
             }
-            let forks = fork(rt, &mut s);
+            let forks = share_prompt(rt, &mut s);
             started(rt, &s);
             slots.push((s, Some(row.clone())));
             for f in forks {
@@ -517,15 +590,14 @@ fn started(rt: &Runtime, s: &Seq) {
 /// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
 #[allow(clippy::cast_precision_loss)]
 fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
-    // Own rows of each sequence, plus each shared prefix once.
-    let mut shared: Vec<*const super::model::attention::SharedKv> = Vec::new();
+    // Own rows of each sequence, plus each shared block once.
+    let mut shared = std::collections::HashSet::new();
     let mut tokens = 0;
     for s in seqs {
         tokens += s.cache.len - s.cache.shared_len();
-        if let Some(kv) = &s.cache.shared {
-            if !shared.contains(&Arc::as_ptr(kv)) {
-                shared.push(Arc::as_ptr(kv));
-                tokens += kv.len;
+        for b in &s.cache.blocks {
+            if shared.insert(Arc::as_ptr(b)) {
+                tokens += BLOCK;
             }
         }
     }

@@ -15,8 +15,8 @@ use crate::engine::{Prompt, SamplingParams};
 
 const VOCAB: u32 = 16;
 
-/// The stand-in (not a model): records the tokens each sequence feeds in every step, advances
-/// the cache by them, and always predicts `last token + 1` (mod 16), so greedy decoding is
+/// The stand-in (not a model): records the tokens each sequence feeds in every step, appends
+/// zero rows for them to the cache, and always predicts `last token + 1` (mod 16), so greedy decoding is
 /// known in advance and never meets a stop token.
 struct Scripted {
     steps: Arc<Mutex<Vec<Vec<usize>>>>,
@@ -34,6 +34,10 @@ impl StepModel for Scripted {
         Ok(seqs
             .iter_mut()
             .map(|s| {
+                for l in &mut s.cache.layers {
+                    l.k.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
+                    l.v.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
+                }
                 s.cache.len += s.tokens.len();
                 let next = (s.tokens.last().copied().unwrap_or(0) + 1) % VOCAB;
                 let mut row = vec![0.0; VOCAB as usize];
@@ -142,15 +146,15 @@ impl Harness {
     /// Start the engine thread on the jobs queued so far (so the first admission sees them all).
     fn start(&mut self, limits: Limits) -> JoinHandle<()> {
         let rx = self.rx.take().expect("one start per harness");
-        let runtime = Runtime {
-            id: "scripted".into(),
-            model: Box::new(Scripted {
+        let runtime = Runtime::new(
+            "scripted",
+            Box::new(Scripted {
                 steps: self.steps.clone(),
             }),
-            tokenizer: tokenizer(),
-            running: Arc::default(),
-            waiting: self.waiting.clone(),
-        };
+            tokenizer(),
+            Arc::default(),
+            self.waiting.clone(),
+        );
         std::thread::spawn(move || run(vec![runtime], &rx, limits))
     }
 
@@ -167,6 +171,7 @@ fn limits(max_batch: usize, step_tokens: usize, kv_cache_bytes: usize) -> Limits
         max_batch,
         step_tokens,
         kv_cache_bytes,
+        prefix_cache_bytes: 0,
     }
 }
 
@@ -317,4 +322,28 @@ fn choices_of_a_job_cancelled_during_prefill_end_cancelled_with_nothing_generate
         );
     }
     assert!(h.finish(thread).is_empty(), "nothing ran");
+}
+
+#[test]
+fn a_prompt_starting_like_an_earlier_one_prefills_only_what_the_prefix_cache_lacks() {
+    let mut h = Harness::new();
+    let first = h.submit(40, 2);
+    let thread = h.start(Limits {
+        prefix_cache_bytes: 1 << 20,
+        ..limits(8, 64, 0)
+    });
+    let (a, _) = wait(first);
+    assert_eq!((a.prompt_tokens, a.cached_tokens), (40, 0));
+    // The same first 37 tokens: two whole blocks (32 tokens) are reused, 5 are prefilled.
+    let (b, text) = wait(h.submit(37, 2));
+    assert_eq!(
+        (b.prompt_tokens, b.cached_tokens, b.completion_tokens),
+        (37, 32, 2)
+    );
+    assert_eq!(text.split_whitespace().collect::<Vec<_>>(), ["w5", "w6"]);
+    // A prompt that is one whole block long reuses nothing: its last token must run.
+    let (c, _) = wait(h.submit(16, 1));
+    assert_eq!(c.cached_tokens, 0);
+    let steps = h.finish(thread);
+    assert_eq!(steps, vec![vec![40], vec![1], vec![5], vec![1], vec![16]]);
 }

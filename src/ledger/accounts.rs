@@ -68,6 +68,8 @@ pub struct UsageRecord {
     pub key_id: Option<KeyId>,
     pub model: String,
     pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from the prefix cache (cached-input price).
+    pub cached_tokens: i64,
     pub completion_tokens: i64,
     pub cost_micros: Micros,
     pub status: UsageStatus,
@@ -107,16 +109,16 @@ pub(super) fn add_balance(
 
 pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), LedgerError> {
     tx.execute(
-        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at, cached_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![u.request_id, u.account_id, u.key_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros,
-                u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now()],
+                u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now(), u.cached_tokens],
     )?;
     Ok(())
 }
 
 /// The columns `row_to_usage` reads, in order.
-const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms";
+const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens";
 
 /// A usage record from `USAGE_COLUMNS` starting at column `at`.
 fn row_to_usage(
@@ -139,6 +141,7 @@ fn row_to_usage(
             _ => UsageStatus::Failed,
         },
         latency_ms: r.get(at + 8)?,
+        cached_tokens: r.get(at + 9)?,
     })
 }
 

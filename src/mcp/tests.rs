@@ -143,7 +143,10 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
         })
         .unwrap();
     let pricing = &d.catalog.get("mid").unwrap().pricing;
-    assert_eq!(given.cost_micros, billing::cost_micros(pricing, 1234, 567));
+    assert_eq!(
+        given.cost_micros,
+        billing::cost_micros(pricing, 1234, 0, 567)
+    );
     assert_eq!(given.counted_by, "given");
     assert_eq!(given.language_multiplier, Some(1.6));
     // No tokenizer here: French text at its measured 400 tokens per 1,000 characters.

@@ -434,7 +434,7 @@ impl McpData {
                 self.count(m, &chat, language.as_deref().unwrap_or("eng"))
             }
         };
-        let cost = billing::cost_micros(&m.pricing, prompt, completion);
+        let cost = billing::cost_micros(&m.pricing, prompt, 0, completion);
         Ok(Estimate {
             model: m.id.clone(),
             prompt_tokens: prompt,

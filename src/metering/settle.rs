@@ -36,6 +36,8 @@ pub type Render = Box<dyn FnOnce(&Charge, Vec<Generated>) -> StoredResponse + Se
 pub struct Charge {
     /// Input tokens billed: the prompt once, however many choices shared it.
     pub prompt_tokens: usize,
+    /// Of `prompt_tokens`, those the prefix cache supplied (billed at the cached-input price).
+    pub cached_tokens: usize,
     /// Output tokens billed, every choice's together (a final EOS included).
     pub completion_tokens: usize,
     /// Micro-USD charged (`billing::cost_micros`, never above the hold).
@@ -188,6 +190,7 @@ async fn wait_outcomes(ctx: &Context, outcomes: Vec<oneshot::Receiver<Outcome>>)
     for o in outcomes {
         out.push(o.await.unwrap_or(Outcome {
             prompt_tokens: ctx.prompt_tokens,
+            cached_tokens: 0,
             completion_tokens: 0,
             finish: FinishReason::Failed("the engine dropped the request".into()),
         }));
@@ -213,6 +216,7 @@ fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
     let prompt = outcomes
         .first()
         .map_or(ctx.prompt_tokens, |o| o.prompt_tokens);
+    let cached = outcomes.first().map_or(0, |o| o.cached_tokens);
     let completion = completion_tokens(outcomes);
     let finishes: Vec<FinishReason> = outcomes.iter().map(|o| o.finish.clone()).collect();
     let finish = if finishes.contains(&FinishReason::Cancelled) {
@@ -223,8 +227,10 @@ fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
     let p = &ctx.metered.pricing;
     Ok(Charge {
         prompt_tokens: prompt,
+        cached_tokens: cached,
         completion_tokens: completion,
-        cost_micros: billing::cost_micros(p, prompt as u64, completion as u64).min(ctx.hold_micros),
+        cost_micros: billing::cost_micros(p, prompt as u64, cached as u64, completion as u64)
+            .min(ctx.hold_micros),
         finish,
         finishes,
     })
@@ -245,6 +251,7 @@ async fn settle(
     let usage = billing::usage_record(
         &ctx.metered,
         charge.prompt_tokens,
+        charge.cached_tokens,
         charge.completion_tokens,
         ending,
     );
@@ -297,6 +304,7 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
     let usage = billing::usage_record(
         &ctx.metered,
         ctx.prompt_tokens,
+        0,
         completion_tokens,
         Ending::Failed,
     );

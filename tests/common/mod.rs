@@ -154,12 +154,32 @@ pub fn real_server(models: &[&str], max_batch: usize, queue_depth: usize) -> Tes
     real_server_with(models, max_batch, queue_depth, 0)
 }
 
+/// Prefix cache of the test servers: the server's default, 512 MiB per model.
+pub const PREFIX_CACHE: u64 = 512 << 20;
+
 /// `real_server` with a KV cache budget in bytes (0: no limit).
 pub fn real_server_with(
     models: &[&str],
     max_batch: usize,
     queue_depth: usize,
     kv_cache_budget: u64,
+) -> TestServer {
+    real_server_cached(
+        models,
+        max_batch,
+        queue_depth,
+        kv_cache_budget,
+        PREFIX_CACHE,
+    )
+}
+
+/// `real_server_with` and a prefix cache of `prefix_cache_budget` bytes (0: off).
+pub fn real_server_cached(
+    models: &[&str],
+    max_batch: usize,
+    queue_depth: usize,
+    kv_cache_budget: u64,
+    prefix_cache_budget: u64,
 ) -> TestServer {
     let catalog = catalog();
     let weights = weights_dir();
@@ -185,6 +205,7 @@ pub fn real_server_with(
         on_demand: None,
         memory_budget: 0,
         kv_cache_budget,
+        prefix_cache_budget,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
@@ -202,6 +223,7 @@ pub fn on_demand_server(catalog: Catalog, memory_budget: u64) -> TestServer {
         on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
         memory_budget,
         kv_cache_budget: 0,
+        prefix_cache_budget: PREFIX_CACHE,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)

@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-pub use super::kv_cache::{LayerCache, LayerView, SeqCache, SharedKv};
+pub use super::kv_cache::{KvBlock, LayerCache, LayerView, SeqCache, BLOCK};
 
 /// RoPE pairing layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -499,13 +499,14 @@ mod tests {
         }
     }
 
-    /// A cache forked after `k` positions (rows `..k` shared, the rest its own) attends
-    /// exactly as the same rows held in one piece.
+    /// A cache whose first positions sit in shared blocks (frozen after `k` positions, then
+    /// forked) attends exactly as the same rows held in one piece.
     #[test]
-    fn a_forked_cache_attends_exactly_as_a_whole_one() {
+    fn a_cache_with_shared_blocks_attends_exactly_as_a_whole_one() {
+        use super::super::kv_cache::BLOCK;
         let (h, hk, d) = (4, 2, 64);
         let row = hk * d;
-        let (tot, n_new) = (9usize, 3usize);
+        let (tot, n_new) = (2 * BLOCK + 5, 3usize);
         let whole = LayerCache {
             k: (0..tot * row).map(|i| det(i + 5)).collect(),
             v: (0..tot * row).map(|i| det(i * 3 + 1)).collect(),
@@ -520,16 +521,18 @@ mod tests {
             softcap: None,
         };
         let want = attend(&q, &[(LayerView::own(&whole), n_new, tot)], shape);
-        for k in [1, 4, 6, 8] {
+        for k in [BLOCK, BLOCK + 3, 2 * BLOCK, 2 * BLOCK + 4] {
             let mut c = SeqCache::new(1);
             c.layers[0].k.extend_from_slice(&whole.k[..k * row]);
             c.layers[0].v.extend_from_slice(&whole.v[..k * row]);
             c.len = k;
-            let mut fork = c.fork(2, tot - k, row).remove(1);
+            assert!(c.freeze(tot - k, row) > 0);
+            let mut fork = c.fork(tot - k, row);
             fork.layers[0].k.extend_from_slice(&whole.k[k * row..]);
             fork.layers[0].v.extend_from_slice(&whole.v[k * row..]);
+            fork.len = tot;
             let got = attend(&q, &[(fork.layer(0), n_new, tot)], shape);
-            assert_eq!(got, want, "forked after {k} positions");
+            assert_eq!(got, want, "frozen after {k} positions");
         }
     }
 

@@ -1,37 +1,53 @@
 //! Per-sequence KV caches: the keys and values of every layer, f32, laid out
 //! `[position][kv_head][head_dim]`.
 //!
-//! Owns: the cache layout and the sharing of rows between sequences. A request with `n`
-//! choices is prefilled once; `SeqCache::fork` then freezes the prompt's rows into one
-//! reference-counted, read-only `SharedKv` that every choice reads, and each choice appends
-//! its own rows after it. Attention reads a layer through a `LayerView`, which finds a
-//! position in the shared rows or in the sequence's own.
+//! Owns: the cache layout and the sharing of rows between sequences. A sequence's positions
+//! are whole blocks of `BLOCK` positions shared read-only (reference-counted `KvBlock`s), then
+//! its own rows. At the end of a prefill, `SeqCache::freeze` moves the full blocks of the
+//! sequence's own rows into shared blocks; the `n` choices of one request then read them
+//! (`SeqCache::fork`), and the prefix cache keeps them for later requests that start with the
+//! same tokens. Attention reads a layer through a `LayerView`, which finds a position in a
+//! block or in the sequence's own rows. The same idea as vLLM's paged KV blocks (Kwon et al.,
+//! "Efficient Memory Management for Large Language Model Serving with PagedAttention", 2023),
+//! with a sequence's unshared tail kept contiguous.
 //! May use: std only. Never: the model, the scheduler, candle.
 
 use std::sync::Arc;
 
-/// One layer's rows of one sequence: keys and values as `[position][kv_head][head_dim]`.
+/// Positions per shared block: the granularity of sharing and of the prefix cache.
+pub const BLOCK: usize = 16;
+
+/// One layer's rows: keys and values as `[position][kv_head][head_dim]`.
 #[derive(Debug, Default, Clone)]
 pub struct LayerCache {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
 }
 
-/// Keys and values of positions `..len` of every layer, frozen: read by several sequences
-/// (reference-counted), written by none.
+/// Keys and values of `BLOCK` consecutive positions of every layer, frozen: read by any
+/// number of sequences, written by none.
 #[derive(Debug, Default)]
-pub struct SharedKv {
+pub struct KvBlock {
+    /// Per layer, `BLOCK` rows of keys and of values.
     pub layers: Vec<LayerCache>,
-    /// Positions held.
-    pub len: usize,
 }
 
-/// A sequence's KV cache across layers: positions `..shared_len()` in a `SharedKv` (when it
-/// was forked), the rest in `layers`.
+impl KvBlock {
+    /// Bytes of keys and values held.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| (l.k.len() + l.v.len()) * 4)
+            .sum()
+    }
+}
+
+/// A sequence's KV cache across layers: positions `..shared_len()` in shared blocks, the rest
+/// in `layers`.
 #[derive(Debug, Default, Clone)]
 pub struct SeqCache {
-    /// Rows shared read-only with other sequences (positions `..shared.len`).
-    pub shared: Option<Arc<SharedKv>>,
+    /// Blocks of positions `..blocks.len() * BLOCK`, shared read-only.
+    pub blocks: Vec<Arc<KvBlock>>,
     /// This sequence's own rows, positions `shared_len()..len`, written by the forward.
     pub layers: Vec<LayerCache>,
     /// Positions stored (the same in every layer after a full step).
@@ -42,7 +58,7 @@ impl SeqCache {
     /// An empty cache of `n_layers` layers.
     pub fn new(n_layers: usize) -> Self {
         Self {
-            shared: None,
+            blocks: Vec::new(),
             layers: vec![LayerCache::default(); n_layers],
             len: 0,
         }
@@ -52,47 +68,82 @@ impl SeqCache {
     /// layer, for keys and values, so a sequence's steps never reallocate or copy it. The
     /// memory is reserved, not touched: pages are backed as positions are written.
     pub fn with_capacity(n_layers: usize, tokens: usize, row: usize) -> Self {
+        Self::after_blocks(Vec::new(), n_layers, tokens, row)
+    }
+
+    /// A cache that starts with the shared `blocks` (a cached prompt prefix) and has room for
+    /// `tokens` more positions of its own.
+    pub fn after_blocks(
+        blocks: Vec<Arc<KvBlock>>,
+        n_layers: usize,
+        tokens: usize,
+        row: usize,
+    ) -> Self {
         Self {
-            shared: None,
+            len: blocks.len() * BLOCK,
+            blocks,
             layers: own_layers(n_layers, tokens, row),
-            len: 0,
         }
     }
 
-    /// Positions read from the shared rows (0 when the cache was never forked).
+    /// Positions read from shared blocks.
     pub fn shared_len(&self) -> usize {
-        self.shared.as_ref().map_or(0, |s| s.len)
+        self.blocks.len() * BLOCK
     }
 
-    /// Freeze the rows written so far into one `SharedKv` and return `n` caches that read
-    /// them and each have room for `tokens` more positions of `row` floats: the `n` choices of
-    /// one prefilled prompt. The rows are moved, not copied, unless this cache was itself
-    /// forked (its shared and own rows are then joined into the new `SharedKv`).
-    pub fn fork(self, n: usize, tokens: usize, row: usize) -> Vec<SeqCache> {
-        let n_layers = self.layers.len();
-        let layers = match self.shared {
-            None => self.layers,
-            Some(s) => s
+    /// Move every full block of this sequence's own rows into a new shared block (the rows are
+    /// copied once), keeping the rest as its own rows with room for `room` more positions of
+    /// `row` floats. Returns how many blocks were added. Call between steps.
+    pub fn freeze(&mut self, room: usize, row: usize) -> usize {
+        let own = self.len - self.shared_len();
+        let full = own / BLOCK;
+        if full == 0 {
+            return 0;
+        }
+        let span = BLOCK * row;
+        for b in 0..full {
+            let layers = self
                 .layers
                 .iter()
-                .zip(self.layers)
-                .map(|(a, b)| LayerCache {
-                    k: [a.k.as_slice(), &b.k].concat(),
-                    v: [a.v.as_slice(), &b.v].concat(),
+                .map(|l| LayerCache {
+                    k: l.k[b * span..(b + 1) * span].to_vec(),
+                    v: l.v[b * span..(b + 1) * span].to_vec(),
                 })
-                .collect(),
-        };
-        let shared = Arc::new(SharedKv {
+                .collect();
+            self.blocks.push(Arc::new(KvBlock { layers }));
+        }
+        let tail = own - full * BLOCK;
+        for l in &mut self.layers {
+            let mut k = Vec::with_capacity((tail + room) * row);
+            let mut v = Vec::with_capacity((tail + room) * row);
+            k.extend_from_slice(&l.k[full * span..]);
+            v.extend_from_slice(&l.v[full * span..]);
+            *l = LayerCache { k, v };
+        }
+        full
+    }
+
+    /// Another sequence that continues from the same positions: it reads the same shared
+    /// blocks, gets a copy of the own rows (fewer than `BLOCK` positions after `freeze`), and
+    /// has room for `room` more positions of `row` floats.
+    pub fn fork(&self, room: usize, row: usize) -> SeqCache {
+        let tail = self.len - self.shared_len();
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let mut k = Vec::with_capacity((tail + room) * row);
+                let mut v = Vec::with_capacity((tail + room) * row);
+                k.extend_from_slice(&l.k);
+                v.extend_from_slice(&l.v);
+                LayerCache { k, v }
+            })
+            .collect();
+        SeqCache {
+            blocks: self.blocks.clone(),
             layers,
             len: self.len,
-        });
-        (0..n)
-            .map(|_| SeqCache {
-                shared: Some(shared.clone()),
-                layers: own_layers(n_layers, tokens, row),
-                len: self.len,
-            })
-            .collect()
+        }
     }
 
     /// Layer `li` as attention reads it.
@@ -101,13 +152,13 @@ impl SeqCache {
     /// When `li` is not a layer of this cache.
     pub fn layer(&self, li: usize) -> LayerView<'_> {
         LayerView {
-            shared: self.shared.as_ref().map(|s| &s.layers[li]),
-            shared_len: self.shared_len(),
+            blocks: &self.blocks,
+            li,
             own: &self.layers[li],
         }
     }
 
-    /// Bytes of this sequence's own rows (capacity); shared rows are not counted.
+    /// Bytes of this sequence's own rows (capacity); shared blocks are not counted.
     pub fn bytes(&self) -> usize {
         self.layers
             .iter()
@@ -125,21 +176,21 @@ fn own_layers(n_layers: usize, tokens: usize, row: usize) -> Vec<LayerCache> {
         .collect()
 }
 
-/// One layer of one sequence's cache as attention reads it: positions `..shared_len` from the
-/// shared rows, the rest from the sequence's own.
+/// One layer of one sequence's cache as attention reads it: positions in shared blocks first,
+/// then the sequence's own rows.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerView<'a> {
-    shared: Option<&'a LayerCache>,
-    shared_len: usize,
+    blocks: &'a [Arc<KvBlock>],
+    li: usize,
     own: &'a LayerCache,
 }
 
 impl<'a> LayerView<'a> {
-    /// A view of rows that are all the sequence's own (no shared prefix).
+    /// A view of rows that are all the sequence's own (no shared blocks).
     pub fn own(cache: &'a LayerCache) -> Self {
         Self {
-            shared: None,
-            shared_len: 0,
+            blocks: &[],
+            li: 0,
             own: cache,
         }
     }
@@ -147,9 +198,11 @@ impl<'a> LayerView<'a> {
     /// The rows holding position `p`, and `p`'s position within them.
     #[inline(always)]
     pub fn locate(&self, p: usize) -> (&'a LayerCache, usize) {
-        match self.shared {
-            Some(s) if p < self.shared_len => (s, p),
-            _ => (self.own, p - self.shared_len),
+        let shared = self.blocks.len() * BLOCK;
+        if p < shared {
+            (&self.blocks[p / BLOCK].layers[self.li], p % BLOCK)
+        } else {
+            (self.own, p - shared)
         }
     }
 }
@@ -158,29 +211,53 @@ impl<'a> LayerView<'a> {
 mod tests {
     use super::*;
 
+    /// A one-layer cache of `n` positions of 2 floats, position `p`'s key row `[p, p + 0.5]`
+    /// and value row `[-p, -p - 0.5]`.
+    fn filled(n: usize) -> SeqCache {
+        let mut c = SeqCache::with_capacity(1, n, 2);
+        for p in 0..n {
+            let p = p as f32;
+            c.layers[0].k.extend([p, p + 0.5]);
+            c.layers[0].v.extend([-p, -p - 0.5]);
+        }
+        c.len = n;
+        c
+    }
+
+    fn key(c: &SeqCache, p: usize) -> Vec<f32> {
+        let (rows, i) = c.layer(0).locate(p);
+        rows.k[i * 2..i * 2 + 2].to_vec()
+    }
+
     #[test]
-    fn forks_read_the_prefix_rows_and_append_their_own() {
-        let row = 2;
-        let mut c = SeqCache::with_capacity(1, 4, row);
-        c.layers[0].k.extend([1.0, 2.0, 3.0, 4.0]);
-        c.layers[0].v.extend([5.0, 6.0, 7.0, 8.0]);
-        c.len = 2;
-        let mut forks = c.fork(3, 4, row);
-        assert_eq!(forks.len(), 3);
-        forks[1].layers[0].k.extend([9.0, 9.5]);
-        forks[1].layers[0].v.extend([10.0, 10.5]);
-        forks[1].len = 3;
-        let view = forks[1].layer(0);
-        let (rows, p) = view.locate(1);
-        assert_eq!((&rows.k[p * row..(p + 1) * row], p), (&[3.0, 4.0][..], 1));
-        let (rows, p) = view.locate(2);
-        assert_eq!((&rows.v[p * row..(p + 1) * row], p), (&[10.0, 10.5][..], 0));
-        assert_eq!(forks[0].shared_len(), 2);
-        assert_eq!(Arc::strong_count(forks[0].shared.as_ref().unwrap()), 3);
-        // Forking a fork joins the shared and own rows.
-        let again = forks.remove(1).fork(2, 1, row);
-        let shared = again[0].shared.as_ref().unwrap();
-        assert_eq!((shared.len, shared.layers[0].k.len()), (3, 6));
-        assert_eq!(&shared.layers[0].k[4..], &[9.0, 9.5]);
+    fn freeze_moves_full_blocks_and_keeps_every_position_where_it_reads() {
+        let mut c = filled(2 * BLOCK + 3);
+        assert_eq!(c.freeze(4, 2), 2);
+        assert_eq!((c.shared_len(), c.layers[0].k.len()), (2 * BLOCK, 3 * 2));
+        for p in 0..c.len {
+            assert_eq!(key(&c, p), [p as f32, p as f32 + 0.5], "position {p}");
+        }
+        assert_eq!(c.blocks[1].bytes(), BLOCK * 2 * 2 * 4);
+        // Nothing more to freeze until another block fills.
+        assert_eq!(c.freeze(4, 2), 0);
+    }
+
+    #[test]
+    fn forks_share_the_blocks_and_copy_the_tail() {
+        let mut c = filled(BLOCK + 2);
+        c.freeze(4, 2);
+        let mut f = c.fork(4, 2);
+        assert_eq!(Arc::strong_count(&c.blocks[0]), 2);
+        f.layers[0].k.extend([9.0, 9.5]);
+        f.layers[0].v.extend([-9.0, -9.5]);
+        f.len += 1;
+        assert_eq!(
+            key(&f, BLOCK + 1),
+            [(BLOCK + 1) as f32, (BLOCK + 1) as f32 + 0.5]
+        );
+        assert_eq!(key(&f, BLOCK + 2), [9.0, 9.5]);
+        assert_eq!(c.len, BLOCK + 2, "the parent is untouched");
+        let d = SeqCache::after_blocks(c.blocks.clone(), 1, 8, 2);
+        assert_eq!((d.len, key(&d, 3)), (BLOCK, vec![3.0, 3.5]));
     }
 }
