@@ -20,7 +20,8 @@ import pytest
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 MODEL = "smollm2-135m-instruct"
 # SmolLM2-135M-Instruct's list prices, micro-USD per 1M tokens (models.toml).
-INPUT_PRICE, OUTPUT_PRICE = 20_000, 40_000
+# SmolLM2's list prices, micro-USD per 1M tokens; cached input is a tenth of input by default.
+INPUT_PRICE, CACHED_PRICE, OUTPUT_PRICE = 20_000, 2_000, 40_000
 INSTRUCTIONS = "You are a helpful assistant."
 WEATHER = {
     "type": "function",
@@ -54,13 +55,18 @@ def balance_micros(email="sdk@example.com"):
 
 
 def price(usage):
-    """The billing rule: ceil((in * in_price + out * out_price) / 1e6), integers."""
-    return -(-(usage.input_tokens * INPUT_PRICE + usage.output_tokens * OUTPUT_PRICE) // 1_000_000)
+    """The billing rule: ceil(((in - cached) * in_price + cached * cached_price + out * out_price)
+    / 1e6), integers."""
+    cached = usage.input_tokens_details.cached_tokens
+    return -(-((usage.input_tokens - cached) * INPUT_PRICE + cached * CACHED_PRICE
+               + usage.output_tokens * OUTPUT_PRICE) // 1_000_000)
 
 
 def billed_exactly(r, before):
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
-    assert r.usage.input_tokens_details.cached_tokens == 0
+    # Whole 16-token blocks of an earlier prompt (the same instructions), never the last token.
+    cached = r.usage.input_tokens_details.cached_tokens
+    assert cached % 16 == 0 and cached < r.usage.input_tokens
     assert r.usage.output_tokens_details.reasoning_tokens == 0
     cost = r.model_extra["service"]["cost_micros"]
     assert cost == price(r.usage)
