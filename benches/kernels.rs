@@ -1,6 +1,7 @@
 //! Quantized matmul throughput in GMAC/s per weight type, shape and batch rows `m`: our AVX2
-//! kernels on the file layout ("ours"), our AVX-512 VNNI kernel on the interleaved layout
-//! ("packed"; the same as "ours" on a CPU without it), our portable kernels, and candle 0.11's
+//! kernels on the file layout ("ours"), our kernel on the interleaved layout ("packed": the
+//! AVX-512 VNNI one where the CPU has it, the AVX2 one under `TOLLGATE_ISA=avx2` or on a CPU
+//! without AVX-512; Q8_0 stays in the file layout on AVX2), our portable kernels, and candle 0.11's
 //! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
 //! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
 //! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).
@@ -65,7 +66,7 @@ fn main() {
             let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, g).unwrap();
             let ours = QuantMatrix::from_qtensor(&q).unwrap().unwrap();
-            // The interleaved AVX-512 layout, where this CPU has it (else the same matrix).
+            // The interleaved layout for this CPU's best (or the capped) instruction set.
             let packed = ours.clone().packed();
             let candle = QMatMul::from_qtensor(q).unwrap();
             for m in [1usize, 4, 16, 64] {

@@ -2,7 +2,10 @@
 //! weight rows and a tile of up to `TILE` activation rows, each 32-block is 8 `vpdpbusd`
 //! per activation row (16 output lanes x 4 weights each), accumulated exactly in i32, then
 //! one conversion and one FMA with `s[16] * da`, and one FMA with the offsets
-//! `min'[16] * (da Σ qa)` into the row's f32 accumulator.
+//! `min'[16] * (da Σ qa)` into the row's f32 accumulator. A `split` matrix (Q6_K) sums each
+//! 16-element half apart, subtracts the centre `32 Σ qa` of that half in i32, and FMAs the
+//! two halves with `s[16] * da` and `s_hi[16] * da`. `avx2.rs` does the same lane operations
+//! in the same order, so both kernels give bit-identical outputs.
 //!
 //! Each activation row's lanes see the same operations in the same order whatever the tile
 //! size, so a row gets bit-identical results alone (decode) and inside a batch.
@@ -10,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS};
+use super::packed::{Packed, COLS, SPLIT_CENTRE};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 ///
@@ -19,15 +22,15 @@ use super::packed::{Packed, COLS};
 /// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
 pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
-    if p.nibbles {
-        group_n::<true>(p, g, acts, i0, rows, out);
-    } else {
-        group_n::<false>(p, g, acts, i0, rows, out);
+    match (p.nibbles, p.split) {
+        (true, _) => group_n::<true, false>(p, g, acts, i0, rows, out),
+        (false, false) => group_n::<false, false>(p, g, acts, i0, rows, out),
+        (false, true) => group_n::<false, true>(p, g, acts, i0, rows, out),
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn group_n<const NIB: bool>(
+unsafe fn group_n<const NIB: bool, const SPLIT: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -36,21 +39,21 @@ unsafe fn group_n<const NIB: bool>(
     out: &mut [f32],
 ) {
     match rows {
-        1 => tile::<1, NIB>(p, g, acts, i0, out),
-        2 => tile::<2, NIB>(p, g, acts, i0, out),
-        3 => tile::<3, NIB>(p, g, acts, i0, out),
-        4 => tile::<4, NIB>(p, g, acts, i0, out),
-        5 => tile::<5, NIB>(p, g, acts, i0, out),
-        6 => tile::<6, NIB>(p, g, acts, i0, out),
-        7 => tile::<7, NIB>(p, g, acts, i0, out),
-        _ => tile::<TILE, NIB>(p, g, acts, i0, out),
+        1 => tile::<1, NIB, SPLIT>(p, g, acts, i0, out),
+        2 => tile::<2, NIB, SPLIT>(p, g, acts, i0, out),
+        3 => tile::<3, NIB, SPLIT>(p, g, acts, i0, out),
+        4 => tile::<4, NIB, SPLIT>(p, g, acts, i0, out),
+        5 => tile::<5, NIB, SPLIT>(p, g, acts, i0, out),
+        6 => tile::<6, NIB, SPLIT>(p, g, acts, i0, out),
+        7 => tile::<7, NIB, SPLIT>(p, g, acts, i0, out),
+        _ => tile::<TILE, NIB, SPLIT>(p, g, acts, i0, out),
     }
 }
 
 /// `R` activation rows against group `g`; accumulators stay in registers.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
 #[inline(always)]
-unsafe fn tile<const R: usize, const NIB: bool>(
+unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -76,24 +79,44 @@ unsafe fn tile<const R: usize, const NIB: bool>(
             }
         }
         let s = _mm512_loadu_ps(p.scale.as_ptr().add(at * COLS));
-        let mn = _mm512_loadu_ps(p.min.as_ptr().add(at * COLS));
+        let s_hi = if SPLIT {
+            _mm512_loadu_ps(p.scale_hi.as_ptr().add(at * COLS))
+        } else {
+            s
+        };
         for (r, a) in acc.iter_mut().enumerate() {
             let ab = (i0 + r) * acts.blocks + b;
             let x = acts.q.as_ptr().add(ab * 32).cast::<i32>();
-            // Two independent chains of four, so the dot products overlap.
+            let da = _mm512_set1_ps(*acts.d.get_unchecked(ab));
+            // Two independent chains of four, so the dot products overlap: even and odd
+            // quads, or (split) the low and the high half.
             let mut d0 = _mm512_setzero_si512();
             let mut d1 = _mm512_setzero_si512();
             for h in 0..4 {
-                let x0 = _mm512_set1_epi32(x.add(2 * h).read_unaligned());
-                let x1 = _mm512_set1_epi32(x.add(2 * h + 1).read_unaligned());
-                d0 = _mm512_dpbusd_epi32(d0, w[2 * h], x0);
-                d1 = _mm512_dpbusd_epi32(d1, w[2 * h + 1], x1);
+                let (h0, h1) = if SPLIT {
+                    (h, h + 4)
+                } else {
+                    (2 * h, 2 * h + 1)
+                };
+                let x0 = _mm512_set1_epi32(x.add(h0).read_unaligned());
+                let x1 = _mm512_set1_epi32(x.add(h1).read_unaligned());
+                d0 = _mm512_dpbusd_epi32(d0, w[h0], x0);
+                d1 = _mm512_dpbusd_epi32(d1, w[h1], x1);
             }
-            let dots = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
-            let sc = _mm512_mul_ps(s, _mm512_set1_ps(*acts.d.get_unchecked(ab)));
-            *a = _mm512_fmadd_ps(dots, sc, *a);
-            let dsum = _mm512_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
-            *a = _mm512_fmadd_ps(mn, dsum, *a);
+            if SPLIT {
+                let lo = *acts.sum_lo.get_unchecked(ab);
+                let hi = *acts.sum.get_unchecked(ab) - lo;
+                d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(SPLIT_CENTRE * lo));
+                d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(SPLIT_CENTRE * hi));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, da), *a);
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s_hi, da), *a);
+            } else {
+                let dots = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
+                *a = _mm512_fmadd_ps(dots, _mm512_mul_ps(s, da), *a);
+                let mn = _mm512_loadu_ps(p.min.as_ptr().add(at * COLS));
+                let dsum = _mm512_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
+                *a = _mm512_fmadd_ps(mn, dsum, *a);
+            }
         }
     }
     for (r, a) in acc.iter().enumerate() {

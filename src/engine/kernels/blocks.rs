@@ -63,6 +63,10 @@ pub struct Q8Acts {
     pub d: Vec<f32>,
     /// `[m][blocks]` sums of `q`.
     pub sum: Vec<i32>,
+    /// `[m][blocks]` sums of each block's first 16 `q` (the low half; the high half's sum is
+    /// `sum - sum_lo`): the centre correction of Q6_K's two half-block scales on the
+    /// interleaved layout.
+    pub sum_lo: Vec<i32>,
     /// `[blocks][m]` (transposed, so a tile of rows is contiguous): `d * Σ q` per block, the
     /// activation side of the offset term.
     pub dsum: Vec<f32>,

@@ -13,13 +13,16 @@
 //! differ). The block's contribution to a dot product with activation block `a = da * qa` is
 //! `da * (s0 * Σ_{e<16} q·qa + s1 * Σ_{e>=16} q·qa + min * Σ qa)`.
 //!
-//! Dispatch (checked once at run time): with AVX-512 F/BW and VNNI, every type but Q6_K is
-//! re-laid out at load into 16-row interleaved groups (`packed.rs`, same integers, no
-//! requantization) and runs on `vpdpbusd` (`avx512.rs`); otherwise, and for Q6_K, the file
-//! layout runs on AVX2+FMA+F16C (`x86.rs`) or the portable code, which the tests compare every
-//! SIMD path against. Block layouts: ggml `ggml-common.h`. Uses `std::arch`, `half` and
-//! `rayon` only.
+//! Dispatch (checked once at run time): with AVX-512 F/BW and VNNI, every type is re-laid out
+//! at load into 16-row interleaved groups (`packed.rs`, same integers, no requantization) and
+//! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA only, the same layout runs on
+//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`, bit-identical outputs) for every type but Q8_0, which
+//! keeps the file layout on AVX2+FMA+F16C (`x86.rs`); without AVX2, the portable code, which
+//! the tests compare every SIMD path against. Block layouts: ggml `ggml-common.h`. Uses
+//! `std::arch`, `half` and `rayon` only.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocks;
@@ -37,7 +40,7 @@ use candle_core::quantized::QTensor;
 use rayon::prelude::*;
 
 /// A weight matrix `[n][k]`: in its GGUF block layout, row after row, or (after `packed`)
-/// in the interleaved layout of the AVX-512 kernel.
+/// in the interleaved layout of the AVX-512 and AVX2 kernels.
 #[derive(Clone)]
 pub struct QuantMatrix {
     pub wtype: WeightType,
@@ -89,24 +92,29 @@ impl QuantMatrix {
         })
     }
 
-    /// The layout this CPU runs fastest: the interleaved one when it has AVX-512 VNNI (see
-    /// `Isa::detect`) and the type has one scale per 32-block (all but Q6_K), which replaces
-    /// the file bytes; otherwise unchanged.
+    /// The layout this CPU runs fastest (see `Isa::detect`): the interleaved one, which
+    /// replaces the file bytes, on AVX-512 VNNI (every type) and on AVX2 (every type but
+    /// Q8_0); otherwise unchanged.
     #[must_use]
     pub fn packed(self) -> Self {
         self.packed_for(Isa::detect())
     }
 
-    /// As `packed`, for a chosen instruction set (tests and benches).
+    /// As `packed`, for a chosen instruction set (tests and benches); unchanged where this CPU
+    /// lacks `isa`.
     #[must_use]
     pub fn packed_for(mut self, isa: Isa) -> Self {
-        if isa != Isa::Avx512 || !isa.supported() || self.packed.is_some() {
+        let fits = match isa {
+            Isa::Avx512 => true,
+            Isa::Avx2 => self.wtype != WeightType::Q8_0,
+            Isa::Portable => false,
+        };
+        if !fits || !isa.supported() || self.packed.is_some() {
             return self;
         }
-        if let Some(p) = Packed::pack(self.wtype, self.n, self.k, |j| self.row(j)) {
-            self.packed = Some(Box::new(p));
-            self.data = Vec::new();
-        }
+        let p = Packed::pack(self.wtype, self.n, self.k, |j| self.row(j));
+        self.packed = Some(Box::new(p));
+        self.data = Vec::new();
         self
     }
 
@@ -168,8 +176,9 @@ impl QuantMatrix {
         assert!(isa.supported(), "{isa:?} is not supported here");
         let acts = Q8Acts::quantize(x, m, self.k);
         if let Some(p) = &self.packed {
-            assert_eq!(isa, Isa::Avx512, "a packed matrix runs on AVX-512 only");
-            return self.matmul_packed(p, &acts);
+            let runs = isa == Isa::Avx512 || (isa == Isa::Avx2 && p.runs_on_avx2);
+            assert!(runs, "this packed matrix does not run on {isa:?}");
+            return self.matmul_packed(p, &acts, isa);
         }
         // The file layout's SIMD kernels are AVX2 ones.
         let isa = if isa == Isa::Avx512 { Isa::Avx2 } else { isa };
@@ -241,11 +250,12 @@ impl QuantMatrix {
         y
     }
 
-    /// `matmul` on the interleaved layout: each task takes a run of 16-row groups, and for
-    /// each group every tile of activation rows (the group's weights stay in L1 between
-    /// tiles); outputs are written straight into their rows of `y` (`[m][n]`).
+    /// `matmul` on the interleaved layout (`isa` is AVX-512 or AVX2, checked by the caller):
+    /// each task takes a run of 16-row groups, and for each group every tile of activation
+    /// rows (the group's weights stay in L1 between tiles); outputs are written straight into
+    /// their rows of `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
-    fn matmul_packed(&self, p: &Packed, acts: &Q8Acts) -> Vec<f32> {
+    fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
         // The kernel's bounds rest on these; checked once per call, in release builds too.
         assert!(
@@ -263,9 +273,16 @@ impl QuantMatrix {
                 let cols = COLS.min(n - g * COLS);
                 for i0 in (0..m).step_by(TILE) {
                     let rows = TILE.min(m - i0);
-                    // SAFETY: `matmul_with` checked AVX-512 F/BW/VNNI; `g`, `i0 + rows` and
+                    // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512 F/BW/VNNI,
+                    // or AVX2 + FMA for a matrix that `runs_on_avx2`); `g`, `i0 + rows` and
                     // `local` are in range, and `acts` was quantized for this `k`.
-                    unsafe { avx512::group(p, g, acts, i0, rows, &mut local) };
+                    unsafe {
+                        if isa == Isa::Avx512 {
+                            avx512::group(p, g, acts, i0, rows, &mut local);
+                        } else {
+                            avx2::group(p, g, acts, i0, rows, &mut local);
+                        }
+                    };
                     for r in 0..rows {
                         // SAFETY: `y` has `m * n` elements and outlives the loop; this task
                         // alone writes columns `16g..16g + cols` (groups are disjoint).
@@ -281,8 +298,8 @@ impl QuantMatrix {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn matmul_packed(&self, _p: &Packed, _acts: &Q8Acts) -> Vec<f32> {
-        unreachable!("matrices are packed only where AVX-512 runs")
+    fn matmul_packed(&self, _p: &Packed, _acts: &Q8Acts, _isa: Isa) -> Vec<f32> {
+        unreachable!("matrices are packed only where AVX2 or AVX-512 runs")
     }
 
     /// Dot products of one weight row with every activation row, into `out[m]`.
@@ -385,11 +402,13 @@ impl Q8Acts {
         let mut q = vec![0i8; m * k];
         let mut d = vec![0.0f32; m * blocks];
         let mut sum = vec![0i32; m * blocks];
+        let mut sum_lo = vec![0i32; m * blocks];
+        let sums = (&mut sum[..], &mut sum_lo[..]);
         match Isa::detect() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: detected AVX2; the slices have the sizes `quantize` documents.
-            Isa::Avx2 | Isa::Avx512 => unsafe { x86::quantize(x, &mut q, &mut d, &mut sum) },
-            _ => quantize_portable(x, &mut q, &mut d, &mut sum),
+            Isa::Avx2 | Isa::Avx512 => unsafe { x86::quantize(x, &mut q, &mut d, sums) },
+            _ => quantize_portable(x, &mut q, &mut d, sums),
         }
         let mut dsum = vec![0.0f32; m * blocks];
         for i in 0..m {
@@ -405,26 +424,32 @@ impl Q8Acts {
             q,
             d,
             sum,
+            sum_lo,
             dsum,
         }
     }
 }
 
-/// `Q8Acts::quantize` in plain Rust.
-fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) {
+/// `Q8Acts::quantize` in plain Rust; `sums` are `(sum, sum_lo)`.
+fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])) {
+    let (sum, sum_lo) = sums;
     for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
         let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let scale = amax / 127.0;
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        let mut s = 0i32;
-        for (o, v) in qs.iter_mut().zip(xs) {
+        let (mut s, mut lo) = (0i32, 0i32);
+        for (e, (o, v)) in qs.iter_mut().zip(xs).enumerate() {
             #[allow(clippy::cast_possible_truncation)]
             let r = (v * inv).round_ties_even() as i8;
             *o = r;
             s += i32::from(r);
+            if e == 15 {
+                lo = s;
+            }
         }
         d[b] = scale;
         sum[b] = s;
+        sum_lo[b] = lo;
     }
 }
 

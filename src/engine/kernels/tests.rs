@@ -91,13 +91,22 @@ fn check(got: &[f32], want: &[f64], what: &str) {
     }
 }
 
+/// The kernels a CPU runs: (name, ISA, whether the matrix is re-laid out for it).
+fn paths() -> Vec<(&'static str, Isa, bool)> {
+    [
+        ("portable", Isa::Portable, false),
+        ("avx2 file layout", Isa::Avx2, false),
+        ("avx2 packed", Isa::Avx2, true),
+        ("avx512 packed", Isa::Avx512, true),
+    ]
+    .into_iter()
+    .filter(|(_, isa, _)| isa.supported())
+    .collect()
+}
+
 #[test]
 fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
     let mut rng = StdRng::seed_from_u64(11);
-    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
-        .into_iter()
-        .filter(|i| i.supported())
-        .collect();
     for (g, t) in TYPES {
         let ks: &[usize] = if t.block().0 == 256 {
             &[256, 768]
@@ -107,14 +116,23 @@ fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
         for &k in ks {
             for n in [1, 7, 33] {
                 let (mat, deq) = make(&mut rng, g, n, k);
-                let packed = mat.clone().packed_for(Isa::Avx512);
+                let mats: Vec<(&str, Isa, QuantMatrix)> = paths()
+                    .into_iter()
+                    .map(|(name, isa, pack)| {
+                        let m = if pack {
+                            mat.clone().packed_for(isa)
+                        } else {
+                            mat.clone()
+                        };
+                        (name, isa, m)
+                    })
+                    .collect();
                 for m in [1, 2, 3, 7, 8, 9, 16, 33, 64] {
                     let x = random(&mut rng, m * k, 0.0);
                     let want = reference(&deq, &Q8Acts::quantize(&x, m, k), n, k);
-                    for &isa in &isas {
-                        let mat = if isa == Isa::Avx512 { &packed } else { &mat };
-                        let got = mat.matmul_with(&x, m, isa);
-                        check(&got, &want, &format!("{t:?} {isa:?} n={n} k={k} m={m}"));
+                    for (name, isa, mat) in &mats {
+                        let got = mat.matmul_with(&x, m, *isa);
+                        check(&got, &want, &format!("{t:?} {name} n={n} k={k} m={m}"));
                     }
                 }
             }
@@ -148,40 +166,51 @@ fn shapes_that_do_not_fit_the_blocks_are_refused() {
 }
 
 #[test]
-fn packed_rows_are_bit_identical_alone_and_in_a_batch_and_fused_parts_match() {
-    if !Isa::Avx512.supported() {
-        eprintln!("skipped: this CPU has no AVX-512 VNNI, so nothing is packed here");
+fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_both_isas_and_fused_parts_match() {
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.supported())
+        .collect();
+    if isas.is_empty() {
+        eprintln!("skipped: this CPU has no AVX2, so nothing is packed here");
         return;
     }
     let mut rng = StdRng::seed_from_u64(5);
-    for (g, _) in TYPES {
+    for (g, t) in TYPES {
         let k = 512;
         let (a, _) = make(&mut rng, g, 32, k);
         let (b, _) = make(&mut rng, g, 7, k);
-        let (pa, pb) = (
-            a.clone().packed_for(Isa::Avx512),
-            b.clone().packed_for(Isa::Avx512),
-        );
-        let fused = QuantMatrix::concat(&[&pa, &pb]).expect("same type and k");
         let m = 11;
         let x = random(&mut rng, m * k, 0.0);
-        let batch = fused.matmul_with(&x, m, Isa::Avx512);
-        let (ya, yb) = (
-            pa.matmul_with(&x, m, Isa::Avx512),
-            pb.matmul_with(&x, m, Isa::Avx512),
-        );
-        for i in 0..m {
-            let alone = fused.matmul_with(&x[i * k..(i + 1) * k], 1, Isa::Avx512);
-            let row = &batch[i * 39..(i + 1) * 39];
+        let mut batches = Vec::new();
+        for &isa in &isas {
+            if isa == Isa::Avx2 && t == WeightType::Q8_0 {
+                continue; // stays in the file layout on AVX2
+            }
+            let (pa, pb) = (a.clone().packed_for(isa), b.clone().packed_for(isa));
+            let fused = QuantMatrix::concat(&[&pa, &pb]).expect("same type and k");
+            let batch = fused.matmul_with(&x, m, isa);
+            let (ya, yb) = (pa.matmul_with(&x, m, isa), pb.matmul_with(&x, m, isa));
+            for i in 0..m {
+                let alone = fused.matmul_with(&x[i * k..(i + 1) * k], 1, isa);
+                let row = &batch[i * 39..(i + 1) * 39];
+                assert_eq!(bits(&alone), bits(row), "{g:?} {isa:?} row {i}");
+                assert_eq!(&row[..32], &ya[i * 32..(i + 1) * 32], "{g:?} part a");
+                assert_eq!(&row[32..], &yb[i * 7..(i + 1) * 7], "{g:?} part b");
+            }
+            batches.push(bits(&batch));
+        }
+        if batches.len() == 2 {
             assert_eq!(
-                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                row.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{g:?} row {i}"
+                batches[0], batches[1],
+                "{g:?}: AVX2 and AVX-512 kernels differ"
             );
-            assert_eq!(&row[..32], &ya[i * 32..(i + 1) * 32], "{g:?} part a");
-            assert_eq!(&row[32..], &yb[i * 7..(i + 1) * 7], "{g:?} part b");
         }
     }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// The interleaved layout, read back in plain Rust on any CPU: every weight rebuilt from
@@ -189,15 +218,13 @@ fn packed_rows_are_bit_identical_alone_and_in_a_batch_and_fused_parts_match() {
 /// rounding of the moved centre. Catches layout and centre errors where no AVX-512 runs.
 #[test]
 fn the_packed_layout_rebuilds_every_weight_on_any_cpu() {
-    use super::packed::{Packed, COLS};
+    use super::packed::{Packed, COLS, SPLIT_CENTRE};
     let mut rng = StdRng::seed_from_u64(23);
     for (g, t) in TYPES {
         let (k, n) = (if t.block().0 == 256 { 512 } else { 96 }, 37);
         let (mat, deq) = make(&mut rng, g, n, k);
-        let Some(p) = Packed::pack(t, n, k, |j| mat.row(j)) else {
-            assert_eq!(t, WeightType::Q6K, "only Q6_K stays in the file layout");
-            continue;
-        };
+        let p = Packed::pack(t, n, k, |j| mat.row(j));
+        assert_eq!(p.split, t == WeightType::Q6K);
         assert_eq!((p.groups, p.blocks), (n.div_ceil(COLS), k / 32));
         let bb = p.block_bytes();
         for j in 0..n {
@@ -215,9 +242,18 @@ fn the_packed_layout_rebuilds_every_weight_on_any_cpu() {
                 } else {
                     p.q[at * bb + (h * COLS + c) * 4 + i]
                 };
-                let w = p.scale[at * COLS + c] * f32::from(u) + p.min[at * COLS + c];
+                let (s, min) = if !p.split {
+                    (p.scale[at * COLS + c], p.min[at * COLS + c])
+                } else {
+                    // The centre is subtracted in integers by the kernels; no `min'`.
+                    assert!(p.min.is_empty());
+                    let s = if h < 4 { &p.scale } else { &p.scale_hi }[at * COLS + c];
+                    #[allow(clippy::cast_precision_loss)]
+                    (s, -s * SPLIT_CENTRE as f32)
+                };
+                let w = s * f32::from(u) + min;
                 let want = deq[j * k + e];
-                let tol = 1e-5 * (want.abs() + p.scale[at * COLS + c].abs() * 256.0);
+                let tol = 1e-5 * (want.abs() + s.abs() * 256.0);
                 assert!(
                     (w - want).abs() <= tol,
                     "{t:?} row {j} element {e}: {w} from the packed layout, {want} dequantized"

@@ -385,14 +385,15 @@ unsafe fn block_fma(
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), scale, acc)
 }
 
-/// Quantize `x` (`[m][k]`) into `q`, `d`, `sum` as `Q8Acts::quantize` describes (round half
-/// to even, like the portable path).
+/// Quantize `x` (`[m][k]`) into `q`, `d` and `sums = (sum, sum_lo)` as `Q8Acts::quantize`
+/// describes (round half to even, like the portable path).
 ///
 /// # Safety
-/// The CPU must support AVX2; `x.len() == q.len()`, a multiple of 32, `d` and `sum` hold one
-/// entry per 32 values.
+/// The CPU must support AVX2; `x.len() == q.len()`, a multiple of 32, `d` and both sums hold
+/// one entry per 32 values.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) {
+pub unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])) {
+    let (sum, sum_lo) = sums;
     let sign = _mm256_set1_ps(-0.0);
     for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
         let p = xs.as_ptr();
@@ -418,11 +419,9 @@ pub unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) 
             ))
         };
         let (i0, i1, i2, i3) = (r(v[0]), r(v[1]), r(v[2]), r(v[3]));
-        // Sum of the 32 integers.
-        let s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let s = _mm_hadd_epi32(s, s);
-        let s = _mm_hadd_epi32(s, s);
+        // Sums of the first 16 and of all 32 integers.
+        let lo = hsum_i32(_mm256_add_epi32(i0, i1));
+        let s = lo + hsum_i32(_mm256_add_epi32(i2, i3));
         // Pack to bytes; packs interleave 128-bit lanes, the permute restores element order.
         let w01 = _mm256_packs_epi32(i0, i1);
         let w23 = _mm256_packs_epi32(i2, i3);
@@ -432,6 +431,16 @@ pub unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], sum: &mut [i32]) 
         );
         _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes);
         d[b] = scale;
-        sum[b] = _mm_cvtsi128_si32(s);
+        sum[b] = s;
+        sum_lo[b] = lo;
     }
+}
+
+/// Sum of the eight i32 lanes.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_hadd_epi32(s, s);
+    _mm_cvtsi128_si32(_mm_hadd_epi32(s, s))
 }

@@ -1,6 +1,6 @@
 //! `Matmul`: a weight matrix for `y = x · Wᵀ`. On CPU, GGUF types we have kernels for run in
 //! their stored format through `engine::kernels` (batched, quantized activations; re-laid out
-//! without requantizing where the CPU has AVX-512 VNNI); float
+//! without requantizing where the CPU has AVX2 or AVX-512 VNNI); float
 //! weights and other types (and every type on CUDA) go through candle's `QMatMul`.
 
 use candle_core::quantized::{QMatMul, QTensor};

@@ -1,0 +1,159 @@
+//! AVX2 + FMA kernel on the interleaved layout of `packed.rs`, for CPUs without AVX-512 VNNI
+//! (most AVX2 machines: Zen 1-3, Haswell to Alder Lake). A 16-row group is two halves of 8
+//! output columns, one ymm of i32 lanes each; every 32-byte half of a packed vector holds 4
+//! weights of each of those 8 rows, so `vpmaddubsw` (u8 x i8 pairs into i16) against the
+//! activation quad broadcast to every lane, then `vpmaddwd` by ones (i16 pairs into i32),
+//! gives each lane the dot product of its row's 4 weights: the work of one `vpdpbusd`.
+//!
+//! The i16 partial sums are exact: with `u <= 15` (4-bit types) eight products of pairs fit
+//! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two;
+//! Q8_0 (`u` up to 255) would saturate and never runs here (`Packed::runs_on_avx2`). After the
+//! block's integer dot products, each lane sees exactly the float operations of `avx512.rs`
+//! in the same order (one conversion, an FMA with `s * da`, an FMA with `min' * (da Σ qa)`;
+//! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
+//! bit-identical outputs, and a row gets the same result alone (decode) and in a batch.
+//!
+//! Activation rows run in sub-tiles of 4 (4-bit types) or 3 (others): sixteen ymm registers
+//! hold the f32 accumulators, the i16 and i32 partial sums of each row, and the weights.
+
+#![allow(clippy::cast_ptr_alignment)]
+
+use std::arch::x86_64::*;
+
+use super::blocks::{Q8Acts, TILE};
+use super::packed::{Packed, COLS, SPLIT_CENTRE};
+
+/// Output columns per ymm of i32 lanes: half of a 16-row group.
+const HALF: usize = COLS / 2;
+
+/// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `p.runs_on_avx2`, `g < p.groups`,
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
+pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
+    debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
+    debug_assert!(p.runs_on_avx2, "Q8_0 would saturate vpmaddubsw");
+    match (p.nibbles, p.split) {
+        (true, _) => group_t::<true, false>(p, g, acts, i0, rows, out),
+        (false, false) => group_t::<false, false>(p, g, acts, i0, rows, out),
+        (false, true) => group_t::<false, true>(p, g, acts, i0, rows, out),
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_t<const NIB: bool, const SPLIT: bool>(
+    p: &Packed,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let sub = if NIB { 4 } else { 3 };
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = sub.min(rows - r0);
+        for half in 0..2 {
+            let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
+            match n {
+                1 => half_rows::<1, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
+                2 => half_rows::<2, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
+                3 => half_rows::<3, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
+                _ => half_rows::<4, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
+            }
+        }
+        r0 += n;
+    }
+}
+
+/// `R` activation rows against one half (8 columns) of group `g`, written to
+/// `out[r * 16 + c]`, `c < 8`.
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool>(
+    p: &Packed,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    half: usize,
+    out: *mut f32,
+) {
+    // Products of pairs summed in i16 before widening (see the module doc for the bounds).
+    let chunk = if NIB {
+        8
+    } else if SPLIT {
+        2
+    } else {
+        4
+    };
+    let bb = p.block_bytes();
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..p.blocks {
+        let at = g * p.blocks + b;
+        let wp = p.q.as_ptr().add(at * bb + HALF * 4 * half);
+        let col = at * COLS + half * HALF;
+        let s = _mm256_loadu_ps(p.scale.as_ptr().add(col));
+        let mut part = [_mm256_setzero_si256(); R];
+        let mut dots = [_mm256_setzero_si256(); R];
+        for h in 0..8 {
+            let w = if NIB {
+                let v = _mm256_loadu_si256(wp.add(64 * (h % 4)).cast());
+                if h < 4 {
+                    _mm256_and_si256(v, low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+                }
+            } else {
+                _mm256_loadu_si256(wp.add(64 * h).cast())
+            };
+            for (r, pr) in part.iter_mut().enumerate() {
+                let x = acts.q.as_ptr().add(((i0 + r) * acts.blocks + b) * 32);
+                let xb = _mm256_set1_epi32(x.cast::<i32>().add(h).read_unaligned());
+                *pr = _mm256_add_epi16(*pr, _mm256_maddubs_epi16(w, xb));
+            }
+            if (h + 1) % chunk == 0 {
+                for (d, pr) in dots.iter_mut().zip(part.iter_mut()) {
+                    *d = _mm256_add_epi32(*d, _mm256_madd_epi16(*pr, ones));
+                    *pr = _mm256_setzero_si256();
+                }
+            }
+            if SPLIT && (h == 3 || h == 7) {
+                // One half of the block is summed: centre it and scale it.
+                let sc = if h == 3 {
+                    s
+                } else {
+                    _mm256_loadu_ps(p.scale_hi.as_ptr().add(col))
+                };
+                for (r, (a, d)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
+                    let ab = (i0 + r) * acts.blocks + b;
+                    let lo = *acts.sum_lo.get_unchecked(ab);
+                    let sum = if h == 3 {
+                        lo
+                    } else {
+                        *acts.sum.get_unchecked(ab) - lo
+                    };
+                    let centred = _mm256_sub_epi32(*d, _mm256_set1_epi32(SPLIT_CENTRE * sum));
+                    let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(centred), _mm256_mul_ps(sc, da), *a);
+                    *d = _mm256_setzero_si256();
+                }
+            }
+        }
+        if !SPLIT {
+            let mn = _mm256_loadu_ps(p.min.as_ptr().add(col));
+            for (r, (a, d)) in acc.iter_mut().zip(&dots).enumerate() {
+                let ab = (i0 + r) * acts.blocks + b;
+                let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*d), _mm256_mul_ps(s, da), *a);
+                let dsum = _mm256_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
+                *a = _mm256_fmadd_ps(mn, dsum, *a);
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out.add(r * COLS), *a);
+    }
+}
