@@ -70,6 +70,29 @@ pub enum Command {
         #[arg(long, default_value = "data/language-multipliers.json")]
         out: PathBuf,
     },
+    /// Perplexity of a model on a text file, computed as llama.cpp's `llama-perplexity` does
+    /// (same chunking and scoring), to compare the two on one GGUF file, context and text.
+    Perplexity {
+        /// A catalogue id whose weights are a local GGUF file, or a path to a `.gguf` file.
+        #[arg(long)]
+        model: String,
+        /// The UTF-8 text to score.
+        #[arg(long, default_value = "data/udhr/eng.txt")]
+        file: PathBuf,
+        /// Tokens per chunk (llama-perplexity's `-c`); the second half of each is scored.
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// Score at most this many chunks (llama-perplexity's `--chunks`); default all.
+        #[arg(long)]
+        chunks: Option<usize>,
+        /// Compute threads. Default: all cores.
+        #[arg(long, env = "TOLLGATE_THREADS")]
+        threads: Option<usize>,
+        #[arg(long, env = "TOLLGATE_MODELS", default_value = "models.toml")]
+        models: PathBuf,
+        #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
+        weights: PathBuf,
+    },
     /// Accounts (operator commands for self-hosters).
     Accounts {
         #[command(subcommand)]
@@ -623,11 +646,51 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 out_path.display()
             )?;
         }
+        Command::Perplexity {
+            model,
+            file,
+            ctx,
+            chunks,
+            models,
+            weights,
+            threads: _,
+        } => {
+            let path = model_file(&model, &models, &weights)?;
+            let r = crate::engine::perplexity::perplexity(&path, &file, ctx, chunks, |c, p| {
+                eprintln!("[{c}] running PPL {p:.4}");
+            })?;
+            let isa = crate::engine::kernels::Isa::detect();
+            writeln!(out, "{} isa={isa:?} ctx={ctx}: {r}", path.display())?;
+        }
         Command::Serve(_) | Command::Models { .. } | Command::Mcp { .. } => {
             anyhow::bail!("not an operator command")
         }
     }
     Ok(out)
+}
+
+/// The GGUF file of `model`: a path to a `.gguf` file, or a catalogue id's local weights.
+fn model_file(
+    model: &str,
+    models: &std::path::Path,
+    weights: &std::path::Path,
+) -> anyhow::Result<PathBuf> {
+    let direct = PathBuf::from(model);
+    if direct.extension().is_some_and(|e| e == "gguf") {
+        anyhow::ensure!(direct.is_file(), "{} does not exist", direct.display());
+        return Ok(direct);
+    }
+    let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
+    let entry = catalog
+        .get(model)
+        .ok_or_else(|| anyhow::anyhow!("no model `{model}` in {}", models.display()))?;
+    let path = crate::engine::resolve::resolve(entry, weights)
+        .map_err(|tried| anyhow::anyhow!("no weights for `{model}`: {}", tried.join("; ")))?;
+    anyhow::ensure!(
+        path.is_file(),
+        "`{model}` is a Hugging Face checkpoint; perplexity takes GGUF files"
+    );
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@ use tollgate::cli::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Command::Serve(args) = &cli.command {
-        tollgate::cli::set_compute_threads(args.threads);
+    match &cli.command {
+        Command::Serve(args) => tollgate::cli::set_compute_threads(args.threads),
+        Command::Perplexity { threads, .. } => tollgate::cli::set_compute_threads(*threads),
+        _ => {}
     }
     tracing_subscriber::fmt()
         .with_env_filter(

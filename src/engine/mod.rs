@@ -17,6 +17,7 @@ pub mod hub;
 pub mod kernels;
 pub mod languages;
 pub mod model;
+pub mod perplexity;
 pub mod prefix_cache;
 pub mod resolve;
 pub mod safetensors;

@@ -200,14 +200,37 @@ impl Transformer {
             // The whole step runs on a rayon worker, so each matmul's and attention's parallel
             // loop is a cheap in-pool split instead of a hand-off from the engine thread to the
             // pool and back (about 150 of them per decode step on a 30-layer model).
-            rayon::scope(|_| self.step(seqs))
+            rayon::scope(|_| self.step(seqs, None))
         } else {
-            self.step(seqs)
+            self.step(seqs, None)
         }
     }
 
-    /// `forward` on the calling thread.
-    fn step(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
+    /// As `forward` for one sequence, returning the logits of every fed token from index
+    /// `from` of `seq.tokens` on, `[tokens.len() - from][vocab]` (evaluation: perplexity).
+    ///
+    /// # Errors
+    /// As `forward`.
+    pub fn forward_from(
+        &self,
+        seq: StepSeq<'_>,
+        from: usize,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let seqs = &mut [seq];
+        if self.device.is_cpu() {
+            rayon::scope(|_| self.step(seqs, Some(from)))
+        } else {
+            self.step(seqs, Some(from))
+        }
+    }
+
+    /// `forward` on the calling thread; logits of each sequence's last token, or of its tokens
+    /// from index `from` on.
+    fn step(
+        &self,
+        seqs: &mut [StepSeq<'_>],
+        from: Option<usize>,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
@@ -326,8 +349,12 @@ impl Transformer {
         let mut last = Vec::with_capacity(seqs.len());
         let mut off = 0u32;
         for s in seqs.iter_mut() {
-            off += u32::try_from(s.tokens.len()).unwrap_or(u32::MAX);
-            last.push(off - 1);
+            let n = u32::try_from(s.tokens.len()).unwrap_or(u32::MAX);
+            match from {
+                Some(f) => last.extend(off + u32::try_from(f).unwrap_or(n).min(n)..off + n),
+                None => last.push(off + n - 1),
+            }
+            off += n;
             s.cache.len += s.tokens.len();
         }
         let last = Tensor::new(last.as_slice(), &self.device)?;

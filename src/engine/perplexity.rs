@@ -1,0 +1,183 @@
+//! Perplexity of a GGUF model on a text file (`tollgate perplexity`), computed the way
+//! llama.cpp's `llama-perplexity` computes it (`tools/perplexity/perplexity.cpp`,
+//! `perplexity()`), so the two can be compared on the same file, context and text: a check
+//! that our kernels' speed costs no accuracy.
+//!
+//! The rule: the whole text is tokenized once (BOS first when the model adds one); it is cut
+//! into `n = len / ctx` chunks of `ctx` tokens (the rest is dropped); each chunk runs from an
+//! empty KV cache (its first token replaced by BOS when the model adds one) as one prefill,
+//! and each position `p` in `ctx/2 .. ctx - 1` scores the next token:
+//! `nll += -log_softmax(logits[p])[token[p + 1]]`, with the softmax's normaliser summed in
+//! f64. `PPL = exp(nll / count)`, `count = n * (ctx - ctx/2 - 1)`; the standard error is
+//! llama.cpp's (`sqrt(var(nll) / (count - 1))`, times PPL).
+//!
+//! Owns: that loop and its report. Uses the model (`model::Transformer`), its tokenizer and
+//! the GGUF reader; never the scheduler, the ledger or HTTP.
+
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::Device;
+
+use super::gguf::GgufFile;
+use super::model::attention::SeqCache;
+use super::model::{StepSeq, Transformer};
+use super::tokenizer::ModelTokenizer;
+
+/// What `perplexity` measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Perplexity {
+    /// `exp(mean nll)`.
+    pub ppl: f64,
+    /// Standard error of `ppl` (llama.cpp's estimate).
+    pub std_err: f64,
+    /// Tokens of the whole text.
+    pub text_tokens: usize,
+    /// Chunks of `ctx` tokens evaluated.
+    pub chunks: usize,
+    /// Tokens scored (`chunks * (ctx - ctx/2 - 1)`).
+    pub scored: usize,
+    /// Wall time of the forwards, in seconds.
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for Perplexity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PPL = {:.4} +/- {:.5} ({} chunks, {} tokens scored of {}, {:.1} s)",
+            self.ppl, self.std_err, self.chunks, self.scored, self.text_tokens, self.seconds
+        )
+    }
+}
+
+/// Errors of `perplexity`.
+#[derive(Debug, thiserror::Error)]
+pub enum PerplexityError {
+    /// The text is shorter than two contexts (llama.cpp refuses it too).
+    #[error("the text tokenizes to {tokens} tokens; a context of {ctx} needs at least {}", 2 * ctx)]
+    TooShort { tokens: usize, ctx: usize },
+    /// `ctx` below 4 or above the model's context length.
+    #[error("--ctx {ctx} must be between 4 and the model's context length {max}")]
+    BadContext { ctx: usize, max: usize },
+    /// Reading the model or the text, tokenizing, or a forward failed.
+    #[error("{0:#}")]
+    Model(#[from] anyhow::Error),
+}
+
+/// The perplexity of the GGUF model at `model_path` on the UTF-8 text at `text_path`, over
+/// chunks of `ctx` tokens (at most `max_chunks`; all when `None`). Runs on the CPU with the
+/// process's rayon pool; `progress` is called after each chunk with (chunk, running PPL).
+///
+/// # Errors
+/// See `PerplexityError`.
+pub fn perplexity(
+    model_path: &Path,
+    text_path: &Path,
+    ctx: usize,
+    max_chunks: Option<usize>,
+    mut progress: impl FnMut(usize, f64),
+) -> Result<Perplexity, PerplexityError> {
+    let mut file = GgufFile::open(model_path, &Device::Cpu)?;
+    let tokenizer = ModelTokenizer::from_gguf(&file)?;
+    let model = Transformer::load(&mut file)?;
+    if ctx < 4 || ctx > model.config.context_length {
+        return Err(PerplexityError::BadContext {
+            ctx,
+            max: model.config.context_length,
+        });
+    }
+    let text = std::fs::read_to_string(text_path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", text_path.display()))?;
+    let bos = tokenizer.bos_id.filter(|_| tokenizer.add_bos);
+    let mut tokens: Vec<u32> = bos.into_iter().collect();
+    tokens.extend(tokenizer.encode(&text)?);
+    if tokens.len() < 2 * ctx {
+        return Err(PerplexityError::TooShort {
+            tokens: tokens.len(),
+            ctx,
+        });
+    }
+    let chunks = max_chunks.map_or(tokens.len() / ctx, |m| m.min(tokens.len() / ctx));
+    let first = ctx / 2;
+    let (mut nll, mut nll2, mut count) = (0.0f64, 0.0f64, 0usize);
+    let started = Instant::now();
+    for c in 0..chunks {
+        let mut chunk = tokens[c * ctx..(c + 1) * ctx].to_vec();
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
+        let mut cache = SeqCache::new(model.config.n_layers);
+        let logits = model
+            .forward_from(
+                StepSeq {
+                    cache: &mut cache,
+                    tokens: &chunk,
+                },
+                first,
+            )
+            .map_err(anyhow::Error::from)?;
+        for (p, row) in (first..ctx - 1).zip(&logits) {
+            let v = -log_softmax_at(row, chunk[p + 1] as usize);
+            nll += v;
+            nll2 += v * v;
+            count += 1;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        progress(c + 1, (nll / count as f64).exp());
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = count as f64;
+    let mean = nll / n;
+    let var = (nll2 / n - mean * mean).max(0.0);
+    let ppl = mean.exp();
+    Ok(Perplexity {
+        ppl,
+        std_err: (var / (n - 1.0).max(1.0)).sqrt() * ppl,
+        text_tokens: tokens.len(),
+        chunks,
+        scored: count,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// `log_softmax(logits)[tok]`, the normaliser summed in f64 after subtracting the maximum.
+fn log_softmax_at(logits: &[f32], tok: usize) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    f64::from(logits[tok] - max) - sum.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_softmax_is_normalised_and_shift_free() {
+        let l = [1.0f32, 2.0, 3.0];
+        let total: f64 = (0..3).map(|i| log_softmax_at(&l, i).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        let shifted = [101.0f32, 102.0, 103.0];
+        assert!((log_softmax_at(&l, 2) - log_softmax_at(&shifted, 2)).abs() < 1e-9);
+    }
+
+    /// SmolLM2-135M-Instruct on the English UDHR: a language model's perplexity on plain
+    /// English prose is far below its vocabulary's uniform 49,152; a broken forward (wrong
+    /// layout, wrong scale) lands in the thousands. Needs `scripts/fetch-weights`.
+    #[test]
+    fn smollm2_has_a_plausible_perplexity_on_english_prose() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let model = root.join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let text = root.join("data/udhr/eng.txt");
+        assert!(model.exists(), "run scripts/fetch-weights");
+        let mut seen = Vec::new();
+        let r = perplexity(&model, &text, 128, Some(2), |c, p| seen.push((c, p))).unwrap();
+        assert_eq!((r.chunks, r.scored), (2, 2 * 63));
+        assert_eq!(seen.len(), 2);
+        assert!(r.ppl > 1.5 && r.ppl < 60.0, "{r}");
+        assert!(matches!(
+            perplexity(&model, &text, 100_000, None, |_, _| ()),
+            Err(PerplexityError::BadContext { .. })
+        ));
+    }
+}
