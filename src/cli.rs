@@ -655,7 +655,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             weights,
             threads: _,
         } => {
-            let path = model_file(&model, &models, &weights)?;
+            let path = crate::engine::perplexity::model_file(&model, &models, &weights)?;
             let r = crate::engine::perplexity::perplexity(&path, &file, ctx, chunks, |c, p| {
                 eprintln!("[{c}] running PPL {p:.4}");
             })?;
@@ -667,30 +667,6 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
         }
     }
     Ok(out)
-}
-
-/// The GGUF file of `model`: a path to a `.gguf` file, or a catalogue id's local weights.
-fn model_file(
-    model: &str,
-    models: &std::path::Path,
-    weights: &std::path::Path,
-) -> anyhow::Result<PathBuf> {
-    let direct = PathBuf::from(model);
-    if direct.extension().is_some_and(|e| e == "gguf") {
-        anyhow::ensure!(direct.is_file(), "{} does not exist", direct.display());
-        return Ok(direct);
-    }
-    let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
-    let entry = catalog
-        .get(model)
-        .ok_or_else(|| anyhow::anyhow!("no model `{model}` in {}", models.display()))?;
-    let path = crate::engine::resolve::resolve(entry, weights)
-        .map_err(|tried| anyhow::anyhow!("no weights for `{model}`: {}", tried.join("; ")))?;
-    anyhow::ensure!(
-        path.is_file(),
-        "`{model}` is a Hugging Face checkpoint; perplexity takes GGUF files"
-    );
-    Ok(path)
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //! f64. `PPL = exp(nll / count)`, `count = n * (ctx - ctx/2 - 1)`; the standard error is
 //! llama.cpp's (`sqrt(var(nll) / (count - 1))`, times PPL).
 //!
-//! Owns: that loop and its report. Uses the model (`model::Transformer`), its tokenizer and
-//! the GGUF reader; never the scheduler, the ledger or HTTP.
+//! Owns: that loop, its report, and finding the `--model`'s GGUF file. Uses the model
+//! (`model::Transformer`), its tokenizer, the GGUF reader, the catalogue and `resolve`; never
+//! the scheduler, the ledger or HTTP.
 
 use std::path::Path;
 use std::time::Instant;
@@ -139,6 +140,34 @@ pub fn perplexity(
         scored: count,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The GGUF file of `model` (the CLI's `--model`): a path to a `.gguf` file, or a catalogue
+/// id's weights as `resolve::resolve` finds them.
+///
+/// # Errors
+/// No such file or model, no weights, or weights that are a Hugging Face checkpoint.
+pub fn model_file(
+    model: &str,
+    models: &std::path::Path,
+    weights: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let direct = std::path::PathBuf::from(model);
+    if direct.extension().is_some_and(|e| e == "gguf") {
+        anyhow::ensure!(direct.is_file(), "{} does not exist", direct.display());
+        return Ok(direct);
+    }
+    let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
+    let entry = catalog
+        .get(model)
+        .ok_or_else(|| anyhow::anyhow!("no model `{model}` in {}", models.display()))?;
+    let path = crate::engine::resolve::resolve(entry, weights)
+        .map_err(|tried| anyhow::anyhow!("no weights for `{model}`: {}", tried.join("; ")))?;
+    anyhow::ensure!(
+        path.is_file(),
+        "`{model}` is a Hugging Face checkpoint; perplexity takes GGUF files"
+    );
+    Ok(path)
 }
 
 /// `log_softmax(logits)[tok]`, the normaliser summed in f64 after subtracting the maximum.
