@@ -7,8 +7,8 @@
 //! into `n = len / ctx` chunks of `ctx` tokens (the rest is dropped); each chunk runs from an
 //! empty KV cache (its first token replaced by BOS when the model adds one) as one prefill,
 //! and each position `p` in `ctx/2 .. ctx - 1` scores the next token:
-//! `nll += -log_softmax(logits[p])[token[p + 1]]`, with the softmax's normaliser summed in
-//! f64. `PPL = exp(nll / count)`, `count = n * (ctx - ctx/2 - 1)`; the standard error is
+//! `nll += -log_softmax(logits[p])[token[p + 1]]` (`sampler::logprobs`, the normaliser summed
+//! in f64). `PPL = exp(nll / count)`, `count = n * (ctx - ctx/2 - 1)`; the standard error is
 //! llama.cpp's (`sqrt(var(nll) / (count - 1))`, times PPL).
 //!
 //! Owns: that loop, its report, and finding the `--model`'s GGUF file. Uses the model
@@ -23,6 +23,7 @@ use candle_core::Device;
 use super::gguf::GgufFile;
 use super::model::attention::SeqCache;
 use super::model::{StepSeq, Transformer};
+use super::sampler;
 use super::tokenizer::ModelTokenizer;
 
 /// What `perplexity` measured.
@@ -119,7 +120,7 @@ pub fn perplexity(
             )
             .map_err(anyhow::Error::from)?;
         for (p, row) in (first..ctx - 1).zip(&logits) {
-            let v = -log_softmax_at(row, chunk[p + 1] as usize);
+            let v = -f64::from(sampler::logprobs(row, chunk[p + 1], 0).0);
             nll += v;
             nll2 += v * v;
             count += 1;
@@ -170,25 +171,9 @@ pub fn model_file(
     Ok(path)
 }
 
-/// `log_softmax(logits)[tok]`, the normaliser summed in f64 after subtracting the maximum.
-fn log_softmax_at(logits: &[f32], tok: usize) -> f64 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    f64::from(logits[tok] - max) - sum.ln()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn log_softmax_is_normalised_and_shift_free() {
-        let l = [1.0f32, 2.0, 3.0];
-        let total: f64 = (0..3).map(|i| log_softmax_at(&l, i).exp()).sum();
-        assert!((total - 1.0).abs() < 1e-12);
-        let shifted = [101.0f32, 102.0, 103.0];
-        assert!((log_softmax_at(&l, 2) - log_softmax_at(&shifted, 2)).abs() < 1e-9);
-    }
 
     /// SmolLM2-135M-Instruct on the English UDHR: a language model's perplexity on plain
     /// English prose is far below its vocabulary's uniform 49,152; a broken forward (wrong

@@ -106,7 +106,7 @@ impl QuantMatrix {
     pub fn packed_for(mut self, isa: Isa) -> Self {
         let fits = match isa {
             Isa::Avx512 => true,
-            Isa::Avx2 => self.wtype != WeightType::Q8_0,
+            Isa::Avx2 => packed::runs_on_avx2(self.wtype),
             Isa::Portable => false,
         };
         if !fits || !isa.supported() || self.packed.is_some() {

@@ -55,6 +55,12 @@ pub struct Packed {
     pub min: Vec<f32>,
 }
 
+/// Whether the AVX2 kernel can run type `t` on this layout: every type but Q8_0, whose `u`
+/// reaches 255 and would saturate `vpmaddubsw`.
+pub fn runs_on_avx2(t: WeightType) -> bool {
+    t != WeightType::Q8_0
+}
+
 /// The centre of a `split` type (Q6_K's 6-bit values are `u - 32`).
 pub const SPLIT_CENTRE: i32 = 32;
 
@@ -91,7 +97,7 @@ impl Packed {
             blocks,
             nibbles,
             split,
-            runs_on_avx2: t != WeightType::Q8_0,
+            runs_on_avx2: runs_on_avx2(t),
             q: vec![0u8; groups * blocks * bb],
             scale: vec![0.0; groups * blocks * COLS],
             scale_hi: vec![0.0; if split { groups * blocks * COLS } else { 0 }],
