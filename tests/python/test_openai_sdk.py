@@ -134,7 +134,7 @@ def test_insufficient_balance_is_402_and_not_retried():
 def test_rate_limit_429_is_retried_after_retry_after():
     raw = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=0)
     # Spend the key's whole quota with cheap invalid requests (rate limiting comes first).
-    for _ in range(200):
+    for _ in range(2000):
         try:
             raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
         except openai.RateLimitError:
