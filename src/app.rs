@@ -249,6 +249,9 @@ pub fn assemble(
             catalog: Arc::new(catalog),
             weights_dir: Arc::new(s.weights_dir),
             languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+            speech: Arc::new(crate::audio::Speech::new(
+                std::thread::available_parallelism().map_or(1, usize::from),
+            )),
         },
         accounts: Accounts {
             auth: Arc::new(Authenticator::new(ledger.clone())),

@@ -8,7 +8,13 @@
 //! integers, with prices in micro-USD per 1M tokens (`cached_tokens` are prompt tokens the
 //! prefix cache supplied; `Pricing::cached_input` gives their price). A request is never
 //! under-charged by rounding and over-charged by less than one micro-USD.
+//!
+//! Speech (`PricedUnits`): a transcription costs `ceil(seconds * per_minute / 60)` with the
+//! audio's length in whole seconds rounded up; speech synthesis `ceil(characters *
+//! per_million_characters / 1_000_000)`. Both are known before the model runs, so the hold is
+//! the exact charge.
 
+use crate::catalog::audio::UnitPrice;
 use crate::catalog::Pricing;
 use crate::money::Micros;
 
@@ -50,6 +56,24 @@ mod tests {
     }
 
     #[test]
+    fn audio_is_billed_by_whole_seconds_and_characters_rounding_up() {
+        // 0.006 USD a minute = 100 micros a second.
+        let per_minute = UnitPrice(Micros(6_000));
+        assert_eq!(transcription_micros(per_minute, 0), Micros(0));
+        assert_eq!(transcription_micros(per_minute, 1), Micros(100));
+        assert_eq!(transcription_micros(per_minute, 1000), Micros(100));
+        assert_eq!(transcription_micros(per_minute, 1001), Micros(200));
+        assert_eq!(transcription_micros(per_minute, 60_000), Micros(6_000));
+        // 0.001 USD a minute: 7 s = 116.67 micros -> 117.
+        assert_eq!(transcription_micros(UnitPrice(Micros(1_000)), 7_000), Micros(117));
+        // 15 USD per 1M characters: 1 char = 15 micros; 333 chars = 4995.
+        assert_eq!(speech_micros(UnitPrice(Micros(15_000_000)), 1), Micros(15));
+        assert_eq!(speech_micros(UnitPrice(Micros(15_000_000)), 333), Micros(4_995));
+        // 0.5 USD per 1M: 3 chars = 1.5 micros -> 2.
+        assert_eq!(speech_micros(UnitPrice(Micros(500_000)), 3), Micros(2));
+    }
+
+    #[test]
     fn cached_tokens_cost_the_cached_input_price() {
         let mut p = Pricing {
             input: PricePerMTok(20_000),
@@ -68,6 +92,48 @@ mod tests {
         // Never more cached than prompt tokens.
         assert_eq!(cost_micros(&p, 10, 50, 0), Micros(0));
     }
+}
+
+/// Cost of a transcription of `audio_ms` milliseconds of audio at `per_minute` micro-USD per
+/// minute: the audio is billed in whole seconds rounded up, and
+/// `cost_micros = ceil(seconds * per_minute / 60)`. Saturates at `i64::MAX`.
+pub fn transcription_micros(per_minute: UnitPrice, audio_ms: u64) -> Micros {
+    let seconds = i128::from(audio_ms.div_ceil(1000));
+    let micros = (seconds * i128::from(per_minute.0 .0) + 59).div_euclid(60);
+    Micros(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+/// Cost of speaking `characters` input characters at `per_million` micro-USD per 1M
+/// characters: `cost_micros = ceil(characters * per_million / 1_000_000)`.
+pub fn speech_micros(per_million: UnitPrice, characters: u64) -> Micros {
+    let num = i128::from(characters) * i128::from(per_million.0 .0);
+    let micros = (num + 999_999).div_euclid(1_000_000);
+    Micros(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+/// A request priced by units known before it runs (speech): what is billed and its cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PricedUnits {
+    /// Milliseconds of audio transcribed (0 for speech synthesis).
+    pub audio_ms: u64,
+    /// Characters spoken (0 for transcription).
+    pub input_characters: u64,
+    /// The exact cost (`transcription_micros` or `speech_micros`), held and then charged.
+    pub cost: Micros,
+}
+
+/// The usage record of a unit-priced request `m` ended as `ending` (the ledger charges 0 for a
+/// `Failed` one). Pure: writes nothing.
+pub fn units_usage_record(
+    m: &Metered,
+    units: &PricedUnits,
+    ending: Ending,
+) -> crate::ledger::UsageRecord {
+    let mut u = usage_record(m, 0, 0, 0, ending);
+    u.audio_ms = i64::try_from(units.audio_ms).unwrap_or(i64::MAX);
+    u.input_characters = i64::try_from(units.input_characters).unwrap_or(i64::MAX);
+    u.cost_micros = units.cost;
+    u
 }
 
 /// What a metered request is, for closing its hold.
@@ -117,6 +183,8 @@ pub fn usage_record(
         prompt_tokens: i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
         cached_tokens: i64::try_from(cached_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::try_from(completion_tokens).unwrap_or(i64::MAX),
+        audio_ms: 0,
+        input_characters: 0,
         cost_micros: cost_micros(
             &m.pricing,
             prompt_tokens as u64,

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod app;
+pub mod audio;
 pub mod auth;
 pub mod billing;
 pub mod catalog;

@@ -76,6 +76,9 @@ pub enum ApiError {
     /// 413 `request_too_large`.
     #[error("The request body is too large.")]
     TooLarge,
+    /// 413 `file_too_large`, `param` `file`: an uploaded file over the limit (bytes).
+    #[error("The file is larger than the limit of {limit_bytes} bytes (25 MB).")]
+    FileTooLarge { limit_bytes: usize },
     /// 429 `engine_overloaded` with `Retry-After`.
     #[error("The model `{0}` is at capacity; retry shortly.")]
     Overloaded(String),
@@ -123,6 +126,7 @@ impl ApiError {
             E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),
             E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "idempotency_key_reused", Some("Idempotency-Key".into())),
             E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
+            E::FileTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "file_too_large", Some("file".into())),
             E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
             E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "model_capacity", None),

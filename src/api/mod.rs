@@ -9,10 +9,12 @@
 //! same-site rule), `access.rs` (who pays), `paid.rs` (around metering), `completion.rs` and
 //! `sse.rs` (wire shapes), `response_object.rs`, `response_output.rs` and `response_sse.rs`
 //! (the Responses API's)
-//! are shared; the handler files (`chat.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
+//! and `transcript_format.rs` (transcription bodies) are shared; the handler files (`chat.rs`,
+//! `audio.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
 //! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
 
 pub mod access;
+mod audio;
 mod chat;
 mod completion;
 mod cors;
@@ -32,6 +34,7 @@ pub mod schema;
 mod session;
 mod sse;
 pub mod state;
+mod transcript_format;
 mod web;
 
 pub mod request;
@@ -79,6 +82,14 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/audio/transcriptions",
+            post(audio::transcriptions).layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+        )
+        .route(
+            "/v1/audio/translations",
+            post(audio::translations).layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+        )
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),

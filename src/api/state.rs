@@ -36,6 +36,8 @@ pub struct Models {
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
     pub languages:
         Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
+    /// Speech models (transcription), on their own low-priority thread pool.
+    pub speech: Arc<crate::audio::Speech>,
 }
 
 /// Paid requests: the metering service and the request limits of keys and sessions.

@@ -3,6 +3,7 @@
 //! `record` is the public view of an entry (the model object of `/v1/models` and MCP).
 //! May use: `serde`, `toml`, `utoipa` (schemas only). Never: HTTP, SQL, candle.
 
+pub mod audio;
 pub mod record;
 
 use std::path::{Path, PathBuf};
@@ -185,12 +186,16 @@ impl ModelEntry {
 #[serde(deny_unknown_fields)]
 struct CatalogFile {
     model: Vec<ModelEntry>,
+    #[serde(default)]
+    audio_model: Vec<audio::AudioModelEntry>,
 }
 
 /// The parsed catalogue.
 #[derive(Debug, Clone)]
 pub struct Catalog {
     pub models: Vec<ModelEntry>,
+    /// Speech models (`[[audio_model]]`), listed after the chat models in `/v1/models`.
+    pub audio: Vec<audio::AudioModelEntry>,
 }
 
 impl Catalog {
@@ -213,7 +218,16 @@ impl Catalog {
                     .map_err(|e| format!("model `{}`: {e}", m.id))?;
             }
         }
-        Ok(Self { models: file.model })
+        for a in &file.audio_model {
+            if !seen.insert(a.id.as_str()) {
+                return Err(format!("duplicate model id `{}`", a.id));
+            }
+            a.validate()?;
+        }
+        Ok(Self {
+            models: file.model,
+            audio: file.audio_model,
+        })
     }
 
     /// Read and parse a catalogue file.
@@ -228,6 +242,11 @@ impl Catalog {
 
     pub fn get(&self, id: &str) -> Option<&ModelEntry> {
         self.models.iter().find(|m| m.id == id)
+    }
+
+    /// The speech model `id`, if the catalogue has one.
+    pub fn audio_model(&self, id: &str) -> Option<&audio::AudioModelEntry> {
+        self.audio.iter().find(|m| m.id == id)
     }
 }
 

@@ -71,6 +71,10 @@ pub struct UsageRecord {
     /// Of `prompt_tokens`, those served from the prefix cache (cached-input price).
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Milliseconds of audio transcribed (0 for text requests).
+    pub audio_ms: i64,
+    /// Characters of text spoken (0 for other requests).
+    pub input_characters: i64,
     pub cost_micros: Micros,
     pub status: UsageStatus,
     pub latency_ms: i64,
@@ -109,16 +113,17 @@ pub(super) fn add_balance(
 
 pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), LedgerError> {
     tx.execute(
-        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at, cached_tokens)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at, cached_tokens, audio_ms, input_characters)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![u.request_id, u.account_id, u.key_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros,
-                u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now(), u.cached_tokens],
+                u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now(), u.cached_tokens,
+                u.audio_ms, u.input_characters],
     )?;
     Ok(())
 }
 
 /// The columns `row_to_usage` reads, in order.
-const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens";
+const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens, audio_ms, input_characters";
 
 /// A usage record from `USAGE_COLUMNS` starting at column `at`.
 fn row_to_usage(
@@ -142,6 +147,8 @@ fn row_to_usage(
         },
         latency_ms: r.get(at + 8)?,
         cached_tokens: r.get(at + 9)?,
+        audio_ms: r.get(at + 10)?,
+        input_characters: r.get(at + 11)?,
     })
 }
 

@@ -40,7 +40,7 @@ pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
@@ -49,6 +49,7 @@ const MIGRATIONS: [&str; 8] = [
     include_str!("migrations/0006_undelivered.sql"),
     include_str!("migrations/0007_responses.sql"),
     include_str!("migrations/0008_cached_tokens.sql"),
+    include_str!("migrations/0009_audio_usage.sql"),
 ];
 
 pub use crate::ids::{AccountId, KeyId};
@@ -256,6 +257,8 @@ pub(crate) fn test_usage(request_id: &str, account: AccountId, cost: i64) -> Usa
         model: "m".into(),
         prompt_tokens: 10,
         cached_tokens: 0,
+        audio_ms: 0,
+        input_characters: 0,
         completion_tokens: 5,
         cost_micros: Micros(cost),
         status: UsageStatus::Ok,

@@ -32,12 +32,14 @@
 
 mod error;
 mod settle;
+mod units;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 pub use self::error::MeterError;
 pub use self::settle::{Charge, Completion, Generated, Render, Settlement};
+pub use self::units::{PaidUnits, UnitsAdmission};
 use crate::billing::{self, Metered};
 use crate::catalog::Pricing;
 use crate::engine::{ChoiceEvents, EngineError, GenerateRequest, SharedEngine};
@@ -141,41 +143,13 @@ impl Meter {
         // up to `max_new` tokens.
         let choices = req.generate.n.max(1);
         let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new * choices);
-        let (rid, account) = (req.request_id.clone(), req.account);
-        let claim = req.idempotency.clone();
-        let admitted = self
-            .ledger
-            .run(move |l| {
-                l.admit_request(
-                    &rid,
-                    account,
-                    hold,
-                    claim.as_ref().map(|c| (&c.scope, c.fingerprint.as_slice())),
-                )
-            })
-            .await
-            .map_err(MeterError::from_admission)?;
-        let in_flight_for_s = match admitted {
-            Admitted::Reserved(_) => None,
-            Admitted::Claimed(Claim::Replay(r)) => {
-                return Ok(Admission::Replay(StoredResponse {
-                    status: r.status,
-                    body: r.body,
-                }))
-            }
-            Admitted::Claimed(Claim::Mismatch) => return Err(MeterError::IdempotencyMismatch),
-            Admitted::Claimed(Claim::InFlight { age_s }) => Some(age_s),
-            // `admit_request` never answers `New`; treat it as in flight rather than run twice.
-            Admitted::Claimed(Claim::New) => Some(0),
-        };
-        if let Some(age_s) = in_flight_for_s {
-            // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
-            let estimate = u64::try_from(max_new / 50)
-                .unwrap_or(120)
-                .saturating_sub(u64::try_from(age_s).unwrap_or(0));
-            return Err(MeterError::IdempotencyInFlight {
-                retry_after_s: estimate.clamp(1, 120),
-            });
+        // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
+        let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
+        if let Some(replay) = self
+            .claim_and_hold(&req.request_id, req.account, hold, req.idempotency.as_ref(), estimate_s)
+            .await?
+        {
+            return Ok(Admission::Replay(replay));
         }
         let ctx = settle::Context {
             ledger: self.ledger.clone(),
@@ -190,6 +164,7 @@ impl Meter {
             prompt_tokens,
             hold_micros: hold,
             claim: req.idempotency.map(|c| c.scope),
+            units: None,
         };
         let generations = match self.engine.submit(req.generate) {
             Ok(g) => g,
@@ -217,6 +192,54 @@ impl Meter {
                 tokio::spawn(settle::after_completion(ctx, events, outcomes, render, tx));
                 Admission::Completing(completion)
             }
+        })
+    }
+
+    /// Step 1 of the protocol: the idempotency claim and the hold of `hold` micros in one
+    /// transaction. `Ok(Some(_))` is a finished request's stored response (nothing reserved);
+    /// `Ok(None)`: reserved, go on. `estimate_s` is how long the request takes, for the
+    /// `Retry-After` of a claim still in flight.
+    ///
+    /// # Errors
+    /// `InsufficientBalance`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Storage`,
+    /// `Internal`.
+    async fn claim_and_hold(
+        &self,
+        request_id: &str,
+        account: AccountId,
+        hold: crate::money::Micros,
+        idempotency: Option<&Idempotency>,
+        estimate_s: u64,
+    ) -> Result<Option<StoredResponse>, MeterError> {
+        let (rid, claim) = (request_id.to_string(), idempotency.cloned());
+        let admitted = self
+            .ledger
+            .run(move |l| {
+                l.admit_request(
+                    &rid,
+                    account,
+                    hold,
+                    claim.as_ref().map(|c| (&c.scope, c.fingerprint.as_slice())),
+                )
+            })
+            .await
+            .map_err(MeterError::from_admission)?;
+        let age_s = match admitted {
+            Admitted::Reserved(_) => return Ok(None),
+            Admitted::Claimed(Claim::Replay(r)) => {
+                return Ok(Some(StoredResponse {
+                    status: r.status,
+                    body: r.body,
+                }))
+            }
+            Admitted::Claimed(Claim::Mismatch) => return Err(MeterError::IdempotencyMismatch),
+            Admitted::Claimed(Claim::InFlight { age_s }) => age_s,
+            // `admit_request` never answers `New`; treat it as in flight rather than run twice.
+            Admitted::Claimed(Claim::New) => 0,
+        };
+        let left = estimate_s.saturating_sub(u64::try_from(age_s).unwrap_or(0));
+        Err(MeterError::IdempotencyInFlight {
+            retry_after_s: left.clamp(1, 120),
         })
     }
 }

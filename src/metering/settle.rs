@@ -110,6 +110,8 @@ pub(super) struct Context {
     pub(super) hold_micros: Micros,
     /// The idempotency claim to store the response under, or forget on failure.
     pub(super) claim: Option<IdempotencyScope>,
+    /// For a unit-priced request (speech), what it bills instead of tokens.
+    pub(super) units: Option<billing::PricedUnits>,
 }
 
 /// Wait for a streamed generation's outcomes (one per choice) and settle them; the caller owns
@@ -255,6 +257,17 @@ async fn settle(
         charge.completion_tokens,
         ending,
     );
+    settle_usage(ctx, usage, response, charge.completion_tokens).await
+}
+
+/// Commit `usage` (the charge) with the stored `response`, retrying short failures; on a
+/// final failure void the hold (`completion_tokens` for its record) and answer `NotRecorded`.
+pub(super) async fn settle_usage(
+    ctx: &Context,
+    usage: crate::ledger::UsageRecord,
+    response: Option<&StoredResponse>,
+    completion_tokens: usize,
+) -> Result<(), MeterError> {
     let stored = ctx.claim.clone().zip(response.cloned());
     let (mut attempt, mut wait) = (1, Duration::from_millis(50));
     let result = loop {
@@ -284,14 +297,15 @@ async fn settle(
         Ok(_) => {
             tracing::info!(request_id = %usage.request_id, model = %usage.model,
                 prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
-                cost_micros = usage.cost_micros.0, ms = usage.latency_ms, ending = ?ending, "settled");
+                audio_ms = usage.audio_ms, input_characters = usage.input_characters,
+                cost_micros = usage.cost_micros.0, ms = usage.latency_ms, status = usage.status.as_str(), "settled");
             Ok(())
         }
         Err(e) => {
             tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
             // Voided before the answer when the ledger allows it, so a retry with the same
             // key runs at once; otherwise in the background until it commits.
-            void(ctx, charge.completion_tokens).await;
+            void(ctx, completion_tokens).await;
             Err(MeterError::NotRecorded(e.to_string()))
         }
     }
@@ -301,13 +315,16 @@ async fn settle(
 /// fails, in the background until it commits (backoff 100 ms doubling to 5 s), so a hold never
 /// outlives its request while the server runs, even through a full disk.
 pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
-    let usage = billing::usage_record(
-        &ctx.metered,
-        ctx.prompt_tokens,
-        0,
-        completion_tokens,
-        Ending::Failed,
-    );
+    let usage = match &ctx.units {
+        Some(units) => billing::units_usage_record(&ctx.metered, units, Ending::Failed),
+        None => billing::usage_record(
+            &ctx.metered,
+            ctx.prompt_tokens,
+            0,
+            completion_tokens,
+            Ending::Failed,
+        ),
+    };
     let (ledger, claim) = (ctx.ledger.clone(), ctx.claim.clone());
     let try_void = move || {
         let (ledger, u, c) = (ledger.clone(), usage.clone(), claim.clone());
