@@ -65,10 +65,16 @@ mod tests {
         assert_eq!(transcription_micros(per_minute, 1001), Micros(200));
         assert_eq!(transcription_micros(per_minute, 60_000), Micros(6_000));
         // 0.001 USD a minute: 7 s = 116.67 micros -> 117.
-        assert_eq!(transcription_micros(UnitPrice(Micros(1_000)), 7_000), Micros(117));
+        assert_eq!(
+            transcription_micros(UnitPrice(Micros(1_000)), 7_000),
+            Micros(117)
+        );
         // 15 USD per 1M characters: 1 char = 15 micros; 333 chars = 4995.
         assert_eq!(speech_micros(UnitPrice(Micros(15_000_000)), 1), Micros(15));
-        assert_eq!(speech_micros(UnitPrice(Micros(15_000_000)), 333), Micros(4_995));
+        assert_eq!(
+            speech_micros(UnitPrice(Micros(15_000_000)), 333),
+            Micros(4_995)
+        );
         // 0.5 USD per 1M: 3 chars = 1.5 micros -> 2.
         assert_eq!(speech_micros(UnitPrice(Micros(500_000)), 3), Micros(2));
     }

@@ -102,33 +102,58 @@ fn bad(param: &str, code: &'static str, message: String) -> ApiError {
 
 /// Read every part: `file` whole (up to `MAX_FILE_BYTES`), the rest as text.
 async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, ApiError> {
-    let mut form = form.map_err(|e| bad("file", "invalid_multipart", format!("The body must be multipart/form-data with a `file` part: {e}")))?;
+    let mut form = form.map_err(|e| {
+        bad(
+            "file",
+            "invalid_multipart",
+            format!("The body must be multipart/form-data with a `file` part: {e}"),
+        )
+    })?;
     let (mut file, mut filename, mut fields) = (None, String::new(), BTreeMap::new());
     loop {
         let field = match form.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                return Err(ApiError::FileTooLarge { limit_bytes: MAX_FILE_BYTES })
+                return Err(ApiError::FileTooLarge {
+                    limit_bytes: MAX_FILE_BYTES,
+                })
             }
-            Err(e) => return Err(bad("file", "invalid_multipart", format!("The multipart body could not be read: {e}"))),
+            Err(e) => {
+                return Err(bad(
+                    "file",
+                    "invalid_multipart",
+                    format!("The multipart body could not be read: {e}"),
+                ))
+            }
         };
         let name = field.name().unwrap_or("").to_string();
         if name == "file" {
             filename = field.file_name().unwrap_or("").to_string();
             let bytes = field.bytes().await.map_err(|e| match e.status() {
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE => ApiError::FileTooLarge { limit_bytes: MAX_FILE_BYTES },
-                _ => bad("file", "invalid_multipart", format!("The file could not be read: {e}")),
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE => ApiError::FileTooLarge {
+                    limit_bytes: MAX_FILE_BYTES,
+                },
+                _ => bad(
+                    "file",
+                    "invalid_multipart",
+                    format!("The file could not be read: {e}"),
+                ),
             })?;
             if bytes.len() > MAX_FILE_BYTES {
-                return Err(ApiError::FileTooLarge { limit_bytes: MAX_FILE_BYTES });
+                return Err(ApiError::FileTooLarge {
+                    limit_bytes: MAX_FILE_BYTES,
+                });
             }
             file = Some(bytes.to_vec());
         } else {
-            let text = field
-                .text()
-                .await
-                .map_err(|e| bad(&name, "invalid_multipart", format!("The field `{name}` could not be read: {e}")))?;
+            let text = field.text().await.map_err(|e| {
+                bad(
+                    &name,
+                    "invalid_multipart",
+                    format!("The field `{name}` could not be read: {e}"),
+                )
+            })?;
             // Repeated fields (`timestamp_granularities[]`) are joined with commas.
             fields
                 .entry(name)
@@ -139,10 +164,18 @@ async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, 
                 .or_insert(text);
         }
     }
-    let file = file
-        .filter(|f| !f.is_empty())
-        .ok_or_else(|| bad("file", "missing_file", "An audio `file` is required and must not be empty.".into()))?;
-    Ok(Form { file, filename, fields })
+    let file = file.filter(|f| !f.is_empty()).ok_or_else(|| {
+        bad(
+            "file",
+            "missing_file",
+            "An audio `file` is required and must not be empty.".into(),
+        )
+    })?;
+    Ok(Form {
+        file,
+        filename,
+        fields,
+    })
 }
 
 /// The checked options of a request.
@@ -154,20 +187,49 @@ struct Checked {
 
 fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError> {
     let allowed: &[&str] = match task {
-        Task::Transcribe => &["model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "timestamp_granularities"],
+        Task::Transcribe => &[
+            "model",
+            "language",
+            "prompt",
+            "response_format",
+            "temperature",
+            "timestamp_granularities[]",
+            "timestamp_granularities",
+        ],
         Task::Translate => &["model", "prompt", "response_format", "temperature"],
     };
-    let unknown: Vec<String> = form.fields.keys().filter(|k| !allowed.contains(&k.as_str())).cloned().collect();
+    let unknown: Vec<String> = form
+        .fields
+        .keys()
+        .filter(|k| !allowed.contains(&k.as_str()))
+        .cloned()
+        .collect();
     if !unknown.is_empty() {
         return Err(ApiError::UnsupportedParameter(unknown));
     }
-    let field = |k: &str| form.fields.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let model = field("model").ok_or_else(|| bad("model", "missing_model", "`model` is required.".into()))?;
+    let field = |k: &str| {
+        form.fields
+            .get(k)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+    let model = field("model")
+        .ok_or_else(|| bad("model", "missing_model", "`model` is required.".into()))?;
     let entry = match state.models.catalog.audio_model(model) {
         Some(e) if e.kind == AudioKind::Transcription => e.clone(),
-        Some(_) => return Err(bad("model", "model_not_supported", format!("The model `{model}` speaks text; it does not transcribe audio."))),
+        Some(_) => {
+            return Err(bad(
+                "model",
+                "model_not_supported",
+                format!("The model `{model}` speaks text; it does not transcribe audio."),
+            ))
+        }
         None if state.models.catalog.get(model).is_some() => {
-            return Err(bad("model", "model_not_supported", format!("The model `{model}` is a chat model; it does not transcribe audio.")))
+            return Err(bad(
+                "model",
+                "model_not_supported",
+                format!("The model `{model}` is a chat model; it does not transcribe audio."),
+            ))
         }
         None => return Err(ApiError::ModelNotFound(model.to_owned())),
     };
@@ -181,7 +243,12 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
         })?,
     };
     let granularities = field("timestamp_granularities[]").or(field("timestamp_granularities"));
-    for g in granularities.unwrap_or("").split(',').map(str::trim).filter(|g| !g.is_empty()) {
+    for g in granularities
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+    {
         if g != "segment" {
             return Err(bad("timestamp_granularities[]", "unsupported_timestamp_granularity",
                 format!("Only `segment` timestamps are available; `{g}` is not (word timings are not implemented).")));
@@ -189,14 +256,28 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
     }
     let temperature = match field("temperature") {
         None => 0.0,
-        Some(t) => t.parse::<f64>().ok().filter(|t| (0.0..=1.0).contains(t)).ok_or_else(|| {
-            bad("temperature", "invalid_temperature", format!("`temperature` must be a number from 0 to 1; got `{t}`."))
-        })?,
+        Some(t) => t
+            .parse::<f64>()
+            .ok()
+            .filter(|t| (0.0..=1.0).contains(t))
+            .ok_or_else(|| {
+                bad(
+                    "temperature",
+                    "invalid_temperature",
+                    format!("`temperature` must be a number from 0 to 1; got `{t}`."),
+                )
+            })?,
     };
     let language = match field("language") {
         None => None,
         Some(l) => Some(languages::code_of(l).map(str::to_owned).ok_or_else(|| {
-            bad("language", "unsupported_language", format!("`language` must be an ISO 639-1 code Whisper knows, such as `en`; got `{l}`."))
+            bad(
+                "language",
+                "unsupported_language",
+                format!(
+                    "`language` must be an ISO 639-1 code Whisper knows, such as `en`; got `{l}`."
+                ),
+            )
         })?),
     };
     Ok(Checked {
@@ -246,7 +327,11 @@ async fn handle(
     if let Some(m) = form.fields.get("model") {
         logged.set(m);
     }
-    let Checked { entry, format, opts } = check(state, &form, task)?;
+    let Checked {
+        entry,
+        format,
+        opts,
+    } = check(state, &form, task)?;
     let dir = state.models.weights_dir.join(&entry.path);
     if !dir.join("model.bin").is_file() {
         tracing::info!(model = %entry.id, dir = %dir.display(), "speech model has no weights on this server");
@@ -261,13 +346,18 @@ async fn handle(
     };
     let idempotency = paid::idempotency(headers, &canonical(&form), false, route, &payer)?;
     let Form { file, filename, .. } = form;
-    let audio = tokio::task::spawn_blocking(move || pcm::decode(&file, &filename, MAX_AUDIO_SECONDS))
-        .await
-        .map_err(|e| ApiError::Internal(format!("decode task: {e}")))?
-        .map_err(audio_error)?;
-    let audio_ms = (audio.samples.len() as u64 * 1000).div_ceil(crate::audio::mel::SAMPLE_RATE as u64);
+    let audio =
+        tokio::task::spawn_blocking(move || pcm::decode(&file, &filename, MAX_AUDIO_SECONDS))
+            .await
+            .map_err(|e| ApiError::Internal(format!("decode task: {e}")))?
+            .map_err(audio_error)?;
+    let audio_ms =
+        (audio.samples.len() as u64 * 1000).div_ceil(crate::audio::mel::SAMPLE_RATE as u64);
     let billed_seconds = audio.billed_seconds();
-    let per_minute = entry.pricing.per_minute.unwrap_or(UnitPrice(crate::money::Micros(0)));
+    let per_minute = entry
+        .pricing
+        .per_minute
+        .unwrap_or(UnitPrice(crate::money::Micros(0)));
     let units = PricedUnits {
         audio_ms,
         input_characters: 0,
@@ -283,7 +373,9 @@ async fn handle(
     };
     let request_id = rid.0.clone();
     let translate = task == Task::Translate;
-    let render = move |cost, t| transcript_format::render(&t, format, translate, billed_seconds, cost, &request_id);
+    let render = move |cost, t| {
+        transcript_format::render(&t, format, translate, billed_seconds, cost, &request_id)
+    };
     let req = PaidUnits {
         request_id: rid.0,
         account: payer.account_id(),

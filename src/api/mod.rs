@@ -84,11 +84,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/responses", post(responses::create))
         .route(
             "/v1/audio/transcriptions",
-            post(audio::transcriptions).layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+            post(audio::transcriptions)
+                .layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
         )
         .route(
             "/v1/audio/translations",
-            post(audio::translations).layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+            post(audio::translations)
+                .layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
         )
         .route(
             "/v1/responses/{id}",

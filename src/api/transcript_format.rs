@@ -105,7 +105,15 @@ pub fn srt(segments: &[Segment]) -> String {
     segments
         .iter()
         .enumerate()
-        .map(|(i, s)| format!("{}\n{} --> {}\n{}\n\n", i + 1, clock(s.start, ','), clock(s.end, ','), s.text.trim()))
+        .map(|(i, s)| {
+            format!(
+                "{}\n{} --> {}\n{}\n\n",
+                i + 1,
+                clock(s.start, ','),
+                clock(s.end, ','),
+                s.text.trim()
+            )
+        })
         .collect()
 }
 
@@ -113,7 +121,14 @@ pub fn srt(segments: &[Segment]) -> String {
 pub fn vtt(segments: &[Segment]) -> String {
     let cues: String = segments
         .iter()
-        .map(|s| format!("{} --> {}\n{}\n\n", clock(s.start, '.'), clock(s.end, '.'), s.text.trim()))
+        .map(|s| {
+            format!(
+                "{} --> {}\n{}\n\n",
+                clock(s.start, '.'),
+                clock(s.end, '.'),
+                s.text.trim()
+            )
+        })
         .collect();
     format!("WEBVTT\n\n{cues}")
 }
@@ -176,9 +191,17 @@ pub fn render(
             usage: usage(),
             service: service(),
         }),
-        Format::Text => serde_json::to_string(&text_body("text/plain; charset=utf-8", format!("{}\n", t.text))),
-        Format::Srt => serde_json::to_string(&text_body("application/x-subrip; charset=utf-8", srt(&t.segments))),
-        Format::Vtt => serde_json::to_string(&text_body("text/vtt; charset=utf-8", vtt(&t.segments))),
+        Format::Text => serde_json::to_string(&text_body(
+            "text/plain; charset=utf-8",
+            format!("{}\n", t.text),
+        )),
+        Format::Srt => serde_json::to_string(&text_body(
+            "application/x-subrip; charset=utf-8",
+            srt(&t.segments),
+        )),
+        Format::Vtt => {
+            serde_json::to_string(&text_body("text/vtt; charset=utf-8", vtt(&t.segments)))
+        }
     };
     StoredResponse {
         status: 200,
@@ -231,7 +254,10 @@ mod tests {
 
     #[test]
     fn subtitles_have_numbered_cues_and_their_clock_formats() {
-        let s = [seg(0.0, 2.5, " Hello there."), seg(3661.25, 3662.0, " Bye.")];
+        let s = [
+            seg(0.0, 2.5, " Hello there."),
+            seg(3661.25, 3662.0, " Bye."),
+        ];
         assert_eq!(
             srt(&s),
             "1\n00:00:00,000 --> 00:00:02,500\nHello there.\n\n2\n01:01:01,250 --> 01:01:02,000\nBye.\n\n"

@@ -68,7 +68,9 @@ fn mel_to_hz(m: f64) -> f64 {
 /// librosa `filters.mel(sr, n_fft, n_mels)` (Slaney scale and norm): `[n_mels, n_fft/2 + 1]`.
 pub fn mel_filters(sr: usize, n_fft: usize, n_mels: usize) -> Vec<f32> {
     let bins = n_fft / 2 + 1;
-    let fft_hz: Vec<f64> = (0..bins).map(|i| i as f64 * sr as f64 / n_fft as f64).collect();
+    let fft_hz: Vec<f64> = (0..bins)
+        .map(|i| i as f64 * sr as f64 / n_fft as f64)
+        .collect();
     let (lo, hi) = (hz_to_mel(0.0), hz_to_mel(sr as f64 / 2.0));
     let mel_hz: Vec<f64> = (0..n_mels + 2)
         .map(|i| mel_to_hz(lo + (hi - lo) * i as f64 / (n_mels + 1) as f64))
@@ -160,7 +162,11 @@ mod tests {
         let w = mel_filters(16_000, 400, 80);
         assert_eq!(w.len(), 80 * 201);
         // Every band has weight somewhere, and bands climb with frequency.
-        let peak = |m: usize| (0..201).max_by(|&a, &b| w[m * 201 + a].total_cmp(&w[m * 201 + b])).unwrap();
+        let peak = |m: usize| {
+            (0..201)
+                .max_by(|&a, &b| w[m * 201 + a].total_cmp(&w[m * 201 + b]))
+                .unwrap()
+        };
         assert!((0..80).all(|m| w[m * 201 + peak(m)] > 0.0));
         assert!((1..80).all(|m| peak(m) >= peak(m - 1)));
     }
@@ -173,10 +179,19 @@ mod tests {
             .collect();
         let mel = log_mel(&s, 0, 80);
         assert_eq!(mel.frames, 100);
-        let band = |t: usize| (0..80).max_by(|&a, &b| mel.data[a * 100 + t].total_cmp(&mel.data[b * 100 + t])).unwrap();
+        let band = |t: usize| {
+            (0..80)
+                .max_by(|&a, &b| mel.data[a * 100 + t].total_cmp(&mel.data[b * 100 + t]))
+                .unwrap()
+        };
         let hz = |m: usize| mel_to_hz(hz_to_mel(8000.0) * (m + 1) as f64 / 81.0);
         for t in [10, 50, 90] {
-            assert!((hz(band(t)) - 1000.0).abs() < 120.0, "frame {t}: band {} at {} Hz", band(t), hz(band(t)));
+            assert!(
+                (hz(band(t)) - 1000.0).abs() < 120.0,
+                "frame {t}: band {} at {} Hz",
+                band(t),
+                hz(band(t))
+            );
         }
         // Normalised range: the loudest value is (max + 4) / 4 and nothing is below it - 2.
         let max = mel.data.iter().copied().fold(f32::MIN, f32::max);

@@ -55,7 +55,12 @@ pub fn decode(bytes: &[u8], name: &str, max_seconds: u64) -> Result<Pcm, AudioEr
     let what = ext.clone().unwrap_or_else(|| "(no extension)".into());
     let mss = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
     let probed = symphonia::default::get_probe()
-        .format(&hint, mss, &FormatOptions::default(), &MetadataOptions::default())
+        .format(
+            &hint,
+            mss,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
         .map_err(|e| AudioError::Unsupported(format!("container not recognised ({what}): {e}")))?;
     let mut format = probed.format;
     let track = format
@@ -162,11 +167,18 @@ mod tests {
             .map(|i| 0.5 * (2.0 * std::f32::consts::PI * 440.0 * i as f32 / 44_100.0).sin())
             .collect();
         let pcm = decode(&wav_bytes(&s, 44_100), "a.wav", 60).unwrap();
-        assert!((pcm.samples.len() as i64 - 24_000).abs() <= 2, "{}", pcm.samples.len());
+        assert!(
+            (pcm.samples.len() as i64 - 24_000).abs() <= 2,
+            "{}",
+            pcm.samples.len()
+        );
         assert_eq!(pcm.billed_seconds(), 2);
         // Zero crossings of 440 Hz over 1 s in the middle: 880 (within resampling edges).
         let mid = &pcm.samples[4000..20_000];
-        let crossings = mid.windows(2).filter(|w| (w[0] < 0.0) != (w[1] < 0.0)).count();
+        let crossings = mid
+            .windows(2)
+            .filter(|w| (w[0] < 0.0) != (w[1] < 0.0))
+            .count();
         assert!((crossings as i64 - 880).abs() <= 4, "{crossings}");
     }
 
@@ -174,7 +186,10 @@ mod tests {
     fn bad_files_are_named_errors() {
         assert!(matches!(decode(&[], "a.wav", 60), Err(AudioError::Empty)));
         let e = decode(b"this is not audio at all, just text", "notes.txt", 60).unwrap_err();
-        assert!(matches!(&e, AudioError::Unsupported(m) if m.contains("txt")), "{e}");
+        assert!(
+            matches!(&e, AudioError::Unsupported(m) if m.contains("txt")),
+            "{e}"
+        );
         let long = wav_bytes(&vec![0.0; 16_000 * 3], 16_000);
         assert!(matches!(
             decode(&long, "a.wav", 2),

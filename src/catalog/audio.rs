@@ -77,7 +77,9 @@ impl AudioModelEntry {
     pub fn validate(&self) -> Result<(), String> {
         let p = &self.pricing;
         match (self.kind, p.per_minute, p.per_million_characters) {
-            (AudioKind::Transcription, Some(_), None) | (AudioKind::Speech, None, Some(_)) => Ok(()),
+            (AudioKind::Transcription, Some(_), None) | (AudioKind::Speech, None, Some(_)) => {
+                Ok(())
+            }
             (AudioKind::Transcription, ..) => Err(format!(
                 "audio model `{}`: a transcription model is priced by `per_minute` only",
                 self.id

@@ -146,7 +146,13 @@ impl Meter {
         // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
         let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
         if let Some(replay) = self
-            .claim_and_hold(&req.request_id, req.account, hold, req.idempotency.as_ref(), estimate_s)
+            .claim_and_hold(
+                &req.request_id,
+                req.account,
+                hold,
+                req.idempotency.as_ref(),
+                estimate_s,
+            )
             .await?
         {
             return Ok(Admission::Replay(replay));

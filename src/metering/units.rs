@@ -83,7 +83,13 @@ impl Meter {
     {
         let cost = req.units.cost;
         if let Some(replay) = self
-            .claim_and_hold(&req.request_id, req.account, cost, req.idempotency.as_ref(), req.estimate_s)
+            .claim_and_hold(
+                &req.request_id,
+                req.account,
+                cost,
+                req.idempotency.as_ref(),
+                req.estimate_s,
+            )
             .await?
         {
             return Ok(UnitsAdmission::Replay(replay));
@@ -110,7 +116,8 @@ impl Meter {
             }
             Ok(out) => {
                 let response = render(cost, out);
-                let usage = billing::units_usage_record(&ctx.metered, &req.units, Ending::Completed);
+                let usage =
+                    billing::units_usage_record(&ctx.metered, &req.units, Ending::Completed);
                 settle::settle_usage(&ctx, usage, Some(&response), 0)
                     .await
                     .map(|()| UnitsAdmission::Done(cost, response))

@@ -221,9 +221,15 @@ mod tests {
         assert_eq!(m.spec, "WhisperSpec");
         let t = m.tensor("alias", &Device::Cpu).unwrap();
         assert_eq!(t.dims(), &[2, 1]);
-        assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), [1.5, -2.0]);
+        assert_eq!(
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            [1.5, -2.0]
+        );
         assert_eq!(m.int("heads").unwrap(), 8);
-        assert!(matches!(m.tensor("nope", &Device::Cpu), Err(Ct2Error::Missing(_))));
+        assert!(matches!(
+            m.tensor("nope", &Device::Cpu),
+            Err(Ct2Error::Missing(_))
+        ));
     }
 
     #[test]

@@ -59,7 +59,12 @@ fn heads(x: &Tensor, h: usize) -> candle_core::Result<Tensor> {
 
 /// Scaled dot-product attention of `q` `[b, h, tq, dh]` over `k`, `v` `[b, h, tk, dh]`, with
 /// an optional additive mask `[tq, tk]`; returns `[b, tq, h*dh]`.
-fn attend(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
     let dh = q.dim(D::Minus1)?;
     let q = (q * (dh as f64).powf(-0.5))?;
     let mut w = q.matmul(&k.t()?.contiguous()?)?;
@@ -201,7 +206,11 @@ impl Whisper {
                 stride,
                 ..Default::default()
             };
-            Ok(Conv1d::new(w, Some(m.tensor(&format!("{p}/bias"), dev)?), cfg))
+            Ok(Conv1d::new(
+                w,
+                Some(m.tensor(&format!("{p}/bias"), dev)?),
+                cfg,
+            ))
         };
         let enc_layers = (0..dims.encoder_layers)
             .map(|i| {
@@ -296,7 +305,11 @@ impl Whisper {
     pub fn decode(&self, state: &mut DecoderState, tokens: &[u32]) -> candle_core::Result<Tensor> {
         let (t0, t) = (state.len, tokens.len());
         if t0 + t > self.dims.text_ctx {
-            candle_core::bail!("{} decoder positions, at most {}", t0 + t, self.dims.text_ctx);
+            candle_core::bail!(
+                "{} decoder positions, at most {}",
+                t0 + t,
+                self.dims.text_ctx
+            );
         }
         let ids = Tensor::new(tokens, &self.device)?;
         let x = self.embed.index_select(&ids, 0)?;
@@ -305,7 +318,9 @@ impl Whisper {
         let mask = (t > 1)
             .then(|| {
                 let m: Vec<f32> = (0..t)
-                    .flat_map(|i| (0..t0 + t).map(move |j| if j > t0 + i { f32::NEG_INFINITY } else { 0.0 }))
+                    .flat_map(|i| {
+                        (0..t0 + t).map(move |j| if j > t0 + i { f32::NEG_INFINITY } else { 0.0 })
+                    })
                     .collect();
                 Tensor::from_vec(m, (t, t0 + t), &self.device)
             })

@@ -19,8 +19,8 @@ use rand::{Rng, SeedableRng};
 
 use super::model::Whisper;
 use super::vocab::Vocab;
-use crate::audio::mel::{self, LogMel, HOP, SAMPLE_RATE, WINDOW_FRAMES};
 use crate::audio::error::AudioError;
+use crate::audio::mel::{self, LogMel, HOP, SAMPLE_RATE, WINDOW_FRAMES};
 
 /// Seconds per timestamp token.
 const TIME_PRECISION: f64 = 0.02;
@@ -226,15 +226,22 @@ impl Transcriber<'_> {
             self.filter(&mut logits, &tokens);
             let lp = log_softmax(&logits);
             let token = if temperature <= 0.0 {
-                (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b])).unwrap_or(0)
+                (0..lp.len())
+                    .max_by(|&a, &b| lp[a].total_cmp(&lp[b]))
+                    .unwrap_or(0)
             } else {
-                let w: Vec<f64> = lp.iter().map(|&l| (f64::from(l) / temperature).exp()).collect();
+                let w: Vec<f64> = lp
+                    .iter()
+                    .map(|&l| (f64::from(l) / temperature).exp())
+                    .collect();
                 let total: f64 = w.iter().sum();
                 let mut r = rng.random::<f64>() * total;
-                w.iter().position(|&x| {
-                    r -= x;
-                    r <= 0.0
-                }).unwrap_or(v.eot as usize)
+                w.iter()
+                    .position(|&x| {
+                        r -= x;
+                        r <= 0.0
+                    })
+                    .unwrap_or(v.eot as usize)
             } as u32;
             sum_logprob += f64::from(lp[token as usize]);
             tokens.push(token);
@@ -322,7 +329,11 @@ impl Transcriber<'_> {
             if r.temperature > 0.5 {
                 previous.clear();
             } else {
-                previous.extend(segments[before..].iter().flat_map(|s| s.tokens.iter().copied()));
+                previous.extend(
+                    segments[before..]
+                        .iter()
+                        .flat_map(|s| s.tokens.iter().copied()),
+                );
             }
         }
         let text = segments.iter().map(|s| s.text.as_str()).collect::<String>();

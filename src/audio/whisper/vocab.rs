@@ -58,7 +58,11 @@ impl Vocab {
         let no_timestamps = id("<|notimestamps|>")?;
         let languages = languages::LANGUAGES
             .iter()
-            .filter_map(|(c, _)| tokenizer.token_to_id(&format!("<|{c}|>")).map(|t| (c.to_string(), t)))
+            .filter_map(|(c, _)| {
+                tokenizer
+                    .token_to_id(&format!("<|{c}|>"))
+                    .map(|t| (c.to_string(), t))
+            })
             .collect();
         Ok(Self {
             eot: id("<|endoftext|>")?,
@@ -78,7 +82,10 @@ impl Vocab {
 
     /// Token of a language code, if the model knows it.
     pub fn language_token(&self, code: &str) -> Option<u32> {
-        self.languages.iter().find(|(c, _)| c == code).map(|(_, t)| *t)
+        self.languages
+            .iter()
+            .find(|(c, _)| c == code)
+            .map(|(_, t)| *t)
     }
 
     /// Text of `ids` (text tokens only; special tokens are skipped).
