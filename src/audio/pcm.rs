@@ -134,31 +134,31 @@ fn resample(mono: &[f32], rate: usize) -> Result<Vec<f32>, AudioError> {
     Ok(out.take_data())
 }
 
-/// A 16-bit PCM WAV file of `samples` at `rate` Hz, mono (tests and fixtures).
-pub fn wav_bytes(samples: &[f32], rate: u32) -> Vec<u8> {
-    let data_len = (samples.len() * 2) as u32;
-    let mut b = Vec::with_capacity(44 + samples.len() * 2);
-    b.extend(b"RIFF");
-    b.extend((36 + data_len).to_le_bytes());
-    b.extend(b"WAVEfmt ");
-    b.extend(16u32.to_le_bytes());
-    b.extend(1u16.to_le_bytes());
-    b.extend(1u16.to_le_bytes());
-    b.extend(rate.to_le_bytes());
-    b.extend((rate * 2).to_le_bytes());
-    b.extend(2u16.to_le_bytes());
-    b.extend(16u16.to_le_bytes());
-    b.extend(b"data");
-    b.extend(data_len.to_le_bytes());
-    for s in samples {
-        b.extend(((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes());
-    }
-    b
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 16-bit PCM WAV file of `samples` at `rate` Hz, mono.
+    fn wav_bytes(samples: &[f32], rate: u32) -> Vec<u8> {
+        let data_len = (samples.len() * 2) as u32;
+        let mut b = Vec::with_capacity(44 + samples.len() * 2);
+        b.extend(b"RIFF");
+        b.extend((36 + data_len).to_le_bytes());
+        b.extend(b"WAVEfmt ");
+        b.extend(16u32.to_le_bytes());
+        b.extend(1u16.to_le_bytes());
+        b.extend(1u16.to_le_bytes());
+        b.extend(rate.to_le_bytes());
+        b.extend((rate * 2).to_le_bytes());
+        b.extend(2u16.to_le_bytes());
+        b.extend(16u16.to_le_bytes());
+        b.extend(b"data");
+        b.extend(data_len.to_le_bytes());
+        for s in samples {
+            b.extend(((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes());
+        }
+        b
+    }
 
     #[test]
     fn wav_at_another_rate_comes_out_at_16k_with_its_length_and_pitch() {
