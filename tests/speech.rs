@@ -75,3 +75,60 @@ async fn whisper_base_transcribes_espeak_speech() {
     assert!(t.segments.windows(2).all(|w| w[0].end <= w[1].start + 1e-9));
     assert!(t.segments.last().unwrap().end <= audio.seconds() + 0.5);
 }
+
+/// Piper's joe voice (needs `scripts/fetch-weights piper` and `espeak-ng`) says a paragraph,
+/// Whisper transcribes it back: the round trip through both models, in wav and mp3.
+#[tokio::test]
+async fn piper_speech_round_trips_through_whisper_in_wav_and_mp3() {
+    use tollgate::audio::encode::Container;
+    use tollgate::audio::SpeechJob;
+    let weights = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("weights");
+    let paragraph =
+        "Good morning. The weather today is sunny and warm, with a light breeze from the west. \
+        Please remember to bring your umbrella tomorrow, because it will rain in the afternoon.";
+    let speech = Arc::new(Speech::new(2));
+    for (container, name) in [
+        (Container::Wav, "speech.wav"),
+        (Container::Mp3, "speech.mp3"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let bytes = speech
+            .synthesize(SpeechJob {
+                runtime: weights.join("onnxruntime/libonnxruntime.so"),
+                voice: weights.join("piper/en_US-joe-medium.onnx"),
+                text: paragraph.into(),
+                speed: 1.0,
+                container,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let audio = pcm::decode(&bytes, name, 600).unwrap();
+        eprintln!(
+            "{name}: {} bytes, {:.1}s audio in {:?}",
+            bytes.len(),
+            audio.seconds(),
+            t0.elapsed()
+        );
+        assert!(
+            (6.0..20.0).contains(&audio.seconds()),
+            "{:.1}s",
+            audio.seconds()
+        );
+        let opts = Options {
+            task: Task::Transcribe,
+            language: Some("en".into()),
+            prompt: None,
+            temperature: 0.0,
+            seed: 0,
+        };
+        let t = speech
+            .transcribe(model_dir(), audio, opts)
+            .await
+            .unwrap()
+            .unwrap();
+        let e = wer(paragraph, &t.text);
+        eprintln!("{name}: WER {e:.3}: {:?}", t.text);
+        assert!(e <= 0.15, "{name}: WER {e:.2}: {:?}", t.text);
+    }
+}

@@ -307,7 +307,7 @@ fn audio_error(e: AudioError) -> ApiError {
         AudioError::Unsupported(m) => bad("file", "unsupported_audio_format", format!("The file is not audio this server can decode (wav, flac, mp3, ogg/vorbis, m4a/aac, webm/mkv): {m}.")),
         AudioError::Corrupt(m) => bad("file", "invalid_audio", format!("The audio file is damaged: {m}.")),
         AudioError::UnknownLanguage(l) => bad("language", "unsupported_language", format!("Unknown language `{l}`.")),
-        AudioError::Load(m) => ApiError::ModelUnavailable { model: "whisper".into(), detail: m },
+        AudioError::Load(m) | AudioError::Unavailable(m) => ApiError::ModelUnavailable { model: "whisper".into(), detail: m },
         AudioError::Inference(m) => ApiError::EngineFailed(m),
     }
 }

@@ -10,7 +10,7 @@
 //! `sse.rs` (wire shapes), `response_object.rs`, `response_output.rs` and `response_sse.rs`
 //! (the Responses API's)
 //! and `transcript_format.rs` (transcription bodies) are shared; the handler files (`chat.rs`,
-//! `audio.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
+//! `audio.rs`, `speech.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
 //! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
 
 pub mod access;
@@ -32,6 +32,7 @@ mod response_sse;
 mod responses;
 pub mod schema;
 mod session;
+mod speech;
 mod sse;
 pub mod state;
 mod transcript_format;
@@ -92,6 +93,7 @@ pub fn router(state: AppState) -> Router {
             post(audio::translations)
                 .layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
         )
+        .route("/v1/audio/speech", post(speech::create))
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),

@@ -15,6 +15,9 @@ pub enum AudioError {
     UnknownLanguage(String),
     #[error("speech model could not be loaded: {0}")]
     Load(String),
+    /// Something the server needs is missing (`espeak-ng`, ONNX Runtime): an operator must act.
+    #[error("not available on this server: {0}")]
+    Unavailable(String),
     #[error("speech inference failed: {0}")]
     Inference(String),
 }

@@ -1,9 +1,10 @@
 //! Speech: audio files to 16 kHz samples (`pcm`), Whisper's log-mel features (`mel`), Whisper
-//! itself (`whisper`), and the worker pool that runs transcriptions beside text generation
-//! (`Speech`).
+//! itself (`whisper`), Piper voices (`piper`), audio containers out (`encode`), and the worker
+//! that runs transcriptions and syntheses beside text generation (`Speech`).
 //!
-//! Owns: audio decoding and resampling, speech models and their weights, the audio thread
-//! pool. May use: `candle_core`, `candle_nn`, `tokenizers`, `symphonia`, `rubato`, `realfft`.
+//! Owns: audio decoding, encoding and resampling, speech models and their weights, the audio
+//! threads. May use: `candle_core`, `candle_nn`, `tokenizers`, `symphonia`, `rubato`,
+//! `realfft`, `ort` (ONNX Runtime), the encoders, the `espeak-ng` program.
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`), the text `engine`.
 //!
 //! Sharing the CPU with text generation: the text engine computes on rayon's global pool at
@@ -12,11 +13,16 @@
 //! thread). candle's matmuls and element-wise ops inside `ThreadPool::install` stay on these
 //! threads, so with both busy the kernel's CFS scheduler gives text generation about ten times
 //! the CPU share (weights 1024 against 110), and a transcription uses every core when text
-//! generation is idle.
+//! generation is idle. Syntheses run on ONNX Runtime's threads, which `piper::LowPriority`
+//! creates at nice 10 too (spinning off). One audio job runs at a time, transcription or
+//! synthesis, so audio never holds more than its `threads`.
 
+pub mod encode;
 mod error;
 pub mod mel;
 pub mod pcm;
+pub mod piper;
+mod priority;
 pub mod whisper;
 
 pub use self::error::AudioError;
@@ -27,7 +33,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
+use self::encode::Container;
 use self::pcm::Pcm;
+use self::piper::Voice;
+use self::priority::lower_priority;
 use self::whisper::transcribe::{Options, Transcript};
 use self::whisper::WhisperModel;
 
@@ -37,17 +46,23 @@ pub struct Speech {
     threads: usize,
     pool: std::sync::OnceLock<Result<rayon::ThreadPool, String>>,
     models: Mutex<HashMap<PathBuf, Arc<WhisperModel>>>,
+    voices: Mutex<HashMap<PathBuf, Arc<Voice>>>,
 }
 
-/// Lower the calling thread's priority to nice 10 (Linux: nice is per thread). Best effort:
-/// elsewhere, or if refused, the thread keeps its priority.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `setpriority` takes plain integers and reads no memory of ours; `PRIO_PROCESS`
-    // with id 0 names the calling thread on Linux. Its result is only advisory here.
-    unsafe {
-        let _ = libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-    }
+/// Held by the audio job that is running: one at a time (see the module doc).
+static TURN: Mutex<()> = Mutex::new(());
+
+/// What `Speech::synthesize` speaks, and how.
+#[derive(Debug, Clone)]
+pub struct SpeechJob {
+    /// ONNX Runtime's `libonnxruntime.so`.
+    pub runtime: PathBuf,
+    /// The Piper voice's `.onnx` file.
+    pub voice: PathBuf,
+    pub text: String,
+    /// 0.25 to 4.0; 1.0 is the voice's own pace.
+    pub speed: f32,
+    pub container: Container,
 }
 
 impl Speech {
@@ -57,6 +72,7 @@ impl Speech {
             threads: threads.max(1),
             pool: std::sync::OnceLock::new(),
             models: Mutex::new(HashMap::new()),
+            voices: Mutex::new(HashMap::new()),
         }
     }
 
@@ -100,12 +116,44 @@ impl Speech {
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         std::thread::spawn(move || {
-            // One job at a time: the pool's threads are the audio budget.
-            static ONE: Mutex<()> = Mutex::new(());
-            let _turn = ONE.lock().unwrap_or_else(|p| p.into_inner());
+            let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
             let result = me
                 .pool()
                 .and_then(|p| p.install(|| me.whisper(&dir)?.transcribe(&pcm.samples, &opts)));
+            let _ = tx.send(result);
+        });
+        rx
+    }
+
+    /// The Piper voice at `onnx`, loaded once (with ONNX Runtime from `runtime`) and kept.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ONNX Runtime), `Load`.
+    pub fn voice(&self, runtime: &Path, onnx: &Path) -> Result<Arc<Voice>, AudioError> {
+        let mut voices = self.voices.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = voices.get(onnx) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(Voice::load(piper::runtime(runtime)?, onnx, self.threads)?);
+        voices.insert(onnx.to_path_buf(), v.clone());
+        Ok(v)
+    }
+
+    /// Queue a synthesis: `job.text` spoken and encoded as `job.container`. Returns at once;
+    /// the receiver resolves exactly once with the encoded bytes. Jobs run one at a time.
+    pub fn synthesize(
+        self: &Arc<Self>,
+        job: SpeechJob,
+    ) -> oneshot::Receiver<Result<Vec<u8>, AudioError>> {
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        std::thread::spawn(move || {
+            lower_priority();
+            let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+            let result = me.voice(&job.runtime, &job.voice).and_then(|v| {
+                let samples = v.synthesize(&job.text, job.speed)?;
+                encode::encode(&samples, v.sample_rate, job.container)
+            });
             let _ = tx.send(result);
         });
         rx

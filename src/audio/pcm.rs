@@ -114,17 +114,20 @@ pub fn decode(bytes: &[u8], name: &str, max_seconds: u64) -> Result<Pcm, AudioEr
     if mono.is_empty() || rate == 0 {
         return Err(AudioError::Empty);
     }
-    let samples = resample(&mono, rate as usize)?;
+    let samples = resample(&mono, rate as usize, SAMPLE_RATE)?;
     Ok(Pcm { samples })
 }
 
-/// `mono` at `rate` Hz to 16 kHz.
-fn resample(mono: &[f32], rate: usize) -> Result<Vec<f32>, AudioError> {
-    if rate == SAMPLE_RATE {
+/// `mono` at `rate` Hz to `to` Hz (FFT resampler, `rubato`).
+///
+/// # Errors
+/// `Corrupt` when the resampler refuses the rates.
+pub fn resample(mono: &[f32], rate: usize, to: usize) -> Result<Vec<f32>, AudioError> {
+    if rate == to {
         return Ok(mono.to_vec());
     }
     let internal = |e: String| AudioError::Corrupt(format!("resampling from {rate} Hz: {e}"));
-    let mut r = rubato::Fft::<f32>::new(rate, SAMPLE_RATE, 1024, 1, rubato::FixedSync::Input)
+    let mut r = rubato::Fft::<f32>::new(rate, to, 1024, 1, rubato::FixedSync::Input)
         .map_err(|e| internal(e.to_string()))?;
     let input = rubato::audioadapter_buffers::direct::InterleavedSlice::new(mono, 1, mono.len())
         .map_err(|e| internal(e.to_string()))?;

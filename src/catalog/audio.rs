@@ -66,6 +66,10 @@ pub struct AudioModelEntry {
     pub path: String,
     /// The script that fetches `path`, named in errors.
     pub fetch: String,
+    /// A speech model's voices (the names `voice` accepts); the first is what OpenAI's voice
+    /// names stand for. Empty for transcription models.
+    #[serde(default)]
+    pub voices: Vec<String>,
 }
 
 impl AudioModelEntry {

@@ -1,0 +1,243 @@
+//! `POST /v1/audio/speech`: text spoken by a Piper voice, billed per input character through
+//! `metering`.
+//!
+//! Order: request id -> auth (401) -> rate limit (429) -> JSON body (400/422) -> model (404,
+//! 403, 400 for a transcription model) -> voice (400 `unsupported_voice`) -> format (400
+//! `unsupported_response_format` for opus and aac) -> weights present (404
+//! `model_not_available`) -> `Idempotency-Key` -> `metering` (claim, hold of the exact cost
+//! 402, synthesis, settle). The audio comes back whole (no streaming), with
+//! `x-tollgate-cost-micros` and `x-request-id`.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use super::paid;
+use super::request::speech::{self, SpeechRequest};
+#[allow(unused_imports)] // Named by the OpenAPI attribute.
+use super::schema::ErrorBody;
+use super::state::{AppState, RequestId, RequestModel};
+use crate::api::access::Payer;
+use crate::audio::encode::Container;
+use crate::audio::piper::phonemize;
+use crate::audio::SpeechJob;
+use crate::billing::{self, PricedUnits};
+use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
+use crate::ledger::StoredResponse;
+use crate::metering::{PaidUnits, UnitsAdmission};
+
+/// OpenAI's voice names: each is an alias of the model's first voice (we have one voice per
+/// model; the names keep existing code working).
+pub const OPENAI_VOICES: [&str; 13] = [
+    "alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
+    "shimmer", "verse",
+];
+
+/// ONNX Runtime's library, under the weights directory (`scripts/fetch-weights piper`).
+pub const ONNX_RUNTIME: &str = "onnxruntime/libonnxruntime.so";
+
+/// A finished synthesis as stored for an idempotent replay.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    content_type: String,
+    cost_micros: i64,
+    request_id: String,
+    /// The audio, base64.
+    audio: String,
+}
+
+/// `POST /v1/audio/speech`.
+#[utoipa::path(post, path = "/v1/audio/speech", tag = "audio",
+    request_body(content_type = "application/json", description = "`model`, `input` (1-4096 characters), `voice` (`joe`, or any OpenAI voice name as its alias), optional `response_format` (`mp3` default, `flac`, `wav`, `pcm`; `opus` and `aac` get 400), `speed` (0.25-4.0)"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The audio; `x-tollgate-cost-micros` has its price"),
+        (status = 400, description = "An unknown voice, an unsupported format or field", body = ErrorBody),
+        (status = 402, description = "Balance too low for the input's length", body = ErrorBody),
+        (status = 404, description = "No such model, or no weights for it here", body = ErrorBody),
+        (status = 422, description = "A missing or invalid field", body = ErrorBody),
+    ))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(rid): Extension<RequestId>,
+    Extension(logged): Extension<RequestModel>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    paid::for_payer(&state, &headers, |payer| {
+        handle(&state, rid, logged, payer, &headers, body)
+    })
+    .await
+}
+
+fn bad(param: &str, code: &'static str, message: String) -> ApiError {
+    ApiError::BadRequest {
+        param: Some(param.into()),
+        code,
+        message,
+    }
+}
+
+/// The speech model `req.model` names and the voice to use.
+fn model_and_voice(
+    state: &AppState,
+    req: &SpeechRequest,
+) -> Result<(AudioModelEntry, String), ApiError> {
+    let model = req.model.as_str();
+    let entry = match state.models.catalog.audio_model(model) {
+        Some(e) if e.kind == AudioKind::Speech => e.clone(),
+        Some(_) => {
+            return Err(bad(
+                "model",
+                "model_not_supported",
+                format!("The model `{model}` transcribes audio; it does not speak text."),
+            ))
+        }
+        None if state.models.catalog.get(model).is_some() => {
+            return Err(bad(
+                "model",
+                "model_not_supported",
+                format!("The model `{model}` is a chat model; it does not speak text."),
+            ))
+        }
+        None => return Err(ApiError::ModelNotFound(model.to_owned())),
+    };
+    if !entry.commercial_use {
+        return Err(ApiError::NotLicensed(entry.id.clone()));
+    }
+    let own = entry.voices.first().cloned().unwrap_or_default();
+    let voice = if entry.voices.contains(&req.voice) {
+        req.voice.clone()
+    } else if OPENAI_VOICES.contains(&req.voice.as_str()) {
+        own
+    } else {
+        return Err(bad("voice", "unsupported_voice", format!(
+            "`{}` is not a voice of `{}`; use {} or an OpenAI voice name ({}), which are its aliases.",
+            req.voice, entry.id, entry.voices.join(", "), OPENAI_VOICES.join(", "))));
+    };
+    Ok((entry, voice))
+}
+
+/// The response for a stored synthesis.
+fn respond(stored: StoredResponse, replayed: bool) -> Response {
+    let Ok(s) = serde_json::from_str::<Stored>(&stored.body) else {
+        return paid::stored(stored, replayed);
+    };
+    let audio = base64::engine::general_purpose::STANDARD
+        .decode(s.audio)
+        .unwrap_or_default();
+    let mut resp = (StatusCode::OK, audio).into_response();
+    let h = resp.headers_mut();
+    let mut set = |name: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(name, v);
+        }
+    };
+    set(header::CONTENT_TYPE.as_str(), &s.content_type);
+    set("x-tollgate-cost-micros", &s.cost_micros.to_string());
+    if replayed {
+        set("idempotent-replayed", "true");
+        set("x-request-id", &s.request_id);
+    }
+    resp
+}
+
+async fn handle(
+    state: &AppState,
+    rid: RequestId,
+    logged: RequestModel,
+    payer: Payer,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let body = paid::json_body(headers, body, &logged)?;
+    let req = speech::parse(&body)?;
+    // One voice per model for now: the check refuses names that are neither it nor an alias.
+    let (entry, _voice) = model_and_voice(state, &req)?;
+    if !req.response_format.supported() {
+        return Err(bad(
+            "response_format",
+            "unsupported_response_format",
+            format!(
+                "This server has no {:?} encoder; use mp3, flac, wav or pcm.",
+                req.response_format
+            ),
+        ));
+    }
+    let voice_path = state.models.weights_dir.join(&entry.path);
+    let runtime = state.models.weights_dir.join(ONNX_RUNTIME);
+    if !phonemize::espeak_available() {
+        return Err(ApiError::ModelUnavailable {
+            model: entry.id.clone(),
+            detail: "the espeak-ng program is not on PATH (apt install espeak-ng)".into(),
+        });
+    }
+    if !voice_path.is_file() || !runtime.is_file() {
+        tracing::info!(model = %entry.id, voice = %voice_path.display(), runtime = %runtime.display(), "speech model has no weights on this server");
+        return Err(ApiError::ModelNotAvailable {
+            model: entry.id.clone(),
+            hint: format!("an operator can fetch them with `{}`", entry.fetch),
+        });
+    }
+    let idempotency = paid::idempotency(headers, &body, false, "/v1/audio/speech", &payer)?;
+    let characters = req.input.chars().count() as u64;
+    let per_million = entry
+        .pricing
+        .per_million_characters
+        .unwrap_or(UnitPrice(crate::money::Micros(0)));
+    let units = PricedUnits {
+        audio_ms: 0,
+        input_characters: characters,
+        cost: billing::speech_micros(per_million, characters),
+    };
+    let container: Container = req.response_format;
+    let job = SpeechJob {
+        runtime,
+        voice: voice_path,
+        text: req.input,
+        speed: req.speed,
+        container,
+    };
+    let speech_worker = state.models.speech.clone();
+    let work = async move {
+        speech_worker
+            .synthesize(job)
+            .await
+            .map_err(|_| "the speech worker stopped".to_string())?
+            .map_err(|e| e.to_string())
+    };
+    let request_id = rid.0.clone();
+    let render = move |cost: crate::money::Micros, audio: Vec<u8>| StoredResponse {
+        status: 200,
+        body: serde_json::to_string(&Stored {
+            content_type: container.content_type().to_owned(),
+            cost_micros: cost.0,
+            request_id,
+            audio: base64::engine::general_purpose::STANDARD.encode(audio),
+        })
+        .unwrap_or_default(),
+    };
+    let req = PaidUnits {
+        request_id: rid.0,
+        account: payer.account_id(),
+        key: payer.key_id(),
+        model: entry.id,
+        units,
+        idempotency,
+        started,
+        estimate_s: characters / 100 + 5,
+    };
+    Ok(match state.paid.meter.run_units(req, work, render).await? {
+        UnitsAdmission::Replay(stored) => respond(stored, true),
+        UnitsAdmission::Done(_, stored) => respond(stored, false),
+    })
+}
