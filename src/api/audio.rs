@@ -333,7 +333,7 @@ async fn handle(
         opts,
     } = check(state, &form, task)?;
     let dir = state.models.weights_dir.join(&entry.path);
-    if !dir.join("model.bin").is_file() {
+    if crate::audio::transcription_available(&dir).is_err() {
         tracing::info!(model = %entry.id, dir = %dir.display(), "speech model has no weights on this server");
         return Err(ApiError::ModelNotAvailable {
             model: entry.id.clone(),

@@ -12,8 +12,9 @@ use axum::http::{header, HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 /// Response headers a cross-origin page may read (the SDKs read these for retries and ids).
-const EXPOSED: [&str; 8] = [
+const EXPOSED: [&str; 9] = [
     "x-request-id",
+    "x-tollgate-cost-micros",
     "retry-after",
     "retry-after-ms",
     "x-should-retry",

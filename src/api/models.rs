@@ -9,7 +9,8 @@ use super::error::ApiError;
 use super::request::ACCEPTED_PARAMETERS;
 use super::schema::{ErrorBody, LanguageCosts};
 use super::state::Models;
-use crate::catalog::record::{ModelList, ModelRecord};
+use crate::catalog::audio::{AudioKind, AudioModelEntry};
+use crate::catalog::record::{AudioModelRecord, ListedModel, ModelList, ModelRecord};
 use crate::catalog::ModelEntry;
 use crate::engine::resolve;
 
@@ -26,7 +27,18 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
     ModelRecord::of(m, &ACCEPTED_PARAMETERS, languages, loaded, available)
 }
 
-/// `GET /v1/models`: every catalogue model, servable here or not.
+/// The record of speech model `m`, with whether it can run here now.
+pub(super) fn audio_record(state: &Models, m: &AudioModelEntry) -> AudioModelRecord {
+    let path = state.weights_dir.join(&m.path);
+    let available = match m.kind {
+        AudioKind::Transcription => crate::audio::transcription_available(&path),
+        AudioKind::Speech => crate::audio::speech_available(&state.weights_dir, &path),
+    };
+    AudioModelRecord::of(m, available)
+}
+
+/// `GET /v1/models`: every catalogue model, servable here or not: chat models, then speech
+/// models (the entries with a `kind`).
 #[utoipa::path(get, path = "/v1/models", tag = "models",
     responses((status = 200, description = "The price list: every model in the catalogue", body = ModelList),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
@@ -37,7 +49,14 @@ pub async fn list_models(State(state): State<Models>) -> Result<Json<ModelList>,
             .catalog
             .models
             .iter()
-            .map(|m| record(&state, m))
+            .map(|m| ListedModel::Chat(record(&state, m)))
+            .chain(
+                state
+                    .catalog
+                    .audio
+                    .iter()
+                    .map(|m| ListedModel::Audio(audio_record(&state, m))),
+            )
             .collect()
     })
     .await
@@ -54,20 +73,23 @@ pub async fn list_models(State(state): State<Models>) -> Result<Json<ModelList>,
 /// 404 `model_not_found`.
 #[utoipa::path(get, path = "/v1/models/{id}", tag = "models",
     params(("id" = String, Path, description = "Model id")),
-    responses((status = 200, description = "The model", body = ModelRecord),
+    responses((status = 200, description = "The model (a chat model, or a speech model with `kind`)", body = ListedModel),
               (status = 404, description = "No such model", body = ErrorBody),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
 pub async fn get_model(
     State(state): State<Models>,
     Path(id): Path<String>,
-) -> Result<Json<ModelRecord>, ApiError> {
+) -> Result<Json<ListedModel>, ApiError> {
+    if let Some(a) = state.catalog.audio_model(&id) {
+        return Ok(Json(ListedModel::Audio(audio_record(&state, a))));
+    }
     let m = state
         .catalog
         .get(&id)
         .ok_or(ApiError::ModelNotFound(id))?
         .clone();
-    tokio::task::spawn_blocking(move || Json(record(&state, &m)))
+    tokio::task::spawn_blocking(move || Json(ListedModel::Chat(record(&state, &m))))
         .await
         .map_err(|e| ApiError::Internal(format!("model record task: {e}")))
 }

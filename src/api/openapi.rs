@@ -11,7 +11,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::state::Models;
-use super::{chat, models, responses};
+use super::{audio, chat, models, responses, speech};
 
 /// The `/v1` API.
 #[derive(OpenApi)]
@@ -26,6 +26,9 @@ use super::{chat, models, responses};
         responses::create,
         responses::get,
         responses::delete,
+        audio::transcriptions,
+        audio::translations,
+        speech::create,
         models::list_models,
         models::get_model,
         models::get_languages
@@ -35,6 +38,7 @@ use super::{chat, models, responses};
     tags(
         (name = "chat", description = "Chat completions (metered)"),
         (name = "responses", description = "OpenAI's Responses API (metered; stored responses)"),
+        (name = "audio", description = "Speech to text and text to speech (metered per second of audio and per character)"),
         (name = "models", description = "The public price list")
     )
 )]

@@ -27,7 +27,6 @@ use super::schema::ErrorBody;
 use super::state::{AppState, RequestId, RequestModel};
 use crate::api::access::Payer;
 use crate::audio::encode::Container;
-use crate::audio::piper::phonemize;
 use crate::audio::SpeechJob;
 use crate::billing::{self, PricedUnits};
 use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
@@ -40,9 +39,6 @@ pub const OPENAI_VOICES: [&str; 13] = [
     "alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
     "shimmer", "verse",
 ];
-
-/// ONNX Runtime's library, under the weights directory (`scripts/fetch-weights piper`).
-pub const ONNX_RUNTIME: &str = "onnxruntime/libonnxruntime.so";
 
 /// A finished synthesis as stored for an idempotent replay.
 #[derive(Serialize, Deserialize)]
@@ -173,19 +169,21 @@ async fn handle(
             ),
         ));
     }
-    let voice_path = state.models.weights_dir.join(&entry.path);
-    let runtime = state.models.weights_dir.join(ONNX_RUNTIME);
-    if !phonemize::espeak_available() {
-        return Err(ApiError::ModelUnavailable {
-            model: entry.id.clone(),
-            detail: "the espeak-ng program is not on PATH (apt install espeak-ng)".into(),
-        });
-    }
-    if !voice_path.is_file() || !runtime.is_file() {
-        tracing::info!(model = %entry.id, voice = %voice_path.display(), runtime = %runtime.display(), "speech model has no weights on this server");
-        return Err(ApiError::ModelNotAvailable {
-            model: entry.id.clone(),
-            hint: format!("an operator can fetch them with `{}`", entry.fetch),
+    let weights = &state.models.weights_dir;
+    let voice_path = weights.join(&entry.path);
+    let runtime = weights.join(crate::audio::piper::RUNTIME_LIBRARY);
+    if let Err(reason) = crate::audio::speech_available(weights, &voice_path) {
+        tracing::info!(model = %entry.id, voice = %voice_path.display(), "speech model not servable here: {reason}");
+        return Err(if reason.starts_with("espeak") {
+            ApiError::ModelUnavailable {
+                model: entry.id.clone(),
+                detail: format!("{reason} (apt install espeak-ng)"),
+            }
+        } else {
+            ApiError::ModelNotAvailable {
+                model: entry.id.clone(),
+                hint: format!("an operator can fetch them with `{}`", entry.fetch),
+            }
         });
     }
     let idempotency = paid::idempotency(headers, &body, false, "/v1/audio/speech", &payer)?;

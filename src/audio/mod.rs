@@ -49,6 +49,27 @@ pub struct Speech {
     voices: Mutex<HashMap<PathBuf, Arc<Voice>>>,
 }
 
+/// Whether the Whisper model in `dir` can run here; `Err` with a short reason (no paths).
+pub fn transcription_available(dir: &Path) -> Result<(), String> {
+    if dir.join("model.bin").is_file() {
+        Ok(())
+    } else {
+        Err("no weights on this server".into())
+    }
+}
+
+/// Whether the Piper voice `voice` (under `weights_dir`) can run here: the voice, ONNX Runtime
+/// (`piper::RUNTIME_LIBRARY`) and the `espeak-ng` program. `Err` with a short reason.
+pub fn speech_available(weights_dir: &Path, voice: &Path) -> Result<(), String> {
+    if !voice.is_file() || !weights_dir.join(piper::RUNTIME_LIBRARY).is_file() {
+        Err("no weights on this server".into())
+    } else if !piper::phonemize::espeak_available() {
+        Err("espeak-ng is not installed on this server".into())
+    } else {
+        Ok(())
+    }
+}
+
 /// Held by the audio job that is running: one at a time (see the module doc).
 static TURN: Mutex<()> = Mutex::new(());
 

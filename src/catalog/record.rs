@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::audio::{AudioKind, AudioModelEntry, UnitPrice};
 use super::{ModelEntry, PricePerMTok};
 
 /// `GET /v1/models`.
@@ -16,7 +17,131 @@ pub struct ModelList {
     /// Always `list`.
     #[schema(example = "list")]
     pub object: &'static str,
-    pub data: Vec<ModelRecord>,
+    pub data: Vec<ListedModel>,
+}
+
+/// An entry of `GET /v1/models`: a chat model or a speech model (told apart by `kind`, which
+/// only speech models have).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ListedModel {
+    Chat(ModelRecord),
+    Audio(AudioModelRecord),
+}
+
+/// A speech model: OpenAI's model object plus its kind, unit price, voices and licence.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct AudioModelRecord {
+    /// Model id, used as `model` in `/v1/audio/...` requests.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: i64,
+    pub owned_by: String,
+    pub name: String,
+    /// `transcription` (`/v1/audio/transcriptions`, `/v1/audio/translations`) or `speech`
+    /// (`/v1/audio/speech`).
+    pub kind: &'static str,
+    /// Parameter count, e.g. `74M`.
+    pub parameters: String,
+    pub architecture: AudioArchitecture,
+    pub pricing: AudioPricingRecord,
+    /// The `voice` names a speech model takes (OpenAI's names are aliases of the first).
+    pub voices: Vec<String>,
+    pub license: License,
+    /// Servable here now (its weights and helpers are on this machine).
+    pub available: bool,
+    /// Why not, when `available` is false.
+    pub unavailable_reason: Option<String>,
+}
+
+/// What a speech model reads and writes.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct AudioArchitecture {
+    pub input_modalities: Vec<&'static str>,
+    pub output_modalities: Vec<&'static str>,
+}
+
+/// A speech model's list price per unit.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct AudioPricingRecord {
+    /// `minute` (of audio, billed in whole seconds rounded up) or `1M characters` (of input).
+    pub unit: &'static str,
+    /// USD per unit, exact decimal string.
+    #[schema(example = "0.0006")]
+    pub per_unit_usd: String,
+    /// Micro-USD per unit: what the ledger charges by.
+    pub micros_per_unit: i64,
+    /// How a request's cost follows from the price, in integer micro-USD.
+    pub rule: &'static str,
+    /// Always `USD`.
+    pub currency: &'static str,
+}
+
+/// The cost rule of transcriptions (`billing::transcription_micros`).
+pub const TRANSCRIPTION_RULE: &str =
+    "cost_micros = ceil(ceil(audio_ms / 1000) * micros_per_unit / 60): whole seconds of decoded audio, rounded up";
+/// The cost rule of speech (`billing::speech_micros`).
+pub const SPEECH_RULE: &str =
+    "cost_micros = ceil(input_characters * micros_per_unit / 1_000_000): Unicode characters of `input`";
+
+impl AudioModelRecord {
+    /// The record of `m`; `available` is `Err` with a short reason when it is not servable.
+    pub fn of(m: &AudioModelEntry, available: Result<(), String>) -> Self {
+        let (kind, unit, price, rule, input, output) = match m.kind {
+            AudioKind::Transcription => (
+                "transcription",
+                "minute",
+                m.pricing.per_minute,
+                TRANSCRIPTION_RULE,
+                "audio",
+                "text",
+            ),
+            AudioKind::Speech => (
+                "speech",
+                "1M characters",
+                m.pricing.per_million_characters,
+                SPEECH_RULE,
+                "text",
+                "audio",
+            ),
+        };
+        let price = price.unwrap_or(UnitPrice(crate::money::Micros(0)));
+        Self {
+            id: m.id.clone(),
+            object: "model",
+            created: m.created,
+            owned_by: m.maker.clone(),
+            name: m.name.clone(),
+            kind,
+            parameters: m.parameters.clone(),
+            architecture: AudioArchitecture {
+                input_modalities: vec![input],
+                output_modalities: vec![output],
+            },
+            pricing: AudioPricingRecord {
+                unit,
+                per_unit_usd: usd_per_unit(price),
+                micros_per_unit: price.0 .0,
+                rule,
+                currency: "USD",
+            },
+            voices: m.voices.clone(),
+            license: License {
+                name: m.license.clone(),
+                url: m.license_url.clone(),
+                commercial_use: m.commercial_use,
+            },
+            available: available.is_ok(),
+            unavailable_reason: available.err(),
+        }
+    }
+}
+
+/// USD per unit as an exact decimal string, at least two decimals (`"0.0006"`, `"1.00"`).
+pub fn usd_per_unit(p: UnitPrice) -> String {
+    usd_per_million(PricePerMTok(p.0 .0))
 }
 
 /// One model: OpenAI's model object (`id`, `object`, `created`, `owned_by`) plus an
@@ -192,5 +317,10 @@ mod tests {
         assert_eq!(usd_per_million(PricePerMTok(5_650_000)), "5.65");
         assert_eq!(usd_per_million(PricePerMTok(2_000_000)), "2.00");
         assert_eq!(usd_per_million(PricePerMTok(1_234_567)), "1.234567");
+        assert_eq!(usd_per_unit(UnitPrice(crate::money::Micros(600))), "0.0006");
+        assert_eq!(
+            usd_per_unit(UnitPrice(crate::money::Micros(1_000_000))),
+            "1.00"
+        );
     }
 }

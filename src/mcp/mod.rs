@@ -8,6 +8,7 @@
 //! May use: `catalog`, `billing` (the cost rule), `engine` (the trait, to count tokens exactly
 //! as billed; tokenizers), `reference`. Never: `ledger`, `api`, axum.
 
+mod audio_tools;
 mod data;
 mod tools;
 
@@ -96,7 +97,8 @@ impl TollgateMcp {
     }
 
     /// The price list: USD and integer micro-USD per 1M input and output tokens for every
-    /// model, with the rule that turns tokens into a charge.
+    /// chat model, with the rule that turns tokens into a charge; speech models per minute of
+    /// audio or per 1M characters (`audio_prices`).
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn get_prices(&self) -> Json<PriceList> {
         Json(self.data.get_prices())
@@ -104,7 +106,8 @@ impl TollgateMcp {
 
     /// Estimate what a request costs: prompt tokens (counted with the model's own tokenizer
     /// when it is on this server, or given), expected output tokens, and the cost in micros
-    /// and USD by the same rule the ledger charges with.
+    /// and USD by the same rule the ledger charges with. For a speech model: `audio_seconds`
+    /// (transcription) or `input` (text to speak).
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn estimate_cost(
         &self,

@@ -20,13 +20,46 @@ fn entry(id: &str, maker: &str, ctx: usize, input: &str, output: &str, commercia
     )
 }
 
+/// Two speech models, as `models.toml` lists them.
+const AUDIO: &str = r#"
+[[audio_model]]
+id = "stt"
+name = "STT"
+maker = "Acme"
+kind = "transcription"
+parameters = "74M"
+license = "MIT"
+license_url = "https://example.invalid"
+commercial_use = true
+created = 0
+pricing = { per_minute = "0.0006" }
+path = "stt"
+fetch = "scripts/fetch-weights whisper"
+
+[[audio_model]]
+id = "tts"
+name = "TTS"
+maker = "Acme"
+kind = "speech"
+parameters = "16M"
+license = "MIT"
+license_url = "https://example.invalid"
+commercial_use = true
+created = 0
+pricing = { per_million_characters = "15.00" }
+path = "tts.onnx"
+fetch = "scripts/fetch-weights piper"
+voices = ["joe"]
+"#;
+
 fn data() -> McpData {
     let text = [
         entry("cheap", "Acme", 2048, "0.02", "0.04", true),
         entry("mid", "Acme", 8192, "0.10", "0.20", true),
         entry("nc", "Other", 4096, "0.05", "0.10", false),
     ]
-    .concat();
+    .concat()
+        + AUDIO;
     let catalog = Catalog::parse(&text).unwrap();
     let mut languages = BTreeMap::new();
     languages.insert(
@@ -140,6 +173,8 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             prompt_tokens: Some(1234),
             expected_output_tokens: Some(567),
             language: Some("fra".into()),
+            audio_seconds: None,
+            input: None,
         })
         .unwrap();
     let pricing = &d.catalog.get("mid").unwrap().pricing;
@@ -159,6 +194,8 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             prompt_tokens: None,
             expected_output_tokens: None,
             language: Some("fra".into()),
+            audio_seconds: None,
+            input: None,
         })
         .unwrap();
     assert_eq!((fr.prompt_tokens, fr.completion_tokens), (400, 256));
@@ -172,6 +209,8 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             prompt_tokens: None,
             expected_output_tokens: Some(0),
             language: None,
+            audio_seconds: None,
+            input: None,
         })
         .unwrap();
     assert_eq!(
@@ -186,9 +225,52 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             prompt_tokens: None,
             expected_output_tokens: None,
             language: None,
+            audio_seconds: None,
+            input: None,
         })
         .unwrap_err()
         .contains("No model `nope`"));
+}
+
+#[test]
+fn speech_models_are_priced_per_second_and_per_character() {
+    let d = data();
+    let prices = d.get_prices();
+    let ids: Vec<(&str, &str, i64)> = prices
+        .audio_prices
+        .iter()
+        .map(|r| (r.id.as_str(), r.pricing.unit, r.pricing.micros_per_unit))
+        .collect();
+    assert_eq!(
+        ids,
+        [("stt", "minute", 600), ("tts", "1M characters", 15_000_000)]
+    );
+    let args = |model: &str, secs: Option<f64>, input: Option<&str>| EstimateArgs {
+        model: model.into(),
+        prompt: None,
+        messages: None,
+        prompt_tokens: None,
+        expected_output_tokens: None,
+        language: None,
+        audio_seconds: secs,
+        input: input.map(str::to_owned),
+    };
+    // 61.2 s -> 62 billed seconds -> ceil(62 * 600 / 60) = 620 micros.
+    let stt = d.estimate_cost(&args("stt", Some(61.2), None)).unwrap();
+    assert_eq!((stt.cost_micros.0, stt.audio_seconds), (620, Some(62)));
+    // 7 characters at 15 USD per 1M -> ceil(7 * 15 = 105) = 105 micros.
+    let tts = d
+        .estimate_cost(&args("tts", None, Some("héllo, ")))
+        .unwrap();
+    assert_eq!((tts.cost_micros.0, tts.input_characters), (105, Some(7)));
+    assert!(d
+        .estimate_cost(&args("stt", None, None))
+        .unwrap_err()
+        .contains("audio_seconds"));
+    assert!(d
+        .estimate_cost(&args("tts", Some(3.0), None))
+        .unwrap_err()
+        .contains("input"));
 }
 
 #[test]

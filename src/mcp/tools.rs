@@ -103,6 +103,8 @@ pub struct PriceList {
     /// How a request's cost is computed from them.
     pub rule: &'static str,
     pub prices: Vec<PriceRow>,
+    /// Speech models: per minute of audio (transcription) or per 1M input characters (speech).
+    pub audio_prices: Vec<super::audio_tools::AudioPriceRow>,
 }
 
 /// One model's list prices.
@@ -144,6 +146,10 @@ pub struct EstimateArgs {
     /// when the model's tokenizer is not on this server, and its measured multiplier vs English
     /// is reported.
     pub language: Option<String>,
+    /// Transcription models: seconds of audio (billed in whole seconds, rounded up).
+    pub audio_seconds: Option<f64>,
+    /// Speech models: the text to speak (its characters are billed).
+    pub input: Option<String>,
 }
 
 /// `estimate_cost` output.
@@ -171,6 +177,12 @@ pub struct Estimate {
     pub language_multiplier: Option<f64>,
     /// false: requests for this model get 403.
     pub commercial_use: bool,
+    /// Transcription estimates: the billed seconds of audio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio_seconds: Option<u64>,
+    /// Speech estimates: the billed characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_characters: Option<u64>,
 }
 
 /// `language_costs` input.
@@ -387,6 +399,7 @@ impl McpData {
                     commercial_use: m.commercial_use,
                 })
                 .collect(),
+            audio_prices: self.audio_prices(),
         }
     }
 
@@ -396,6 +409,9 @@ impl McpData {
     /// # Errors
     /// Unknown model, no prompt given, a bad role.
     pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
+        if let Some(m) = self.catalog.audio_model(&a.model) {
+            return super::audio_tools::estimate(m, a);
+        }
         let m = self.model(&a.model)?;
         let completion = a.expected_output_tokens.unwrap_or(256);
         let language = a.language.as_deref().map(str::to_ascii_lowercase);
@@ -448,6 +464,8 @@ impl McpData {
             rule: COST_RULE,
             language_multiplier: multiplier,
             commercial_use: m.commercial_use,
+            audio_seconds: None,
+            input_characters: None,
         })
     }
 

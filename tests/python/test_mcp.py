@@ -60,7 +60,9 @@ async def drive(session, *, engine=True):
         assert t.input_schema["type"] == "object", t.name
         assert t.output_schema and t.output_schema["type"] == "object", t.name
 
-    catalogue = get_json("/v1/models")["data"]
+    listed_all = get_json("/v1/models")["data"]
+    catalogue = [m for m in listed_all if "kind" not in m]  # chat models; speech ones have a `kind`
+    speech = {m["id"]: m for m in listed_all if "kind" in m}
     by_id = {m["id"]: m for m in catalogue}
 
     listed = await call(session, "list_models")
@@ -87,6 +89,15 @@ async def drive(session, *, engine=True):
     assert prices["currency"] == "USD"
     assert {p["id"]: p["output_micros_per_mtok"] for p in prices["prices"]} == \
         {m["id"]: m["pricing"]["output_micros_per_mtok"] for m in catalogue}
+    assert {p["id"]: (p["kind"], p["pricing"]["micros_per_unit"]) for p in prices["audio_prices"]} == \
+        {i: (m["kind"], m["pricing"]["micros_per_unit"]) for i, m in speech.items()}
+    # Speech models are estimated per second of audio and per character, by the billing rules.
+    per_minute = speech["whisper-base"]["pricing"]["micros_per_unit"]
+    est = await call(session, "estimate_cost", {"model": "whisper-base", "audio_seconds": 6.38})
+    assert (est["audio_seconds"], est["cost_micros"]) == (7, -(-7 * per_minute // 60))
+    per_char = speech["piper-joe-medium"]["pricing"]["micros_per_unit"]
+    est = await call(session, "estimate_cost", {"model": "piper-joe-medium", "input": "Hello there."})
+    assert (est["input_characters"], est["cost_micros"]) == (12, -(-12 * per_char // 1_000_000))
 
     langs = await call(session, "language_costs", {"model": MODEL, "language": "fra"})
     assert langs["models"][0]["model"] == MODEL

@@ -116,3 +116,12 @@ def test_a_poor_account_gets_402_before_any_synthesis():
         poor.audio.speech.create(model=MODEL, voice="alloy", input=PARAGRAPH)
     assert e.value.status_code == 402
     assert e.value.body["details"]["required_micros"] == COST
+
+
+def test_models_list_shows_speech_models_with_their_unit_price(client):
+    by_id = {m.id: m.model_extra for m in client.models.list()}
+    tts, stt = by_id[MODEL], by_id["whisper-base"]
+    assert (tts["kind"], tts["pricing"]["unit"], tts["pricing"]["micros_per_unit"]) == ("speech", "1M characters", 1_000_000)
+    assert tts["available"] is True and tts["voices"] == ["joe"]
+    assert (stt["kind"], stt["pricing"]["unit"], stt["pricing"]["per_unit_usd"]) == ("transcription", "minute", "0.0006")
+    assert client.models.retrieve(MODEL).model_extra["architecture"]["output_modalities"] == ["audio"]

@@ -77,7 +77,16 @@ async function loadModels() {
 // ---- views ----
 
 async function viewModels() {
-  const list = await loadModels();
+  const all = await loadModels();
+  const list = all.filter((m) => !m.kind), speech = all.filter((m) => m.kind);
+  const speechRows = speech.map((m) =>
+    h("tr", {},
+      h("td", {}, h("code", {}, m.id)),
+      h("td", {}, m.owned_by),
+      h("td", {}, m.kind === "speech" ? "text to speech" : "speech to text"),
+      h("td", {}, `$${m.pricing.per_unit_usd} per ${m.pricing.unit}`),
+      h("td", {}, m.license.commercial_use ? "yes" : h("span", { class: "warn" }, "no")),
+      h("td", {}, m.available ? "yes" : h("span", { class: "warn", title: m.unavailable_reason || "" }, "no"))));
   const rows = list.map((m) =>
     h("tr", {},
       h("td", {}, h("code", {}, m.id)),
@@ -93,7 +102,13 @@ async function viewModels() {
     h("div", { class: "table-wrap" },
       h("table", {},
         h("thead", {}, h("tr", {}, ["Model", "Maker", "Context", "Input", "Output", "Commercial use", "Servable here"].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, rows))));
+        h("tbody", {}, rows))),
+    h("h2", {}, "Speech models"),
+    h("p", { class: "muted" }, "Transcription is billed per second of audio (rounded up), speech per input character."),
+    h("div", { class: "table-wrap" },
+      h("table", {},
+        h("thead", {}, h("tr", {}, ["Model", "Maker", "Does", "Price", "Commercial use", "Servable here"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, speechRows))));
 }
 
 function viewSignup() {
@@ -302,7 +317,8 @@ async function viewBalance() {
 }
 
 async function viewPlayground() {
-  const list = (await loadModels()).filter((m) => m.license.commercial_use);
+  // Chat models only: speech models (the entries with a `kind`) have their own endpoints.
+  const list = (await loadModels()).filter((m) => !m.kind && m.license.commercial_use);
   const label = (m) => `${m.id} — $${m.pricing.input_per_million_usd} in / $${m.pricing.output_per_million_usd} out per 1M`;
   // Servable models first; the others are listed, marked and not selectable.
   const ready = list.filter((m) => m.available), absent = list.filter((m) => !m.available);

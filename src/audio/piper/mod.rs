@@ -25,6 +25,9 @@ use serde::Deserialize;
 
 use crate::audio::error::AudioError;
 
+/// ONNX Runtime's library, relative to the weights directory (`scripts/fetch-weights piper`).
+pub const RUNTIME_LIBRARY: &str = "onnxruntime/libonnxruntime.so";
+
 /// Silence between sentences, seconds (Piper's default `sentence_silence`).
 const SENTENCE_SILENCE_S: f32 = 0.2;
 
