@@ -238,6 +238,7 @@ pub fn assemble(
     use crate::api::state::{Accounts, Models, Paid, Public};
     // Ask whether the hub is reachable now, so no request waits for the first answer.
     crate::engine::hub::warm();
+    let pacer = text_generation_pacer(&engine);
     AppState {
         paid: Paid {
             meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
@@ -249,9 +250,12 @@ pub fn assemble(
             catalog: Arc::new(catalog),
             weights_dir: Arc::new(s.weights_dir),
             languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
-            speech: Arc::new(crate::audio::Speech::new(
-                std::thread::available_parallelism().map_or(1, usize::from),
-            )),
+            speech: Arc::new(
+                crate::audio::Speech::new(
+                    std::thread::available_parallelism().map_or(1, usize::from),
+                )
+                .with_pacer(pacer),
+            ),
         },
         accounts: Accounts {
             auth: Arc::new(Authenticator::new(ledger.clone())),
@@ -356,6 +360,15 @@ fn spawn_revocation_sync(state: &AppState) {
             let _ = tokio::task::spawn_blocking(move || a.sync_revocations()).await;
         }
     });
+}
+
+/// Audio's pacer: text generation is busy while any model has sequences running or waiting.
+fn text_generation_pacer(engine: &SharedEngine) -> crate::audio::pacer::Pacer {
+    let engine = engine.clone();
+    crate::audio::pacer::Pacer::new(
+        move || engine.stats().iter().any(|s| s.running + s.waiting > 0),
+        crate::audio::pacer::BUSY_SHARE,
+    )
 }
 
 fn candle_device_cpu() -> candle_core::Device {

@@ -15,11 +15,14 @@
 //! the CPU share (weights 1024 against 110), and a transcription uses every core when text
 //! generation is idle. Syntheses run on ONNX Runtime's threads, which `piper::LowPriority`
 //! creates at nice 10 too (spinning off). One audio job runs at a time, transcription or
-//! synthesis, so audio never holds more than its `threads`.
+//! synthesis, so audio never holds more than its `threads`. Nice alone lets audio take about
+//! half the CPU on a small machine, so audio work is also paced while text generation is busy
+//! (`pacer`: at most a fifth of the wall time).
 
 pub mod encode;
 mod error;
 pub mod mel;
+pub mod pacer;
 pub mod pcm;
 pub mod piper;
 mod priority;
@@ -34,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 use self::encode::Container;
+use self::pacer::Pacer;
 use self::pcm::Pcm;
 use self::piper::Voice;
 use self::priority::lower_priority;
@@ -47,6 +51,7 @@ pub struct Speech {
     pool: std::sync::OnceLock<Result<rayon::ThreadPool, String>>,
     models: Mutex<HashMap<PathBuf, Arc<WhisperModel>>>,
     voices: Mutex<HashMap<PathBuf, Arc<Voice>>>,
+    pacer: Pacer,
 }
 
 /// Whether the Whisper model in `dir` can run here; `Err` with a short reason (no paths).
@@ -94,7 +99,15 @@ impl Speech {
             pool: std::sync::OnceLock::new(),
             models: Mutex::new(HashMap::new()),
             voices: Mutex::new(HashMap::new()),
+            pacer: Pacer::never(),
         }
+    }
+
+    /// This worker, with audio work paced by `pacer` (see `pacer`).
+    #[must_use]
+    pub fn with_pacer(mut self, pacer: Pacer) -> Self {
+        self.pacer = pacer;
+        self
     }
 
     fn pool(&self) -> Result<&rayon::ThreadPool, AudioError> {
@@ -109,6 +122,11 @@ impl Speech {
             })
             .as_ref()
             .map_err(|e| AudioError::Inference(format!("audio thread pool: {e}")))
+    }
+
+    /// This worker's pacer (its totals say how audio shared the CPU).
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
     }
 
     /// The Whisper model in `dir`, loaded once and kept.
@@ -138,9 +156,9 @@ impl Speech {
         let me = self.clone();
         std::thread::spawn(move || {
             let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-            let result = me
-                .pool()
-                .and_then(|p| p.install(|| me.whisper(&dir)?.transcribe(&pcm.samples, &opts)));
+            let result = me.pool().and_then(|p| {
+                p.install(|| me.whisper(&dir)?.transcribe(&pcm.samples, &opts, &me.pacer))
+            });
             let _ = tx.send(result);
         });
         rx
@@ -172,7 +190,7 @@ impl Speech {
             lower_priority();
             let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
             let result = me.voice(&job.runtime, &job.voice).and_then(|v| {
-                let samples = v.synthesize(&job.text, job.speed)?;
+                let samples = v.synthesize(&job.text, job.speed, &me.pacer)?;
                 encode::encode(&samples, v.sample_rate, job.container)
             });
             let _ = tx.send(result);

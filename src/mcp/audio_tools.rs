@@ -2,26 +2,12 @@
 //! `estimate_cost` (seconds of audio for transcription, characters for speech), by the rules
 //! `billing` charges with.
 
-use schemars::JsonSchema;
-use serde::Serialize;
-
 use super::data::McpData;
-use super::tools::{Estimate, EstimateArgs};
+use super::tools::{AudioPriceRow, Estimate, EstimateArgs};
 use crate::billing;
 use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
-use crate::catalog::record::{AudioModelRecord, AudioPricingRecord};
+use crate::catalog::record::AudioModelRecord;
 use crate::money::Micros;
-
-/// One speech model's list price.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct AudioPriceRow {
-    pub id: String,
-    /// `transcription` or `speech`.
-    pub kind: &'static str,
-    pub pricing: AudioPricingRecord,
-    /// false: requests get 403.
-    pub commercial_use: bool,
-}
 
 impl McpData {
     /// The speech models' rows of `get_prices`.
@@ -40,13 +26,18 @@ impl McpData {
             })
             .collect()
     }
+
+    /// `estimate_cost` when `a.model` is a speech model; `None` for any other id.
+    pub fn estimate_audio(&self, a: &EstimateArgs) -> Option<Result<Estimate, String>> {
+        self.catalog.audio_model(&a.model).map(|m| estimate(m, a))
+    }
 }
 
 /// `estimate_cost` for speech model `m`.
 ///
 /// # Errors
 /// A transcription without `audio_seconds` (or negative), a speech estimate without `input`.
-pub fn estimate(m: &AudioModelEntry, a: &EstimateArgs) -> Result<Estimate, String> {
+fn estimate(m: &AudioModelEntry, a: &EstimateArgs) -> Result<Estimate, String> {
     let zero = UnitPrice(Micros(0));
     let record = AudioModelRecord::of(m, Ok(()));
     let (cost, counted_by, seconds, characters) = match m.kind {

@@ -104,7 +104,7 @@ pub struct PriceList {
     pub rule: &'static str,
     pub prices: Vec<PriceRow>,
     /// Speech models: per minute of audio (transcription) or per 1M input characters (speech).
-    pub audio_prices: Vec<super::audio_tools::AudioPriceRow>,
+    pub audio_prices: Vec<AudioPriceRow>,
 }
 
 /// One model's list prices.
@@ -116,6 +116,17 @@ pub struct PriceRow {
     pub input_micros_per_mtok: i64,
     pub output_micros_per_mtok: i64,
     /// false: requests get 403 (the licence forbids commercial serving).
+    pub commercial_use: bool,
+}
+
+/// One speech model's list price.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AudioPriceRow {
+    pub id: String,
+    /// `transcription` or `speech`.
+    pub kind: &'static str,
+    pub pricing: crate::catalog::record::AudioPricingRecord,
+    /// false: requests get 403.
     pub commercial_use: bool,
 }
 
@@ -409,8 +420,8 @@ impl McpData {
     /// # Errors
     /// Unknown model, no prompt given, a bad role.
     pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
-        if let Some(m) = self.catalog.audio_model(&a.model) {
-            return super::audio_tools::estimate(m, a);
+        if let Some(estimate) = self.estimate_audio(a) {
+            return estimate;
         }
         let m = self.model(&a.model)?;
         let completion = a.expected_output_tokens.unwrap_or(256);

@@ -24,6 +24,7 @@ use ort::value::Tensor;
 use serde::Deserialize;
 
 use crate::audio::error::AudioError;
+use crate::audio::pacer::Pacer;
 
 /// ONNX Runtime's library, relative to the weights directory (`scripts/fetch-weights piper`).
 pub const RUNTIME_LIBRARY: &str = "onnxruntime/libonnxruntime.so";
@@ -179,18 +180,24 @@ impl Voice {
         out
     }
 
-    /// Speak `text` at `speed` (1.0 is the voice's own pace; 2.0 takes half the time).
+    /// Speak `text` at `speed` (1.0 is the voice's own pace; 2.0 takes half the time), each
+    /// sentence one step of `pacer`.
     /// Returns mono samples at `sample_rate`, each sentence scaled to peak 0.95.
     ///
     /// # Errors
     /// `Unavailable` without `espeak-ng`; `Inference` when the graph fails.
-    pub fn synthesize(&self, text: &str, speed: f32) -> Result<Vec<f32>, AudioError> {
+    pub fn synthesize(
+        &self,
+        text: &str,
+        speed: f32,
+        pacer: &Pacer,
+    ) -> Result<Vec<f32>, AudioError> {
         let length_scale = self.length_scale / speed.max(0.01);
         let silence = (SENTENCE_SILENCE_S * self.sample_rate as f32 / speed.max(0.01)) as usize;
         let mut out = Vec::new();
         for sentence in phonemize::phonemize(text, &self.espeak_voice)? {
             let ids = self.phoneme_ids(&sentence);
-            let mut audio = self.run(ids, length_scale)?;
+            let mut audio = pacer.step(|| self.run(ids, length_scale))?;
             let peak = audio.iter().fold(0.01f32, |m, s| m.max(s.abs()));
             audio.iter_mut().for_each(|s| *s *= 0.95 / peak);
             if !out.is_empty() {

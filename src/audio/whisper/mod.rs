@@ -20,6 +20,7 @@ use candle_core::Device;
 use self::model::Whisper;
 use self::transcribe::{Options, Transcriber, Transcript};
 use crate::audio::error::AudioError;
+use crate::audio::pacer::Pacer;
 
 /// A loaded Whisper model: network and vocabulary.
 pub struct WhisperModel {
@@ -57,10 +58,16 @@ impl WhisperModel {
     ///
     /// # Errors
     /// `UnknownLanguage`, `Inference`.
-    pub fn transcribe(&self, samples: &[f32], opts: &Options) -> Result<Transcript, AudioError> {
+    pub fn transcribe(
+        &self,
+        samples: &[f32],
+        opts: &Options,
+        pacer: &Pacer,
+    ) -> Result<Transcript, AudioError> {
         Transcriber {
             model: &self.model,
             vocab: &self.vocab,
+            pacer,
         }
         .run(samples, opts)
     }

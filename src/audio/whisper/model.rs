@@ -67,7 +67,9 @@ fn attend(
 ) -> candle_core::Result<Tensor> {
     let dh = q.dim(D::Minus1)?;
     let q = (q * (dh as f64).powf(-0.5))?;
-    let mut w = q.matmul(&k.t()?.contiguous()?)?;
+    // `k.t()` is a strided view: the matmul reads it in place (no copy of the cross-attention
+    // keys at every decoder step).
+    let mut w = q.matmul(&k.t()?)?;
     if let Some(m) = mask {
         w = w.broadcast_add(m)?;
     }

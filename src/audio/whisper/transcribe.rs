@@ -21,6 +21,7 @@ use super::model::Whisper;
 use super::vocab::Vocab;
 use crate::audio::error::AudioError;
 use crate::audio::mel::{self, LogMel, HOP, SAMPLE_RATE, WINDOW_FRAMES};
+use crate::audio::pacer::Pacer;
 
 /// Seconds per timestamp token.
 const TIME_PRECISION: f64 = 0.02;
@@ -129,6 +130,8 @@ fn row(t: &Tensor, i: usize) -> Result<Vec<f32>, AudioError> {
 pub struct Transcriber<'a> {
     pub model: &'a Whisper,
     pub vocab: &'a Vocab,
+    /// Paces each encoder window and decoder step beside text generation.
+    pub pacer: &'a Pacer,
 }
 
 impl Transcriber<'_> {
@@ -186,9 +189,11 @@ impl Transcriber<'_> {
     /// # Errors
     /// candle errors.
     pub fn detect_language(&self, audio: &Tensor) -> Result<String, AudioError> {
-        let mut st = self.model.start(audio)?;
-        let h = self.model.decode(&mut st, &[self.vocab.sot])?;
-        let logits = row(&self.model.logits(&h)?, 0)?;
+        let mut st = self.pacer.step(|| self.model.start(audio))?;
+        let h = self
+            .pacer
+            .step(|| self.model.decode(&mut st, &[self.vocab.sot]))?;
+        let logits = self.pacer.step(|| row(&self.model.logits(&h)?, 0))?;
         let best = self
             .vocab
             .languages
@@ -216,11 +221,17 @@ impl Transcriber<'_> {
         }
         let sot_at = prompt.len();
         prompt.extend_from_slice(head);
-        let mut st = self.model.start(audio)?;
-        let h = self.model.decode(&mut st, &prompt)?;
-        let first = log_softmax(&row(&self.model.logits(&h.narrow(0, sot_at, 1)?)?, 0)?);
+        let mut st = self.pacer.step(|| self.model.start(audio))?;
+        let h = self.pacer.step(|| self.model.decode(&mut st, &prompt))?;
+        let first = log_softmax(
+            &self
+                .pacer
+                .step(|| row(&self.model.logits(&h.narrow(0, sot_at, 1)?)?, 0))?,
+        );
         let no_speech_prob = f64::from(first[v.no_speech as usize].exp());
-        let mut logits = row(&self.model.logits(&h.narrow(0, prompt.len() - 1, 1)?)?, 0)?;
+        let mut logits = self
+            .pacer
+            .step(|| row(&self.model.logits(&h.narrow(0, prompt.len() - 1, 1)?)?, 0))?;
         let (mut tokens, mut sum_logprob) = (Vec::new(), 0.0f64);
         for _ in 0..sample_len {
             self.filter(&mut logits, &tokens);
@@ -248,8 +259,8 @@ impl Transcriber<'_> {
             if token == v.eot || st.len >= self.model.dims.text_ctx {
                 break;
             }
-            let h = self.model.decode(&mut st, &[token])?;
-            logits = row(&self.model.logits(&h)?, 0)?;
+            let h = self.pacer.step(|| self.model.decode(&mut st, &[token]))?;
+            logits = self.pacer.step(|| row(&self.model.logits(&h)?, 0))?;
         }
         let text_ids: Vec<u32> = tokens.iter().copied().filter(|&t| t < v.eot).collect();
         let text = v.decode(&text_ids);
@@ -272,12 +283,14 @@ impl Transcriber<'_> {
     pub fn run(&self, samples: &[f32], opts: &Options) -> Result<Transcript, AudioError> {
         let v = self.vocab;
         let n_mels = self.model.dims.n_mels;
-        let mel = mel::log_mel(samples, mel::WINDOW_SAMPLES, n_mels);
+        let mel = self
+            .pacer
+            .step(|| mel::log_mel(samples, mel::WINDOW_SAMPLES, n_mels));
         let content = mel.frames - WINDOW_FRAMES;
         let device = self.model.device().clone();
         let encode = |mel: &LogMel, seek: usize| -> Result<Tensor, AudioError> {
             let w = Tensor::from_vec(mel.window(seek), (1, n_mels, WINDOW_FRAMES), &device)?;
-            Ok(self.model.encode(&w)?)
+            Ok(self.pacer.step(|| self.model.encode(&w))?)
         };
         let mut first_audio = None;
         let language = match &opts.language {
