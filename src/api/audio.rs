@@ -239,27 +239,7 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
     };
     let model = field("model")
         .ok_or_else(|| bad("model", "missing_model", "`model` is required.".into()))?;
-    let entry = match state.models.catalog.audio_model(model) {
-        Some(e) if e.kind == AudioKind::Transcription => e.clone(),
-        Some(_) => {
-            return Err(bad(
-                "model",
-                "model_not_supported",
-                format!("The model `{model}` speaks text; it does not transcribe audio."),
-            ))
-        }
-        None if state.models.catalog.get(model).is_some() => {
-            return Err(bad(
-                "model",
-                "model_not_supported",
-                format!("The model `{model}` is a chat model; it does not transcribe audio."),
-            ))
-        }
-        None => return Err(ApiError::ModelNotFound(model.to_owned())),
-    };
-    if !entry.commercial_use {
-        return Err(ApiError::NotLicensed(entry.id.clone()));
-    }
+    let entry = paid::audio_model(state, model, AudioKind::Transcription)?;
     let format = match field("response_format") {
         None => Format::Json,
         Some(f) => Format::parse(f).ok_or_else(|| {

@@ -1,8 +1,8 @@
 //! What every paid endpoint does around `metering`: the payer and its rate limit, the JSON body
 //! and its `Content-Type`, the `Idempotency-Key` header and the body's fingerprint, the model's
 //! catalogue checks, prompt preparation, the context check, and turning metering's results and
-//! errors into responses. Shared by the paid handlers (chat completions now; Responses and
-//! audio next), so no handler imports another.
+//! errors into responses. Shared by the paid handlers (chat completions, Responses, audio),
+//! so no handler imports another.
 //! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
 
 use axum::body::Bytes;
@@ -14,6 +14,7 @@ use super::access::{self, Payer};
 use super::error::ApiError;
 use super::limits::RateInfo;
 use super::state::{AppState, RequestModel};
+use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::ModelEntry;
 use crate::engine::{resolve, ChatInput, EngineError, Prompt};
 use crate::ledger::IdempotencyScope;
@@ -299,4 +300,66 @@ pub fn stored(r: StoredResponse, replayed: bool) -> Response {
         }
     }
     resp
+}
+
+/// A 200 whose body is not JSON (audio, subtitles): `content_type`, the charge in
+/// `x-tollgate-cost-micros`, and on an idempotent replay `idempotent-replayed: true` with the
+/// original `x-request-id` (a fresh response gets its own from the request-id layer).
+pub fn priced_body(
+    body: impl Into<axum::body::Body>,
+    content_type: &str,
+    cost_micros: i64,
+    request_id: &str,
+    replayed: bool,
+) -> Response {
+    let mut resp = (StatusCode::OK, body.into()).into_response();
+    let h = resp.headers_mut();
+    let mut set = |name: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(name, v);
+        }
+    };
+    set(header::CONTENT_TYPE.as_str(), content_type);
+    set("x-tollgate-cost-micros", &cost_micros.to_string());
+    if replayed {
+        set("idempotent-replayed", "true");
+        set("x-request-id", request_id);
+    }
+    resp
+}
+
+/// The speech model `model` names, if it is of `kind` and licensed for commercial serving.
+///
+/// # Errors
+/// 404 `model_not_found`; 400 `model_not_supported` for a chat model or an audio model of the
+/// other kind; 403 for a licence that forbids commercial use.
+pub fn audio_model(
+    state: &AppState,
+    model: &str,
+    kind: AudioKind,
+) -> Result<AudioModelEntry, ApiError> {
+    let does = |k: AudioKind| match k {
+        AudioKind::Transcription => "transcribe audio",
+        AudioKind::Speech => "speak text",
+    };
+    let other = |what: &str| ApiError::BadRequest {
+        param: Some("model".into()),
+        code: "model_not_supported",
+        message: format!("The model `{model}` {what}; it does not {}.", does(kind)),
+    };
+    let entry = match state.models.catalog.audio_model(model) {
+        Some(e) if e.kind == kind => e.clone(),
+        Some(e) => {
+            return Err(other(match e.kind {
+                AudioKind::Transcription => "transcribes audio",
+                AudioKind::Speech => "speaks text",
+            }))
+        }
+        None if state.models.catalog.get(model).is_some() => return Err(other("is a chat model")),
+        None => return Err(ApiError::ModelNotFound(model.to_owned())),
+    };
+    if !entry.commercial_use {
+        return Err(ApiError::NotLicensed(entry.id.clone()));
+    }
+    Ok(entry)
 }

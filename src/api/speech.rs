@@ -13,15 +13,15 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Extension;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::paid;
-use super::request::speech::{self, SpeechRequest};
+use super::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use super::schema::ErrorBody;
 use super::state::{AppState, RequestId, RequestModel};
@@ -93,44 +93,14 @@ fn bad(param: &str, code: &'static str, message: String) -> ApiError {
     }
 }
 
-/// The speech model `req.model` names and the voice to use.
-fn model_and_voice(
-    state: &AppState,
-    req: &SpeechRequest,
-) -> Result<(AudioModelEntry, String), ApiError> {
-    let model = req.model.as_str();
-    let entry = match state.models.catalog.audio_model(model) {
-        Some(e) if e.kind == AudioKind::Speech => e.clone(),
-        Some(_) => {
-            return Err(bad(
-                "model",
-                "model_not_supported",
-                format!("The model `{model}` transcribes audio; it does not speak text."),
-            ))
-        }
-        None if state.models.catalog.get(model).is_some() => {
-            return Err(bad(
-                "model",
-                "model_not_supported",
-                format!("The model `{model}` is a chat model; it does not speak text."),
-            ))
-        }
-        None => return Err(ApiError::ModelNotFound(model.to_owned())),
-    };
-    if !entry.commercial_use {
-        return Err(ApiError::NotLicensed(entry.id.clone()));
+/// Refuses a `voice` that is neither one of `entry`'s voices nor an OpenAI alias of them.
+fn check_voice(entry: &AudioModelEntry, voice: &str) -> Result<(), ApiError> {
+    if entry.voices.iter().any(|v| v == voice) || OPENAI_VOICES.contains(&voice) {
+        return Ok(());
     }
-    let own = entry.voices.first().cloned().unwrap_or_default();
-    let voice = if entry.voices.contains(&req.voice) {
-        req.voice.clone()
-    } else if OPENAI_VOICES.contains(&req.voice.as_str()) {
-        own
-    } else {
-        return Err(bad("voice", "unsupported_voice", format!(
-            "`{}` is not a voice of `{}`; use {} or an OpenAI voice name ({}), which are its aliases.",
-            req.voice, entry.id, entry.voices.join(", "), OPENAI_VOICES.join(", "))));
-    };
-    Ok((entry, voice))
+    Err(bad("voice", "unsupported_voice", format!(
+        "`{voice}` is not a voice of `{}`; use {} or an OpenAI voice name ({}), which are its aliases.",
+        entry.id, entry.voices.join(", "), OPENAI_VOICES.join(", "))))
 }
 
 /// The response for a stored synthesis.
@@ -141,20 +111,13 @@ fn respond(stored: StoredResponse, replayed: bool) -> Response {
     let audio = base64::engine::general_purpose::STANDARD
         .decode(s.audio)
         .unwrap_or_default();
-    let mut resp = (StatusCode::OK, audio).into_response();
-    let h = resp.headers_mut();
-    let mut set = |name: &'static str, v: &str| {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(name, v);
-        }
-    };
-    set(header::CONTENT_TYPE.as_str(), &s.content_type);
-    set("x-tollgate-cost-micros", &s.cost_micros.to_string());
-    if replayed {
-        set("idempotent-replayed", "true");
-        set("x-request-id", &s.request_id);
-    }
-    resp
+    paid::priced_body(
+        audio,
+        &s.content_type,
+        s.cost_micros,
+        &s.request_id,
+        replayed,
+    )
 }
 
 async fn handle(
@@ -168,8 +131,9 @@ async fn handle(
     let started = Instant::now();
     let body = paid::json_body(headers, body, &logged)?;
     let req = speech::parse(&body)?;
-    // One voice per model for now: the check refuses names that are neither it nor an alias.
-    let (entry, _voice) = model_and_voice(state, &req)?;
+    let entry = paid::audio_model(state, &req.model, AudioKind::Speech)?;
+    // One voice per model for now, so the voice only needs checking, not choosing.
+    check_voice(&entry, &req.voice)?;
     if !req.response_format.supported() {
         return Err(bad(
             "response_format",

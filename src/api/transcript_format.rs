@@ -7,8 +7,7 @@
 //! What metering stores for an idempotent replay is always JSON (`Stored`): the rendered body
 //! and its content type, so a replayed SRT is byte-identical.
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 use super::schema::ServiceCost;
@@ -217,20 +216,13 @@ pub fn respond(format: Format, stored: StoredResponse, replayed: bool) -> Respon
     let Ok(s) = serde_json::from_str::<Stored>(&stored.body) else {
         return super::paid::stored(stored, replayed);
     };
-    let mut resp = (StatusCode::OK, s.body).into_response();
-    let h = resp.headers_mut();
-    let mut set = |name: &'static str, v: &str| {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(name, v);
-        }
-    };
-    set(header::CONTENT_TYPE.as_str(), &s.content_type);
-    set("x-tollgate-cost-micros", &s.cost_micros.to_string());
-    if replayed {
-        set("idempotent-replayed", "true");
-        set("x-request-id", &s.request_id);
-    }
-    resp
+    super::paid::priced_body(
+        s.body,
+        &s.content_type,
+        s.cost_micros,
+        &s.request_id,
+        replayed,
+    )
 }
 
 #[cfg(test)]
