@@ -5,8 +5,10 @@ Started by scripts/test, which passes the server's base URL in TOLLGATE_BASE_URL
 import os
 import re
 import subprocess
+import threading
 import uuid
 
+import httpx
 import openai
 import pytest
 
@@ -131,24 +133,55 @@ def test_insufficient_balance_is_402_and_not_retried():
     assert int(second.value.response.headers["x-ratelimit-remaining-requests"]) == before - 1
 
 
-def test_rate_limit_429_is_retried_after_retry_after():
-    raw = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=0)
-    # Spend the key's whole quota with cheap invalid requests (rate limiting comes first).
+def spend_quota(raw):
+    """Send cheap invalid requests on `raw`'s key until it gets a 429 (rate limiting comes first)."""
     for _ in range(2000):
         try:
             raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
         except openai.RateLimitError:
-            break
+            return
         except openai.UnprocessableEntityError:
             pass
-    else:
-        pytest.fail("quota never ran out")
+    pytest.fail("quota never ran out")
+
+
+def test_rate_limit_429_is_retried_after_retry_after():
+    raw = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=0)
+    spend_quota(raw)
     with pytest.raises(openai.RateLimitError) as e:
         raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
     assert int(e.value.response.headers["retry-after"]) >= 1
-    retrying = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=2)
-    r = retrying.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=3)
-    assert r.http_response.status_code == 200
+    # The quota refills continuously (a request every 100 ms at the suite's 600 a minute), so on
+    # a slow machine the SDK's first attempt could find a fresh one. A spender keeps the quota
+    # empty until the SDK's client sees its 429 (an httpx response hook), then stops, so the
+    # SDK's retry after `retry-after-ms` finds the quota refilled.
+    stop = threading.Event()
+    hook = {"response": [lambda resp: stop.set() if resp.status_code == 429 else None]}
+    retrying = openai.OpenAI(base_url=BASE_URL, api_key=LIMITED_KEY, max_retries=2,
+                             http_client=httpx.Client(event_hooks=hook))
+    for _ in range(20):
+        stop.clear()
+
+        def keep_spending():
+            while not stop.wait(0):
+                try:
+                    raw.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=9)
+                except (openai.RateLimitError, openai.UnprocessableEntityError):
+                    pass
+
+        spender = threading.Thread(target=keep_spending)
+        spender.start()
+        deadline = threading.Timer(5.0, stop.set)
+        deadline.start()
+        try:
+            r = retrying.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=3)
+        finally:
+            stop.set()
+            deadline.cancel()
+            spender.join()
+        assert r.http_response.status_code == 200
+        if r.retries_taken >= 1:
+            break
     assert r.retries_taken >= 1
 
 
