@@ -8,7 +8,9 @@
 //!    `scripts/bench-faster-whisper.py` when `.venv-bench` has it (see that script). Ratios are
 //!    faster-whisper's RTF over ours: above 1 means we are faster.
 //! 3. Sharing: aggregate decode throughput of 16 concurrent SmolLM2 streams alone, then while
-//!    transcriptions run back to back; the ratio is the share text generation keeps.
+//!    transcriptions run back to back, first at nice 10 only (no turns, no pacing: the old way),
+//!    then as the server runs them (turns with the engine's steps, `cpu_turns`, and paced,
+//!    `audio::pacer`); the ratio is the share text generation keeps.
 //!
 //! Skips when run by `cargo test` or when weights, ONNX Runtime or `espeak-ng` are missing.
 
@@ -189,7 +191,7 @@ async fn beside(
 }
 
 /// Section 3: 16 streams alone, then beside back-to-back transcriptions at nice 10 only, then
-/// with the server's pacer (`audio::pacer`) as well.
+/// taking turns and paced as in the server (`cpu_turns`, `audio::pacer`).
 fn sharing(root: &Path, threads: usize, audio: &Pcm) {
     let gguf = root.join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !gguf.exists() {
@@ -226,7 +228,7 @@ fn sharing(root: &Path, threads: usize, audio: &Pcm) {
         let again = aggregate(&engine).await;
         // The baseline is the mean of the runs before and after (they drift a few percent).
         let base = (alone + again) / 2.0;
-        println!("sharing: {STREAMS} streams x {NEW_TOKENS} tokens alone: {alone:.1} tok/s before, {again:.1} after (baseline {base:.1}); beside transcriptions of {:.1} s at nice 10 only: {unpaced:.1} tok/s = {:.2}x kept ({n1} finished); with the pacer (audio share {share}): {with_pacer:.1} tok/s = {:.2}x kept ({n2} finished)",
+        println!("sharing: {STREAMS} streams x {NEW_TOKENS} tokens alone: {alone:.1} tok/s before, {again:.1} after (baseline {base:.1}); beside transcriptions of {:.1} s at nice 10 only: {unpaced:.1} tok/s = {:.2}x kept ({n1} finished); taking turns and paced (audio share {share}): {with_pacer:.1} tok/s = {:.2}x kept ({n2} finished)",
             audio.seconds(), unpaced / base, with_pacer / base);
     });
 }

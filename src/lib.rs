@@ -5,7 +5,7 @@
 //! `api` (axum) -> `metering` -> {`billing`, `ledger` (SQLite), `engine` (candle, tokenizers,
 //! minijinja)}; `api` -> `auth` -> `ledger`; `api` -> `engine` for prompt preparation only;
 //! `api` -> `mcp` (rmcp) -> `engine`, `billing`, `catalog`, `reference`; `billing` uses
-//! `ledger`'s record types, never its database calls; `catalog` and `reference` are plain data.
+//! `ledger`'s record types, never its database calls; `catalog` and `reference` are plain data; `cpu_turns` (std only) is shared by `engine` and `audio`.
 //! `metering`, `engine` and `ledger` never import axum or HTTP types; `engine` and `ledger`
 //! never import each other; no handler file imports another; no `src/` file is in an import
 //! circle. Not yet true: dashboard handlers still call the ledger directly for accounts, keys
@@ -18,6 +18,7 @@ pub mod auth;
 pub mod billing;
 pub mod catalog;
 pub mod cli;
+pub mod cpu_turns;
 pub mod engine;
 pub mod ids;
 pub mod ledger;

@@ -16,8 +16,9 @@
 //! generation is idle. Syntheses run on ONNX Runtime's threads, which `piper::LowPriority`
 //! creates at nice 10 too (spinning off). One audio job runs at a time, transcription or
 //! synthesis, so audio never holds more than its `threads`. Nice alone lets audio take about
-//! half the CPU on a small machine, so audio work is also paced while text generation is busy
-//! (`pacer`: at most a fifth of the wall time).
+//! half the CPU on a small machine, so while text generation is busy each unit of audio work
+//! also waits for its turn between the engine's forward steps (`crate::cpu_turns`) and is paced
+//! (`pacer`: at most 15% of the wall time).
 
 pub mod encode;
 mod error;

@@ -2,26 +2,30 @@
 //!
 //! Nice 10 alone is not enough on a small machine: the engine's rayon workers wait for each
 //! other at every layer by spinning with `sched_yield`, and each yield hands the core to a
-//! runnable audio thread for a whole time slice. So audio work is also paced: after each unit
-//! of work (a Whisper encoder window, decoder step, logits row or cross-attention set-up, the
-//! log-mel; a Piper sentence) that took `t`, while text generation is busy the audio thread
-//! sleeps `t * (1 / share - 1)`, holding audio to `share` of the wall time. When text generation
-//! is idle, audio runs flat out.
+//! runnable audio thread for a whole time slice. So each unit of audio work (a Whisper encoder
+//! layer, decoder step, logits row or cross-attention set-up, the log-mel; a Piper sentence)
+//! runs in its turn between the engine's forward steps (`cpu_turns`), never beside one, and is
+//! paced: after a unit that took `t`, while text generation is busy the audio thread sleeps
+//! `t * (1 / share - 1)`, holding audio to `share` of the wall time. When text generation is
+//! idle, audio runs flat out.
 //!
 //! Measured (`cargo bench --bench speech`, 2 cores, 16 SmolLM2 streams beside back-to-back
-//! transcriptions): nice 10 alone kept 0.45-0.56x of the streams' throughput, the pacer
-//! 0.66-0.81x over six runs. The engine's threads used as much CPU time either way; its steps
-//! take longer in wall time while audio threads hold the cores between its barriers.
+//! transcriptions): nice 10 alone kept 0.45-0.56x of the streams' throughput; pacing without
+//! turns 0.66-0.81x over six runs (the engine's threads used as much CPU time either way, its
+//! steps took longer in wall time while audio threads held the cores between its barriers);
+//! turns and pacing: see the README's audio section for the figures.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::cpu_turns::{Turns, TURNS};
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Audio's share of the wall time while text generation is busy.
-pub const BUSY_SHARE: f64 = 0.2;
+pub const BUSY_SHARE: f64 = 0.15;
 
 /// How long a "busy" answer is trusted before asking again.
 const PROBE_EVERY: Duration = Duration::from_millis(20);
@@ -30,6 +34,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(20);
 pub struct Pacer {
     busy: Box<dyn Fn() -> bool + Send + Sync>,
     share: f64,
+    /// Where audio work takes its turns; `None` for a pacer with nothing to share with.
+    turns: Option<&'static Turns>,
     last: std::sync::Mutex<Option<(Instant, bool)>>,
     /// Nanoseconds of work stepped and of waits, for reports.
     worked_ns: AtomicU64,
@@ -43,15 +49,19 @@ impl Pacer {
         Self {
             busy: Box::new(busy),
             share: share.clamp(0.01, 1.0),
+            turns: Some(&TURNS),
             last: std::sync::Mutex::new(None),
             worked_ns: AtomicU64::new(0),
             waited_ns: AtomicU64::new(0),
         }
     }
 
-    /// A pacer that never waits (nothing to share the CPU with).
+    /// A pacer that never waits and takes no turns (nothing to share the CPU with).
     pub fn never() -> Self {
-        Self::new(|| false, 1.0)
+        Self {
+            turns: None,
+            ..Self::new(|| false, 1.0)
+        }
     }
 
     fn busy(&self) -> bool {
@@ -66,11 +76,18 @@ impl Pacer {
         }
     }
 
-    /// Run `work`, then wait as the share requires if text generation is busy.
+    /// Run `work` in its turn (`cpu_turns`), then wait as the share requires if text
+    /// generation is busy.
     pub fn step<T>(&self, work: impl FnOnce() -> T) -> T {
-        let t0 = Instant::now();
-        let out = work();
-        let worked = t0.elapsed();
+        let timed = || {
+            let t0 = Instant::now();
+            let out = work();
+            (out, t0.elapsed())
+        };
+        let (out, worked) = match self.turns {
+            Some(turns) => turns.audio_step(timed),
+            None => timed(),
+        };
         self.worked_ns.fetch_add(nanos(worked), Ordering::Relaxed);
         if self.share < 1.0 && self.busy() {
             let wait = worked.mul_f64(1.0 / self.share - 1.0);

@@ -508,7 +508,8 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
             rest = tail;
             base = i + 1;
         }
-        rt.model.forward(&mut refs)
+        // Audio work waits for this step to end, and the step for audio's (`cpu_turns`).
+        crate::cpu_turns::TURNS.engine_step(|| rt.model.forward(&mut refs))
     };
     let logits = match logits {
         Ok(l) => l,

@@ -9,6 +9,7 @@ pub mod ct2;
 pub mod languages;
 pub mod model;
 pub mod transcribe;
+mod vector;
 mod vocab;
 
 pub use self::vocab::Vocab;

@@ -290,7 +290,9 @@ impl Transcriber<'_> {
         let device = self.model.device().clone();
         let encode = |mel: &LogMel, seek: usize| -> Result<Tensor, AudioError> {
             let w = Tensor::from_vec(mel.window(seek), (1, n_mels, WINDOW_FRAMES), &device)?;
-            Ok(self.pacer.step(|| self.model.encode(&w))?)
+            Ok(self
+                .model
+                .encode_in_steps(&w, |part| self.pacer.step(part))?)
         };
         let mut first_audio = None;
         let language = match &opts.language {
