@@ -18,6 +18,11 @@ use tollgate::engine::{
 const MODEL: &str = "smollm2-135m-instruct";
 const NEW_TOKENS: usize = 128;
 
+/// The catalogue id measured: `BENCH_MODEL`, or SmolLM2.
+fn model_id() -> String {
+    std::env::var("BENCH_MODEL").unwrap_or_else(|_| MODEL.into())
+}
+
 struct Run {
     prompt_tokens: usize,
     completion_tokens: usize,
@@ -29,7 +34,7 @@ struct Run {
 
 async fn one(engine: &CandleEngine, text: String, max_new_tokens: usize) -> Run {
     let msgs = ChatInput::messages(vec![ChatMessage::text(Role::User, text)]);
-    let prompt = engine.prepare(MODEL, &msgs).expect("prepare");
+    let prompt = engine.prepare(&model_id(), &msgs).expect("prepare");
     let req = GenerateRequest {
         request_id: "req_bench".into(),
         prompt,
@@ -76,8 +81,15 @@ fn main() {
         println!("engine bench: skipped (run with `cargo bench --bench engine`)");
         return;
     }
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("weights/SmolLM2-135M-Instruct.Q4_1.gguf");
+    // `BENCH_GGUF=FILE BENCH_MODEL=ID` measures another catalogue model (its tokenizer and
+    // template come from the catalogue entry `ID`).
+    let path = std::env::var_os("BENCH_GGUF").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("weights/SmolLM2-135M-Instruct.Q4_1.gguf")
+        },
+        PathBuf::from,
+    );
     if !path.exists() {
         println!(
             "engine bench: skipped ({} missing; run scripts/fetch-weights)",
@@ -85,7 +97,7 @@ fn main() {
         );
         return;
     }
-    let engine = common::engine(MODEL, path);
+    let engine = common::engine(&model_id(), path);
     let rt = common::runtime();
     rt.block_on(async {
         let _warm = one(&engine, "Hello".to_owned(), NEW_TOKENS).await;

@@ -21,7 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE};
+use super::packed::{Packed, COLS, SPLIT_CENTRE, SUPER};
 
 /// Output columns per ymm of i32 lanes: half of a 16-row group.
 const HALF: usize = COLS / 2;
@@ -34,15 +34,18 @@ const HALF: usize = COLS / 2;
 pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
     debug_assert!(p.runs_on_avx2, "Q8_0 would saturate vpmaddubsw");
-    match (p.nibbles, p.split) {
-        (true, _) => group_t::<true, false>(p, g, acts, i0, rows, out),
-        (false, false) => group_t::<false, false>(p, g, acts, i0, rows, out),
-        (false, true) => group_t::<false, true>(p, g, acts, i0, rows, out),
+    match (p.nibbles, p.split, p.factors.is_some()) {
+        (true, _, false) => group_t::<true, false, false>(p, g, acts, i0, rows, out),
+        (true, _, true) => group_t::<true, false, true>(p, g, acts, i0, rows, out),
+        (false, false, false) => group_t::<false, false, false>(p, g, acts, i0, rows, out),
+        (false, false, true) => group_t::<false, false, true>(p, g, acts, i0, rows, out),
+        // Only Q6_K is split, and it is factored.
+        (false, true, _) => group_t::<false, true, true>(p, g, acts, i0, rows, out),
     }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group_t<const NIB: bool, const SPLIT: bool>(
+unsafe fn group_t<const NIB: bool, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -57,13 +60,57 @@ unsafe fn group_t<const NIB: bool, const SPLIT: bool>(
         for half in 0..2 {
             let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
             match n {
-                1 => half_rows::<1, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
-                2 => half_rows::<2, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
-                3 => half_rows::<3, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
-                _ => half_rows::<4, NIB, SPLIT>(p, g, acts, i0 + r0, half, o),
+                1 => half_rows::<1, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
+                2 => half_rows::<2, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
+                3 => half_rows::<3, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
+                _ => half_rows::<4, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
             }
         }
         r0 += n;
+    }
+}
+
+/// The 8 factor bytes at `v[at..]` as f32: signed when `SIGNED` (Q6_K's scales).
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn ints<const SIGNED: bool>(v: &[u8], at: usize) -> __m256 {
+    let bytes = _mm_loadl_epi64(v.as_ptr().add(at).cast());
+    if SIGNED {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+    } else {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))
+    }
+}
+
+/// Block `b`'s `(s, s_hi, min')` for the 8 columns from `col` (`at * 16 + half * 8`) of group
+/// `g`: loaded, or formed from the K-quant factors (see `avx512.rs`). Unused parts repeat `s`.
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn scales<const SPLIT: bool, const FAC: bool>(
+    p: &Packed,
+    g: usize,
+    b: usize,
+    col: usize,
+) -> (__m256, __m256, __m256) {
+    if FAC {
+        // SAFETY (of the unchecked unwrap): `FAC` is chosen from `p.factors.is_some()`.
+        let f = p.factors.as_ref().unwrap_unchecked();
+        let sup = (g * p.blocks.div_ceil(SUPER) + b / SUPER) * COLS + col % COLS;
+        let d = _mm256_loadu_ps(f.d.as_ptr().add(sup));
+        let s = _mm256_mul_ps(d, ints::<SPLIT>(&f.sc, col));
+        if SPLIT {
+            (s, _mm256_mul_ps(d, ints::<SPLIT>(&f.sc_hi, col)), s)
+        } else {
+            let dmin = _mm256_loadu_ps(f.neg_dmin.as_ptr().add(sup));
+            (s, s, _mm256_mul_ps(dmin, ints::<SPLIT>(&f.m, col)))
+        }
+    } else {
+        let s = _mm256_loadu_ps(p.scale.as_ptr().add(col));
+        if SPLIT {
+            (s, _mm256_loadu_ps(p.scale_hi.as_ptr().add(col)), s)
+        } else {
+            (s, s, _mm256_loadu_ps(p.min.as_ptr().add(col)))
+        }
     }
 }
 
@@ -71,7 +118,7 @@ unsafe fn group_t<const NIB: bool, const SPLIT: bool>(
 /// `out[r * 16 + c]`, `c < 8`.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
 #[inline(always)]
-unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool>(
+unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -95,7 +142,7 @@ unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool>(
         let at = g * p.blocks + b;
         let wp = p.q.as_ptr().add(at * bb + HALF * 4 * half);
         let col = at * COLS + half * HALF;
-        let s = _mm256_loadu_ps(p.scale.as_ptr().add(col));
+        let (s, s_hi, mn) = scales::<SPLIT, FAC>(p, g, b, col);
         let mut part = [_mm256_setzero_si256(); R];
         let mut dots = [_mm256_setzero_si256(); R];
         for h in 0..8 {
@@ -122,11 +169,7 @@ unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool>(
             }
             if SPLIT && (h == 3 || h == 7) {
                 // One half of the block is summed: centre it and scale it.
-                let sc = if h == 3 {
-                    s
-                } else {
-                    _mm256_loadu_ps(p.scale_hi.as_ptr().add(col))
-                };
+                let sc = if h == 3 { s } else { s_hi };
                 for (r, (a, d)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
                     let ab = (i0 + r) * acts.blocks + b;
                     let lo = *acts.sum_lo.get_unchecked(ab);
@@ -143,7 +186,6 @@ unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool>(
             }
         }
         if !SPLIT {
-            let mn = _mm256_loadu_ps(p.min.as_ptr().add(col));
             for (r, (a, d)) in acc.iter_mut().zip(&dots).enumerate() {
                 let ab = (i0 + r) * acts.blocks + b;
                 let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));

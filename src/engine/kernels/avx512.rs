@@ -7,13 +7,17 @@
 //! two halves with `s[16] * da` and `s_hi[16] * da`. `avx2.rs` does the same lane operations
 //! in the same order, so both kernels give bit-identical outputs.
 //!
+//! K-quants (`Packed::factors`) form `s`, `s_hi` and `min'` per block from their integer
+//! factors and super-block `d`, `-dmin` (one conversion and one multiply each): the same f32
+//! values the unfactored layout stores.
+//!
 //! Each activation row's lanes see the same operations in the same order whatever the tile
 //! size, so a row gets bit-identical results alone (decode) and inside a batch.
 
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE};
+use super::packed::{Packed, COLS, SPLIT_CENTRE, SUPER};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 ///
@@ -22,15 +26,18 @@ use super::packed::{Packed, COLS, SPLIT_CENTRE};
 /// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
 pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
-    match (p.nibbles, p.split) {
-        (true, _) => group_n::<true, false>(p, g, acts, i0, rows, out),
-        (false, false) => group_n::<false, false>(p, g, acts, i0, rows, out),
-        (false, true) => group_n::<false, true>(p, g, acts, i0, rows, out),
+    match (p.nibbles, p.split, p.factors.is_some()) {
+        (true, _, false) => group_n::<true, false, false>(p, g, acts, i0, rows, out),
+        (true, _, true) => group_n::<true, false, true>(p, g, acts, i0, rows, out),
+        (false, false, false) => group_n::<false, false, false>(p, g, acts, i0, rows, out),
+        (false, false, true) => group_n::<false, false, true>(p, g, acts, i0, rows, out),
+        // Only Q6_K is split, and it is factored.
+        (false, true, _) => group_n::<false, true, true>(p, g, acts, i0, rows, out),
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn group_n<const NIB: bool, const SPLIT: bool>(
+unsafe fn group_n<const NIB: bool, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -39,21 +46,33 @@ unsafe fn group_n<const NIB: bool, const SPLIT: bool>(
     out: &mut [f32],
 ) {
     match rows {
-        1 => tile::<1, NIB, SPLIT>(p, g, acts, i0, out),
-        2 => tile::<2, NIB, SPLIT>(p, g, acts, i0, out),
-        3 => tile::<3, NIB, SPLIT>(p, g, acts, i0, out),
-        4 => tile::<4, NIB, SPLIT>(p, g, acts, i0, out),
-        5 => tile::<5, NIB, SPLIT>(p, g, acts, i0, out),
-        6 => tile::<6, NIB, SPLIT>(p, g, acts, i0, out),
-        7 => tile::<7, NIB, SPLIT>(p, g, acts, i0, out),
-        _ => tile::<TILE, NIB, SPLIT>(p, g, acts, i0, out),
+        1 => tile::<1, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        2 => tile::<2, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        3 => tile::<3, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        4 => tile::<4, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        5 => tile::<5, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        6 => tile::<6, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        7 => tile::<7, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        _ => tile::<TILE, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+    }
+}
+
+/// The 16 factor bytes at `v[at..]` as f32: signed when `SIGNED` (Q6_K's scales).
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
+#[inline(always)]
+unsafe fn ints<const SIGNED: bool>(v: &[u8], at: usize) -> __m512 {
+    let bytes = _mm_loadu_si128(v.as_ptr().add(at).cast());
+    if SIGNED {
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+    } else {
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))
     }
 }
 
 /// `R` activation rows against group `g`; accumulators stay in registers.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
 #[inline(always)]
-unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool>(
+unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -78,11 +97,25 @@ unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool>(
                 *wh = _mm512_loadu_si512(wp.add(64 * h).cast());
             }
         }
-        let s = _mm512_loadu_ps(p.scale.as_ptr().add(at * COLS));
-        let s_hi = if SPLIT {
-            _mm512_loadu_ps(p.scale_hi.as_ptr().add(at * COLS))
+        let (s, s_hi, mn) = if FAC {
+            // SAFETY (of the unchecked unwrap): `FAC` is chosen from `p.factors.is_some()`.
+            let f = p.factors.as_ref().unwrap_unchecked();
+            let sup = (g * p.blocks.div_ceil(SUPER) + b / SUPER) * COLS;
+            let d = _mm512_loadu_ps(f.d.as_ptr().add(sup));
+            let s = _mm512_mul_ps(d, ints::<SPLIT>(&f.sc, at * COLS));
+            if SPLIT {
+                (s, _mm512_mul_ps(d, ints::<SPLIT>(&f.sc_hi, at * COLS)), s)
+            } else {
+                let dmin = _mm512_loadu_ps(f.neg_dmin.as_ptr().add(sup));
+                (s, s, _mm512_mul_ps(dmin, ints::<SPLIT>(&f.m, at * COLS)))
+            }
         } else {
-            s
+            let s = _mm512_loadu_ps(p.scale.as_ptr().add(at * COLS));
+            if SPLIT {
+                (s, _mm512_loadu_ps(p.scale_hi.as_ptr().add(at * COLS)), s)
+            } else {
+                (s, s, _mm512_loadu_ps(p.min.as_ptr().add(at * COLS)))
+            }
         };
         for (r, a) in acc.iter_mut().enumerate() {
             let ab = (i0 + r) * acts.blocks + b;
@@ -113,7 +146,6 @@ unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool>(
             } else {
                 let dots = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));
                 *a = _mm512_fmadd_ps(dots, _mm512_mul_ps(s, da), *a);
-                let mn = _mm512_loadu_ps(p.min.as_ptr().add(at * COLS));
                 let dsum = _mm512_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
                 *a = _mm512_fmadd_ps(mn, dsum, *a);
             }

@@ -21,12 +21,20 @@
 //! `c` of the group. Scales and offsets are f32, `[group][block][16]`. Rows past `n` in the
 //! last group are zeros (their outputs are computed and dropped).
 //!
+//! K-quants (Q4_K, Q5_K, Q6_K) keep their scales factored as the file does (`Factors`): per
+//! 32-block and row the integer scale (and, Q4_K/Q5_K, the integer min) as a byte, per
+//! 256-super-block and row the f32 of the file's f16 `d` (and `-dmin`); the kernels form
+//! `s = d * sc` and `min' = -dmin * m` per block, the same exact f32 products packing would
+//! have stored. That keeps Q4_K at 304 bytes per 16 rows x 32 weights (the file: 288), where
+//! f32 scales and offsets took 384: decode of a 1.5B Q4_K_M model reads that many bytes per
+//! token, so it runs about that much faster (see the README's benchmarks).
+//!
 //! AVX2 has no `vpdpbusd`: `vpmaddubsw` adds two u8 x i8 products into a saturating i16, so a
 //! type runs there only if `2 * max(u) * 127` fits in i16 (every type but Q8_0, whose `u`
 //! reaches 255; see `runs_on_avx2`).
 
 use super::blocks::WeightType;
-use super::portable::unpack;
+use super::portable::{k_scales, unpack, KScales, Scales};
 
 /// Weight rows per group (the lanes of one 512-bit vector of i32).
 pub const COLS: usize = 16;
@@ -53,7 +61,30 @@ pub struct Packed {
     pub scale_hi: Vec<f32>,
     /// `[group][block][16]` offsets `min - s * c`; empty when `split`.
     pub min: Vec<f32>,
+    /// K-quants: the scales factored as the file keeps them (module doc); `scale`,
+    /// `scale_hi` and `min` are then empty.
+    pub factors: Option<Factors>,
 }
+
+/// A K-quant matrix's scales, factored (module doc). `s = d * sc`, `s_hi = d * sc_hi`,
+/// `min' = neg_dmin * m`, each formed in f32.
+#[derive(Clone, Default)]
+pub struct Factors {
+    /// `[group][super-block][16]`: `d`.
+    pub d: Vec<f32>,
+    /// `[group][super-block][16]`: `-dmin`; empty when `split` (Q6_K).
+    pub neg_dmin: Vec<f32>,
+    /// `[group][block][16]`: the block's integer scale, unsigned (Q4_K, Q5_K) or, when
+    /// `split`, the low half's signed scale as its byte.
+    pub sc: Vec<u8>,
+    /// `[group][block][16]`: the high half's signed scale (Q6_K); empty otherwise.
+    pub sc_hi: Vec<u8>,
+    /// `[group][block][16]`: the block's integer min; empty when `split`.
+    pub m: Vec<u8>,
+}
+
+/// 32-blocks per K-quant super-block.
+pub const SUPER: usize = 8;
 
 /// Whether the AVX2 kernel can run type `t` on this layout: every type but Q8_0, whose `u`
 /// reaches 255 and would saturate `vpmaddubsw`.
@@ -92,6 +123,8 @@ impl Packed {
         let nibbles = matches!(t, WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q4K);
         let (groups, blocks) = (n.div_ceil(COLS), k / 32);
         let bb = Self::block_bytes_for(nibbles);
+        let factored = matches!(t, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K);
+        let per_block = |on: bool| vec![0.0; if on { groups * blocks * COLS } else { 0 }];
         let mut p = Packed {
             groups,
             blocks,
@@ -99,9 +132,22 @@ impl Packed {
             split,
             runs_on_avx2: runs_on_avx2(t),
             q: vec![0u8; groups * blocks * bb],
-            scale: vec![0.0; groups * blocks * COLS],
-            scale_hi: vec![0.0; if split { groups * blocks * COLS } else { 0 }],
-            min: vec![0.0; if split { 0 } else { groups * blocks * COLS }],
+            scale: per_block(!factored),
+            scale_hi: per_block(!factored && split),
+            min: per_block(!factored && !split),
+            factors: factored.then(|| {
+                let (cells, supers) = (
+                    groups * blocks * COLS,
+                    groups * blocks.div_ceil(SUPER) * COLS,
+                );
+                Factors {
+                    d: vec![0.0; supers],
+                    neg_dmin: vec![0.0; if split { 0 } else { supers }],
+                    sc: vec![0; cells],
+                    sc_hi: vec![0; if split { cells } else { 0 }],
+                    m: vec![0; if split { 0 } else { cells }],
+                }
+            }),
         };
         let mut q = [0i8; 32];
         let mut u = [[0u8; 32]; COLS];
@@ -121,11 +167,27 @@ impl Packed {
                         let byte = (i16::from(v) + centre) as u8;
                         *o = byte;
                     }
-                    p.scale[at * COLS + c] = s.s0;
-                    if split {
-                        p.scale_hi[at * COLS + c] = s.s1;
+                    if let Some(f) = p.factors.as_mut() {
+                        let k = k_scales(t, row(j), b).expect("a K-quant type has K-quant scales");
+                        let sup = (g * blocks.div_ceil(SUPER) + b / SUPER) * COLS + c;
+                        f.d[sup] = k.d;
+                        #[allow(clippy::cast_sign_loss)]
+                        let (sc0, sc1) = (k.sc0 as u8, k.sc1 as u8);
+                        f.sc[at * COLS + c] = sc0;
+                        if split {
+                            f.sc_hi[at * COLS + c] = sc1;
+                        } else {
+                            f.neg_dmin[sup] = k.neg_dmin;
+                            f.m[at * COLS + c] = k.m;
+                        }
+                        check_factors(&s, &k, split);
                     } else {
-                        p.min[at * COLS + c] = s.min - s.s0 * f32::from(centre);
+                        p.scale[at * COLS + c] = s.s0;
+                        if split {
+                            p.scale_hi[at * COLS + c] = s.s1;
+                        } else {
+                            p.min[at * COLS + c] = s.min - s.s0 * f32::from(centre);
+                        }
                     }
                 }
                 let out = &mut p.q[at * bb..(at + 1) * bb];
@@ -158,6 +220,7 @@ impl Packed {
                 || p.nibbles != first.nibbles
                 || p.split != first.split
                 || p.runs_on_avx2 != first.runs_on_avx2
+                || p.factors.is_some() != first.factors.is_some()
             {
                 return None;
             }
@@ -184,11 +247,80 @@ impl Packed {
             scale: cat(|p| &p.scale),
             scale_hi: cat(|p| &p.scale_hi),
             min: cat(|p| &p.min),
+            factors: first.factors.as_ref().map(|_| {
+                let fs = || parts.iter().filter_map(|(p, _)| p.factors.as_ref());
+                Factors {
+                    d: fs().flat_map(|f| f.d.iter().copied()).collect(),
+                    neg_dmin: fs().flat_map(|f| f.neg_dmin.iter().copied()).collect(),
+                    sc: fs().flat_map(|f| f.sc.iter().copied()).collect(),
+                    sc_hi: fs().flat_map(|f| f.sc_hi.iter().copied()).collect(),
+                    m: fs().flat_map(|f| f.m.iter().copied()).collect(),
+                }
+            }),
         })
+    }
+
+    /// Block `at`'s scale of row `c` of its group (elements 0..16 when `split`).
+    #[cfg(test)]
+    pub fn scale_at(&self, at: usize, c: usize) -> f32 {
+        match &self.factors {
+            Some(f) => f.d[self.super_at(at) + c] * self.signed(f.sc[at * COLS + c]),
+            None => self.scale[at * COLS + c],
+        }
+    }
+
+    /// Block `at`'s high-half scale of row `c` (`split` only).
+    #[cfg(test)]
+    pub fn scale_hi_at(&self, at: usize, c: usize) -> f32 {
+        match &self.factors {
+            Some(f) => f.d[self.super_at(at) + c] * self.signed(f.sc_hi[at * COLS + c]),
+            None => self.scale_hi[at * COLS + c],
+        }
+    }
+
+    /// Block `at`'s offset `min'` of row `c` (not `split`).
+    #[cfg(test)]
+    pub fn min_at(&self, at: usize, c: usize) -> f32 {
+        match &self.factors {
+            Some(f) => f.neg_dmin[self.super_at(at) + c] * f32::from(f.m[at * COLS + c]),
+            None => self.min[at * COLS + c],
+        }
+    }
+
+    /// Index of the first row of block `at`'s super-block in `Factors::d`.
+    #[cfg(test)]
+    fn super_at(&self, at: usize) -> usize {
+        let (g, b) = (at / self.blocks, at % self.blocks);
+        (g * self.blocks.div_ceil(SUPER) + b / SUPER) * COLS
+    }
+
+    /// A factored scale byte as the kernels read it: signed when `split`.
+    #[cfg(test)]
+    #[allow(clippy::cast_possible_wrap)]
+    fn signed(&self, byte: u8) -> f32 {
+        if self.split {
+            f32::from(byte as i8)
+        } else {
+            f32::from(byte)
+        }
     }
 
     /// Bytes held.
     pub fn size_in_bytes(&self) -> usize {
-        self.q.len() + 4 * (self.scale.len() + self.scale_hi.len() + self.min.len())
+        let factors = self.factors.as_ref().map_or(0, |f| {
+            4 * (f.d.len() + f.neg_dmin.len()) + f.sc.len() + f.sc_hi.len() + f.m.len()
+        });
+        self.q.len() + 4 * (self.scale.len() + self.scale_hi.len() + self.min.len()) + factors
+    }
+}
+
+/// Packing checks that the factored scales give the f32 scales `unpack` gave (they are the
+/// same products; a mismatch is a layout bug, caught in debug builds and the kernel tests).
+fn check_factors(s: &Scales, k: &KScales, split: bool) {
+    debug_assert_eq!(s.s0, k.d * f32::from(k.sc0));
+    if split {
+        debug_assert_eq!(s.s1, k.d * f32::from(k.sc1));
+    } else {
+        debug_assert_eq!(s.min, k.neg_dmin * f32::from(k.m));
     }
 }

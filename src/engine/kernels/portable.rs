@@ -29,6 +29,53 @@ pub fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// A K-quant 32-block's scales as the file keeps them: `s0 = d * sc0`, `s1 = d * sc1`,
+/// `min = neg_dmin * m` (the same f32 products `unpack` forms; each is exact in f32, a 16-bit
+/// float times an integer below 128). Q4_K and Q5_K have `sc0 == sc1` in 0..64 and `m` in
+/// 0..64; Q6_K signed `sc0`, `sc1` and no min (`neg_dmin == 0`, `m == 0`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KScales {
+    pub d: f32,
+    pub neg_dmin: f32,
+    pub sc0: i8,
+    pub sc1: i8,
+    pub m: u8,
+}
+
+/// The scales of K-quant 32-block `b` of a weight row; `None` for the other types.
+#[allow(clippy::cast_possible_wrap)]
+pub fn k_scales(t: WeightType, row: &[u8], b: usize) -> Option<KScales> {
+    let sub = b % 8;
+    match t {
+        WeightType::Q4K | WeightType::Q5K => {
+            let bb = if t == WeightType::Q4K { 144 } else { 176 };
+            let blk = &row[(b / 8) * bb..(b / 8 + 1) * bb];
+            let (sc, m) = scale_min_k4(sub, &blk[4..16]);
+            // 6-bit values: below 64, so the cast keeps them.
+            Some(KScales {
+                d: f16(blk, 0),
+                neg_dmin: -f16(blk, 2),
+                sc0: sc as i8,
+                sc1: sc as i8,
+                m,
+            })
+        }
+        WeightType::Q6K => {
+            let blk = &row[(b / 8) * 210..(b / 8 + 1) * 210];
+            let (half, quarter) = (sub / 4, sub % 4);
+            let sc = &blk[192 + 8 * half..192 + 8 * half + 8];
+            Some(KScales {
+                d: f16(blk, 208),
+                neg_dmin: 0.0,
+                sc0: sc[2 * quarter] as i8,
+                sc1: sc[2 * quarter + 1] as i8,
+                m: 0,
+            })
+        }
+        _ => None,
+    }
+}
+
 /// Unpack 32-block `b` of a weight row.
 #[allow(clippy::cast_possible_wrap)]
 pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {

@@ -243,11 +243,15 @@ fn the_packed_layout_rebuilds_every_weight_on_any_cpu() {
                     p.q[at * bb + (h * COLS + c) * 4 + i]
                 };
                 let (s, min) = if !p.split {
-                    (p.scale[at * COLS + c], p.min[at * COLS + c])
+                    (p.scale_at(at, c), p.min_at(at, c))
                 } else {
                     // The centre is subtracted in integers by the kernels; no `min'`.
                     assert!(p.min.is_empty());
-                    let s = if h < 4 { &p.scale } else { &p.scale_hi }[at * COLS + c];
+                    let s = if h < 4 {
+                        p.scale_at(at, c)
+                    } else {
+                        p.scale_hi_at(at, c)
+                    };
                     #[allow(clippy::cast_precision_loss)]
                     (s, -s * SPLIT_CENTRE as f32)
                 };
