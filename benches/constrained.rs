@@ -27,8 +27,7 @@ use tollgate::engine::grammar::{GrammarEnv, GrammarSpec, Start};
 use tollgate::engine::tokenizer::ModelTokenizer;
 use tollgate::engine::tools::ToolFormat;
 use tollgate::engine::{
-    CandleEngine, ChatInput, ChatMessage, Engine, GenerateRequest, OutputConstraint, Role,
-    SamplingParams, ToolSpec,
+    CandleEngine, ChatInput, ChatMessage, Engine, OutputConstraint, Role, ToolSpec,
 };
 
 const SMOL: &str = "smollm2-135m-instruct";
@@ -175,17 +174,7 @@ async fn one(engine: &CandleEngine, model: &str, i: usize, constrained: bool, ne
         input.constraint = Some(OutputConstraint::Json(list_schema()));
     }
     let prompt = engine.prepare(model, &input).expect("prepare");
-    let req = GenerateRequest {
-        request_id: format!("req_bench_{i}"),
-        prompt,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_new_tokens: new,
-        stop: vec![],
-        n: 1,
-    };
+    let req = common::greedy(format!("req_bench_{i}"), prompt, new);
     let mut g = engine.submit(req).expect("submit").remove(0);
     while g.events.recv().await.is_some() {}
     g.outcome.await.expect("outcome").completion_tokens

@@ -10,10 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tollgate::engine::{
-    CandleEngine, ChatInput, ChatMessage, Engine, GenerateRequest, GenerationEvent, Role,
-    SamplingParams,
-};
+use tollgate::engine::{CandleEngine, ChatInput, ChatMessage, Engine, GenerationEvent, Role};
 
 const MODEL: &str = "smollm2-135m-instruct";
 const NEW_TOKENS: usize = 128;
@@ -35,17 +32,7 @@ struct Run {
 async fn one(engine: &CandleEngine, text: String, max_new_tokens: usize) -> Run {
     let msgs = ChatInput::messages(vec![ChatMessage::text(Role::User, text)]);
     let prompt = engine.prepare(&model_id(), &msgs).expect("prepare");
-    let req = GenerateRequest {
-        request_id: "req_bench".into(),
-        prompt,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_new_tokens,
-        stop: vec![],
-        n: 1,
-    };
+    let req = common::greedy("req_bench".into(), prompt, max_new_tokens);
     let t0 = Instant::now();
     let mut g = engine.submit(req).expect("submit").remove(0);
     let mut first = None;

@@ -27,10 +27,7 @@ use tollgate::audio::pacer::{Pacer, BUSY_SHARE};
 use tollgate::audio::pcm::{self, Pcm};
 use tollgate::audio::whisper::transcribe::{Options, Task};
 use tollgate::audio::{piper, Speech};
-use tollgate::engine::{
-    CandleEngine, ChatInput, ChatMessage, Engine, GenerateRequest, GenerationEvent, Role,
-    SamplingParams,
-};
+use tollgate::engine::{CandleEngine, ChatInput, ChatMessage, Engine, GenerationEvent, Role};
 
 const PASSAGE: &str = "The library opens at nine in the morning and closes at six in the evening. \
     Visitors may borrow up to five books at a time, for three weeks. \
@@ -104,17 +101,11 @@ fn faster_whisper(root: &Path, wav: &Path, compute: &str, threads: usize) -> Res
 async fn stream(engine: &CandleEngine, i: usize) -> usize {
     let text = format!("Write a long story number {i} about a lighthouse keeper and a storm.");
     let msgs = ChatInput::messages(vec![ChatMessage::text(Role::User, text)]);
-    let req = GenerateRequest {
-        request_id: format!("req_bench{i}"),
-        prompt: engine.prepare(CHAT_MODEL, &msgs).expect("prepare"),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_new_tokens: NEW_TOKENS,
-        stop: vec![],
-        n: 1,
-    };
+    let req = common::greedy(
+        format!("req_bench{i}"),
+        engine.prepare(CHAT_MODEL, &msgs).expect("prepare"),
+        NEW_TOKENS,
+    );
     let mut g = engine.submit(req).expect("submit").remove(0);
     while let Some(ev) = g.events.recv().await {
         let _: GenerationEvent = ev;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use tollgate::engine::{CandleEngine, EngineConfig};
+use tollgate::engine::{CandleEngine, EngineConfig, GenerateRequest, Prompt, SamplingParams};
 
 /// A CPU engine serving `path` as `model` (context 8192 tokens, batch 16, 256-token steps,
 /// queue 64).
@@ -32,4 +32,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// A greedy (temperature 0) request for one choice of up to `max_new_tokens` tokens, no stops.
+pub fn greedy(request_id: String, prompt: Prompt, max_new_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        request_id,
+        prompt,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        max_new_tokens,
+        stop: vec![],
+        n: 1,
+    }
 }

@@ -58,8 +58,6 @@ fn heads(x: &Tensor, h: usize) -> candle_core::Result<Tensor> {
     x.reshape((b, t, h, d / h))?.transpose(1, 2)?.contiguous()
 }
 
-/// Scaled dot-product attention of `q` `[b, h, tq, dh]` over `k`, `v` `[b, h, tk, dh]`, with
-/// an optional additive mask `[tq, tk]`; returns `[b, tq, h*dh]`.
 /// Query rows per attention block: the encoder's scores for one block, `[heads, 250, 1500]`
 /// f32, are 12 MB, under glibc's 32 MB ceiling for serving allocations from the heap, so blocks
 /// reuse memory instead of faulting in fresh pages, and stay nearer the caches. Measured with
@@ -67,8 +65,9 @@ fn heads(x: &Tensor, h: usize) -> candle_core::Result<Tensor> {
 /// longer; 100 and 500 rows were 5-10% slower than 250.
 const ATTENTION_ROWS: usize = 250;
 
-/// Attention of `q` `[b, h, t, dh]` over `k`, `v` `[b, h, s, dh]` (`mask` `[t, s]`, added to
-/// the scores) -> `[b, t, h * dh]`; unmasked queries in blocks of `ATTENTION_ROWS`.
+/// Scaled dot-product attention of `q` `[b, h, t, dh]` over `k`, `v` `[b, h, s, dh]` (`mask`
+/// `[t, s]`, added to the scores) -> `[b, t, h * dh]`; unmasked queries in blocks of
+/// `ATTENTION_ROWS`.
 fn attend(
     q: &Tensor,
     k: &Tensor,

@@ -21,7 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE, SUPER};
+use super::packed::{Packed, COLS, SPLIT_CENTRE};
 
 /// Output columns per ymm of i32 lanes: half of a 16-row group.
 const HALF: usize = COLS / 2;
@@ -95,7 +95,7 @@ unsafe fn scales<const SPLIT: bool, const FAC: bool>(
     if FAC {
         // SAFETY (of the unchecked unwrap): `FAC` is chosen from `p.factors.is_some()`.
         let f = p.factors.as_ref().unwrap_unchecked();
-        let sup = (g * p.blocks.div_ceil(SUPER) + b / SUPER) * COLS + col % COLS;
+        let sup = p.super_index(g, b) + col % COLS;
         let d = _mm256_loadu_ps(f.d.as_ptr().add(sup));
         let s = _mm256_mul_ps(d, ints::<SPLIT>(&f.sc, col));
         if SPLIT {

@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE, SUPER};
+use super::packed::{Packed, COLS, SPLIT_CENTRE};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 ///
@@ -100,7 +100,7 @@ unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bo
         let (s, s_hi, mn) = if FAC {
             // SAFETY (of the unchecked unwrap): `FAC` is chosen from `p.factors.is_some()`.
             let f = p.factors.as_ref().unwrap_unchecked();
-            let sup = (g * p.blocks.div_ceil(SUPER) + b / SUPER) * COLS;
+            let sup = p.super_index(g, b);
             let d = _mm512_loadu_ps(f.d.as_ptr().add(sup));
             let s = _mm512_mul_ps(d, ints::<SPLIT>(&f.sc, at * COLS));
             if SPLIT {

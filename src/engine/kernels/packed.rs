@@ -34,7 +34,7 @@
 //! reaches 255; see `runs_on_avx2`).
 
 use super::blocks::WeightType;
-use super::portable::{k_scales, unpack, KScales, Scales};
+use super::portable::{k_scales, unpack};
 
 /// Weight rows per group (the lanes of one 512-bit vector of i32).
 pub const COLS: usize = 16;
@@ -167,9 +167,9 @@ impl Packed {
                         let byte = (i16::from(v) + centre) as u8;
                         *o = byte;
                     }
+                    let sup = p.super_index(g, b) + c;
                     if let Some(f) = p.factors.as_mut() {
                         let k = k_scales(t, row(j), b).expect("a K-quant type has K-quant scales");
-                        let sup = (g * blocks.div_ceil(SUPER) + b / SUPER) * COLS + c;
                         f.d[sup] = k.d;
                         #[allow(clippy::cast_sign_loss)]
                         let (sc0, sc1) = (k.sc0 as u8, k.sc1 as u8);
@@ -180,7 +180,6 @@ impl Packed {
                             f.neg_dmin[sup] = k.neg_dmin;
                             f.m[at * COLS + c] = k.m;
                         }
-                        check_factors(&s, &k, split);
                     } else {
                         p.scale[at * COLS + c] = s.s0;
                         if split {
@@ -287,11 +286,17 @@ impl Packed {
         }
     }
 
-    /// Index of the first row of block `at`'s super-block in `Factors::d`.
+    /// Index in `Factors::d` (and `neg_dmin`) of row 0 of group `g` for block `b`'s
+    /// super-block.
+    #[inline(always)]
+    pub fn super_index(&self, g: usize, b: usize) -> usize {
+        (g * self.blocks.div_ceil(SUPER) + b / SUPER) * COLS
+    }
+
+    /// `super_index` of block `at` (`g * blocks + b`).
     #[cfg(test)]
     fn super_at(&self, at: usize) -> usize {
-        let (g, b) = (at / self.blocks, at % self.blocks);
-        (g * self.blocks.div_ceil(SUPER) + b / SUPER) * COLS
+        self.super_index(at / self.blocks, at % self.blocks)
     }
 
     /// A factored scale byte as the kernels read it: signed when `split`.
@@ -311,16 +316,5 @@ impl Packed {
             4 * (f.d.len() + f.neg_dmin.len()) + f.sc.len() + f.sc_hi.len() + f.m.len()
         });
         self.q.len() + 4 * (self.scale.len() + self.scale_hi.len() + self.min.len()) + factors
-    }
-}
-
-/// Packing checks that the factored scales give the f32 scales `unpack` gave (they are the
-/// same products; a mismatch is a layout bug, caught in debug builds and the kernel tests).
-fn check_factors(s: &Scales, k: &KScales, split: bool) {
-    debug_assert_eq!(s.s0, k.d * f32::from(k.sc0));
-    if split {
-        debug_assert_eq!(s.s1, k.d * f32::from(k.sc1));
-    } else {
-        debug_assert_eq!(s.min, k.neg_dmin * f32::from(k.m));
     }
 }

@@ -42,6 +42,17 @@ pub struct KScales {
     pub m: u8,
 }
 
+impl KScales {
+    /// The f32 scales these factors give (`unpack`'s, for a K-quant block).
+    pub fn scales(self) -> Scales {
+        Scales {
+            s0: self.d * f32::from(self.sc0),
+            s1: self.d * f32::from(self.sc1),
+            min: self.neg_dmin * f32::from(self.m),
+        }
+    }
+}
+
 /// The scales of K-quant 32-block `b` of a weight row; `None` for the other types.
 #[allow(clippy::cast_possible_wrap)]
 pub fn k_scales(t: WeightType, row: &[u8], b: usize) -> Option<KScales> {
@@ -134,8 +145,6 @@ pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
             let bb = if t == WeightType::Q4K { 144 } else { 176 };
             let blk = &row[(b / 8) * bb..(b / 8 + 1) * bb];
             let sub = b % 8;
-            let (d, dmin) = (f16(blk, 0), f16(blk, 2));
-            let (sc, m) = scale_min_k4(sub, &blk[4..16]);
             let qs_at = if t == WeightType::Q4K { 16 } else { 48 };
             let chunk = &blk[qs_at + 32 * (sub / 2)..qs_at + 32 * (sub / 2) + 32];
             for (l, o) in q.iter_mut().enumerate() {
@@ -151,12 +160,7 @@ pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
                 };
                 *o = (nib | hi) as i8;
             }
-            let s = d * f32::from(sc);
-            Scales {
-                s0: s,
-                s1: s,
-                min: -dmin * f32::from(m),
-            }
+            k_scales(t, row, b).expect("a K-quant type").scales()
         }
         WeightType::Q6K => {
             let blk = &row[(b / 8) * 210..(b / 8 + 1) * 210];
@@ -164,7 +168,6 @@ pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
             let (half, quarter) = (sub / 4, sub % 4);
             let ql = &blk[64 * half..64 * half + 64];
             let qh = &blk[128 + 32 * half..128 + 32 * half + 32];
-            let sc = &blk[192 + 8 * half..192 + 8 * half + 8];
             for (l, o) in q.iter_mut().enumerate() {
                 let low = match quarter {
                     0 => ql[l] & 0x0F,
@@ -175,12 +178,7 @@ pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
                 let high = ((qh[l] >> (2 * quarter)) & 3) << 4;
                 *o = (low | high) as i8 - 32;
             }
-            let d = f16(blk, 208);
-            Scales {
-                s0: d * f32::from(sc[2 * quarter] as i8),
-                s1: d * f32::from(sc[2 * quarter + 1] as i8),
-                min: 0.0,
-            }
+            k_scales(t, row, b).expect("a K-quant type").scales()
         }
     }
 }
