@@ -61,6 +61,8 @@ pub struct ServeConfig {
     pub mcp: crate::mcp::McpSettings,
     /// Origins allowed to call `/v1` from a browser (`*`: any).
     pub cors_origins: Vec<String>,
+    /// Connection and request-size limits.
+    pub http: api::server::HttpLimits,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -164,6 +166,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         payments: cfg.payments.clone(),
         oidc,
         mail,
+        http: cfg.http,
     };
     Ok(assemble(engine, catalog, ledger, settings))
 }
@@ -210,6 +213,8 @@ pub struct ApiSettings {
     pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
     /// Outgoing e-mail.
     pub mail: crate::mail::Outbox,
+    /// Connection and request-size limits.
+    pub http: api::server::HttpLimits,
 }
 
 impl Default for ApiSettings {
@@ -224,6 +229,7 @@ impl Default for ApiSettings {
             payments: None,
             oidc: None,
             mail: crate::mail::Outbox::default(),
+            http: api::server::HttpLimits::default(),
         }
     }
 }
@@ -271,6 +277,7 @@ pub fn assemble(
             mcp: Arc::new(s.mcp),
             cors_origins: Arc::new(s.cors_origins),
         },
+        http: s.http,
     }
 }
 
@@ -392,10 +399,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     spawn_revocation_sync(&state);
-    let service = api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let limits = state.http;
+    api::server::serve(listener, api::router(state), limits, shutdown).await;
     Ok(())
 }
 

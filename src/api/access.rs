@@ -46,14 +46,49 @@ pub async fn public_limit(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let ip = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-    match state.public_limits.check(ip) {
+    match state.public_limits.check(client_ip(&req)) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// Middleware on the paid `/v1` routes: the cheap per-address limit of requests that cannot be
+/// authenticated, under the public endpoints' quota (`--public-rpm` per client address). A
+/// request with neither `Authorization` nor a session cookie counts before anything else is
+/// done (over the quota: 429, before any key lookup or body read); a request whose credential
+/// fails (401) counts when it is answered, and an address over the quota gets the 429 instead.
+/// Authenticated traffic never counts: many clients behind one proxy share its address.
+pub async fn unauthenticated_limit(
+    axum::extract::State(state): axum::extract::State<Public>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let ip = client_ip(&req);
+    let bare = !req
+        .headers()
+        .contains_key(axum::http::header::AUTHORIZATION)
+        && session::cookie(req.headers()).is_none();
+    if bare {
+        if let Err(e) = state.public_limits.check(ip) {
+            return e.into_response();
+        }
+        return next.run(req).await;
+    }
+    let resp = next.run(req).await;
+    if resp.status() == axum::http::StatusCode::UNAUTHORIZED {
+        if let Err(e) = state.public_limits.check(ip) {
+            return e.into_response();
+        }
+    }
+    resp
+}
+
+/// The client's address (0.0.0.0 when the server did not record it).
+fn client_ip(req: &axum::extract::Request) -> IpAddr {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
 }
 
 /// Authenticate a chat request: its bearer key when it sends `Authorization`; otherwise a

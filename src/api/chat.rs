@@ -6,8 +6,7 @@
 //! settle). The money lifecycle lives in `metering`; this file only extracts, admits and
 //! responds.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -59,7 +58,7 @@ pub async fn chat_completions(
     Extension(rid): Extension<RequestId>,
     Extension(logged): Extension<RequestModel>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     paid::for_payer(&state, &headers, |payer| {
         handle(&state, rid, logged, payer, &headers, body)
@@ -74,10 +73,11 @@ async fn handle(
     logged: RequestModel,
     payer: Payer,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let body = paid::json_body(headers, body, &logged)?;
+    let body = paid::json_body(state, headers, body, &logged).await?;
+    request::size::check(&body, "messages", &state.http)?;
     let req = request::parse(&body)?;
     let idempotency = paid::idempotency(headers, &body, req.stream, ROUTE, &payer)?;
     let entry = paid::servable_model(state, &req.model).await?;

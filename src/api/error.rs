@@ -76,6 +76,17 @@ pub enum ApiError {
     /// 413 `request_too_large`.
     #[error("The request body is too large.")]
     TooLarge,
+    /// 408 `request_timeout`: the request body paused longer than `--body-timeout`.
+    #[error("The request body was not received in time.")]
+    BodyTimeout,
+    /// 415 `unsupported_content_encoding`, `param` `Content-Encoding`: request bodies are
+    /// accepted uncompressed only.
+    #[error("Request bodies must not be compressed: Content-Encoding `{0}` is not accepted.")]
+    UnsupportedEncoding(String),
+    /// 503 `too_many_connections` with `Retry-After`: the server's connection cap is reached
+    /// (answered by the accept loop, before any request is read).
+    #[error("The server has too many open connections; retry shortly.")]
+    TooManyConnections,
     /// 413 `file_too_large`, `param` `file`: an uploaded file over the limit (bytes).
     #[error("The file is larger than the limit of {limit_bytes} bytes (25 MB).")]
     FileTooLarge { limit_bytes: usize },
@@ -126,6 +137,9 @@ impl ApiError {
             E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),
             E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "idempotency_key_reused", Some("Idempotency-Key".into())),
             E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
+            E::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, INVALID, "request_timeout", None),
+            E::UnsupportedEncoding(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID, "unsupported_content_encoding", Some("Content-Encoding".into())),
+            E::TooManyConnections => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "too_many_connections", None),
             E::FileTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "file_too_large", Some("file".into())),
             E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
@@ -223,7 +237,7 @@ impl IntoResponse for ApiError {
         resp.extensions_mut().insert(envelope);
         let h = resp.headers_mut();
         match &self {
-            ApiError::Overloaded(_) | ApiError::NoCapacity(_) => {
+            ApiError::Overloaded(_) | ApiError::NoCapacity(_) | ApiError::TooManyConnections => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Unauthenticated { .. } => {

@@ -31,7 +31,8 @@ pub struct RateInfo {
     /// Requests per minute.
     pub limit: u32,
     pub remaining: u32,
-    /// Time until the full quota is available again.
+    /// Time until the full quota is available again; on a refused request, time until the next
+    /// request is allowed (what `Retry-After` says).
     pub reset: Duration,
 }
 
@@ -95,13 +96,16 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             }
             Err(not_until) => {
                 let wait = not_until.wait_time_from(self.clock.now());
+                let retry_after_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+                // A refused request's reset is when the next request is allowed, the same
+                // moment `Retry-After` names (rounded up to whole seconds there).
                 Err(Limited {
                     info: RateInfo {
                         limit: self.rpm,
                         remaining: 0,
-                        reset: self.per_request() * self.rpm,
+                        reset: Duration::from_millis(retry_after_ms),
                     },
-                    retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                    retry_after_ms,
                 })
             }
         }

@@ -31,6 +31,7 @@ mod response_output;
 mod response_sse;
 mod responses;
 pub mod schema;
+pub mod server;
 mod session;
 mod speech;
 mod sse;
@@ -52,7 +53,7 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use self::error::ApiError;
-use self::state::{random_id, RequestId, RequestModel, MAX_BODY_BYTES};
+use self::state::{random_id, RequestId, RequestModel};
 pub use self::state::{AppState, DashboardConfig};
 
 /// Build the application router.
@@ -98,6 +99,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
         )
+        .route_layer(middleware::from_fn_with_state(
+            state.public.clone(),
+            access::unauthenticated_limit,
+        ))
         .merge(v1_public.route_layer(middleware::from_fn_with_state(
             state.public.clone(),
             access::public_limit,
@@ -105,6 +110,7 @@ pub fn router(state: AppState) -> Router {
         // Set here, before the CORS layer wraps it: a later `method_not_allowed_fallback` would
         // replace the layered fallback that answers preflight `OPTIONS`.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn(headers::guard))
         .layer(cors::layer(&state.public.cors_origins));
     let mcp = Router::new()
         .nest_service(
@@ -126,8 +132,8 @@ pub fn router(state: AppState) -> Router {
         .merge(rest)
         .merge(v1)
         .fallback(fallback)
+        .layer(DefaultBodyLimit::max(state.http.max_body_bytes))
         .with_state(state)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(
             |_panic: Box<dyn std::any::Any + Send>| {
                 ApiError::Internal("handler panicked".into()).into_response()

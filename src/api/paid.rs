@@ -5,8 +5,7 @@
 //! so no handler imports another.
 //! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -62,20 +61,21 @@ where
     resp
 }
 
-/// The body, if it fit in the limit and is declared JSON (or undeclared). The `model` it
-/// names goes to `logged` first, so the log line of a request that fails validation names it.
+/// Read the body of an authenticated request, after its `Content-Type` is checked: at most
+/// `--max-body-bytes`, with the body timeout applied by the server (tower-http's
+/// `TimeoutBody`). Called only once the payer is known, so an unauthenticated body is never
+/// buffered. The `model` it names goes to `logged` first, so the log line of a request that
+/// fails validation names it.
 ///
 /// # Errors
-/// 413 `request_too_large`; 400 `unsupported_content_type`.
-pub fn json_body(
+/// 400 `unsupported_content_type`; 413 `request_too_large`; 408 `request_timeout`; 400
+/// `invalid_body` when the client broke off the body.
+pub async fn json_body(
+    state: &AppState,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
     logged: &RequestModel,
 ) -> Result<Bytes, ApiError> {
-    let body = body.map_err(|_| ApiError::TooLarge)?;
-    if let Some(m) = peek_model(&body) {
-        logged.set(&m);
-    }
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("").trim_start().to_ascii_lowercase();
         if !ct.starts_with("application/json") {
@@ -86,7 +86,40 @@ pub fn json_body(
             });
         }
     }
+    let body = read_body(body, state.http.max_body_bytes).await?;
+    if let Some(m) = peek_model(&body) {
+        logged.set(&m);
+    }
     Ok(body)
+}
+
+/// The whole body, at most `limit` bytes (a declared `Content-Length` over it is refused before
+/// anything is read).
+///
+/// # Errors
+/// 413 `request_too_large`; 408 `request_timeout`; 400 `invalid_body`.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use http_body::Body as _;
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return Err(ApiError::TooLarge);
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(c) = cause {
+            if c.is::<http_body_util::LengthLimitError>() {
+                return ApiError::TooLarge;
+            }
+            if c.is::<tower_http::timeout::TimeoutError>() {
+                return ApiError::BodyTimeout;
+            }
+            cause = c.source();
+        }
+        ApiError::BadRequest {
+            param: None,
+            code: "invalid_body",
+            message: "The request body could not be read.".into(),
+        }
+    })
 }
 
 /// The `model` a JSON body names, if any (read before the body is validated).

@@ -9,8 +9,7 @@
 //! lifecycle as chat completions: hold, settle, charge) -> `store` (kept 30 days, before the
 //! response is sent). Another account's response id is a 404, never a 403: ids do not leak.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -58,7 +57,7 @@ pub async fn create(
     Extension(rid): Extension<RequestId>,
     Extension(logged): Extension<RequestModel>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     paid::for_payer(&state, &headers, |payer| {
         handle(&state, rid, logged, payer, &headers, body)
@@ -148,10 +147,11 @@ async fn handle(
     logged: RequestModel,
     payer: Payer,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let body = paid::json_body(headers, body, &logged)?;
+    let body = paid::json_body(state, headers, body, &logged).await?;
+    crate::api::request::size::check(&body, "input", &state.http)?;
     let draft = responses::read(&body)?;
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
@@ -162,6 +162,16 @@ async fn handle(
         None => Vec::new(),
     };
     let req = draft.finish(previous.clone())?;
+    if req.chat.input.messages.len() > state.http.max_messages {
+        return Err(ApiError::BadRequest {
+            param: Some("previous_response_id".into()),
+            code: "too_many_messages",
+            message: format!(
+                "With the conversation of `previous_response_id`, this request has more than {} messages; start a new conversation.",
+                state.http.max_messages
+            ),
+        });
+    }
     let stream = req.chat.stream;
     let idempotency = paid::idempotency(headers, &body, stream, ROUTE, &payer)?;
     let entry = paid::servable_model(state, &req.chat.model).await?;

@@ -10,8 +10,7 @@
 
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -77,7 +76,7 @@ pub async fn create(
     Extension(rid): Extension<RequestId>,
     Extension(logged): Extension<RequestModel>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     paid::for_payer(&state, &headers, |payer| {
         handle(&state, rid, logged, payer, &headers, body)
@@ -126,10 +125,10 @@ async fn handle(
     logged: RequestModel,
     payer: Payer,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = paid::json_body(headers, body, &logged)?;
+    let body = paid::json_body(state, headers, body, &logged).await?;
     let req = speech::parse(&body)?;
     let entry = paid::audio_model(state, &req.model, AudioKind::Speech)?;
     // One voice per model for now, so the voice only needs checking, not choosing.

@@ -22,6 +22,8 @@ pub struct AppState {
     pub paid: Paid,
     pub accounts: Accounts,
     pub public: Public,
+    /// Connection and request-size limits (`server::HttpLimits`).
+    pub http: crate::api::server::HttpLimits,
 }
 
 /// The models on sale: what runs them and what they cost.
@@ -102,9 +104,6 @@ impl RequestModel {
         self.0.get().map(String::as_str)
     }
 }
-
-/// Largest accepted request body, bytes.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Random alphanumeric id of `len` characters from the thread-local CSPRNG.
 pub fn random_id(len: usize) -> String {

@@ -125,6 +125,42 @@ pub fn now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// Make the ledger file owner-only (mode 0600) whatever the umask: create it so when it is
+/// missing; an existing file (and its `-wal`/`-shm` companions) readable by other users is
+/// narrowed to 0600, with a warning. SQLite creates its journal files with the database
+/// file's mode, so they follow. Names SQLite treats specially (`:memory:`, `file:` URIs) are
+/// left alone.
+fn owner_only(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let name = path.as_os_str().to_string_lossy();
+        if name.is_empty() || name.starts_with(':') || name.starts_with("file:") {
+            return;
+        }
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+        for suffix in ["", "-wal", "-shm"] {
+            let file = std::path::PathBuf::from(format!("{name}{suffix}"));
+            let Ok(meta) = std::fs::metadata(&file) else {
+                continue;
+            };
+            if meta.permissions().mode() & 0o077 != 0 {
+                let narrowed =
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+                tracing::warn!(
+                    file = %file.display(),
+                    narrowed = narrowed.is_ok(),
+                    "the ledger file was readable by other users; made it owner-only (0600)"
+                );
+            }
+        }
+    }
+}
+
 impl Ledger {
     /// Open (creating if needed) the database at `path` and apply pending migrations.
     ///
@@ -134,6 +170,7 @@ impl Ledger {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);
         }
+        owner_only(path);
         let manager = SqliteConnectionManager::file(path).with_init(|c| {
             c.execute_batch(
                 "PRAGMA busy_timeout=5000; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
@@ -263,5 +300,38 @@ pub(crate) fn test_usage(request_id: &str, account: AccountId, cost: i64) -> Usa
         cost_micros: Micros(cost),
         status: UsageStatus::Ok,
         latency_ms: 1,
+    }
+}
+
+#[cfg(all(test, unix))]
+mod file_mode_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_ledger_and_its_wal_are_owner_only() {
+        let (dir, l) = temp_ledger();
+        l.write(|_| Ok(())).unwrap();
+        let db = dir.path().join("t.db");
+        assert_eq!(mode(&db), 0o600);
+        let wal = dir.path().join("t.db-wal");
+        if wal.exists() {
+            assert_eq!(mode(&wal), 0o600);
+        }
+    }
+
+    #[test]
+    fn an_existing_world_readable_ledger_is_narrowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("old.db");
+        drop(Ledger::open(&db).unwrap());
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(Ledger::open(&db).unwrap());
+        assert_eq!(mode(&db), 0o600);
     }
 }

@@ -14,6 +14,7 @@
 mod messages;
 mod response_items;
 pub mod responses;
+pub mod size;
 pub mod speech;
 mod tools;
 mod validator;

@@ -1,6 +1,8 @@
 //! Command line (clap): `tollgate serve`, `tollgate models`, and the operator commands
 //! (`accounts`, `keys`, `credit`, `codes`, `ledger check`) that work on the ledger file.
 
+pub mod http;
+pub use http::parse_bytes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -329,6 +331,8 @@ pub struct ServeArgs {
         default_value = "*"
     )]
     pub cors_origins: Vec<String>,
+    #[command(flatten)]
+    pub http: http::HttpArgs,
 }
 
 impl ServeArgs {
@@ -379,6 +383,7 @@ impl ServeArgs {
             },
             public_rpm: self.public_rpm,
             cors_origins: self.cors_origins.clone(),
+            http: self.http.limits(),
             mcp: crate::mcp::McpSettings {
                 allowed_hosts: mcp_hosts(self.public_url.as_deref(), &self.mcp_allowed_hosts),
                 tokenizers_dir: self.tokenizers.clone(),
@@ -436,33 +441,6 @@ pub fn set_compute_threads(threads: Option<usize>) {
     // SAFETY-free in edition 2021: called from `main` before the runtime or any thread starts.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-}
-
-/// Parse a byte size: a number with an optional `KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` suffix.
-///
-/// # Errors
-/// Anything else.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        other => return Err(format!("unknown size unit `{other}` (use KiB, MiB, GiB)")),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size like 8GiB"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 /// Parse a USD amount into micros (`Micros::parse_usd`: at most 6 decimals, a leading `-`

@@ -1,0 +1,367 @@
+//! What one request may ask the server to hold: at most `--max-messages` messages (or
+//! Responses input items), `--max-content-parts` content parts over all of them and
+//! `--max-prompt-chars` characters of their text. Counted by a streaming pass over the raw
+//! body (serde visitors, no JSON tree), before anything is parsed, templated or tokenized, so a
+//! refused request costs its body and nothing more. A body this pass cannot read (bad JSON,
+//! wrong types) passes here and is refused by the real parse with its usual error.
+
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::api::error::ApiError;
+use crate::api::server::HttpLimits;
+
+/// Visitor methods that accept and skip every JSON type a visitor does not look into, so the
+/// pass fails only on bad JSON syntax and a counted field of an odd type cannot stop the count.
+macro_rules! skip_others {
+    ($($kind:ident),*) => { $(skip_others!(@ $kind);)* };
+    (@ scalars) => {
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> { Ok(()) }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> { Ok(()) }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> { Ok(()) }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> { Ok(()) }
+        fn visit_unit<E>(self) -> Result<(), E> { Ok(()) }
+    };
+    (@ str) => {
+        fn visit_str<E>(self, _: &str) -> Result<(), E> { Ok(()) }
+    };
+    (@ seq) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(())
+        }
+    };
+    (@ map) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(())
+        }
+    };
+}
+
+/// Check the list under the top-level key `field` (`messages` or `input`) against `limits`.
+///
+/// # Errors
+/// 400 with `param` = `field`: `too_many_messages`, `too_many_content_parts` or
+/// `prompt_too_long`, naming the limit.
+pub fn check(body: &[u8], field: &'static str, limits: &HttpLimits) -> Result<(), ApiError> {
+    let counts = Counts {
+        limits,
+        messages: Cell::new(0),
+        parts: Cell::new(0),
+        chars: Cell::new(0),
+        exceeded: Cell::new(None),
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = de.deserialize_map(TopLevel {
+        field,
+        counts: &counts,
+    });
+    match counts.exceeded.get() {
+        None => Ok(()),
+        Some(what) => Err(what.error(field, limits)),
+    }
+}
+
+/// Which limit a request went over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exceeded {
+    Messages,
+    Parts,
+    Chars,
+}
+
+impl Exceeded {
+    fn error(self, field: &'static str, l: &HttpLimits) -> ApiError {
+        let (code, message) = match self {
+            Self::Messages => (
+                "too_many_messages",
+                format!("`{field}` may hold at most {} items.", l.max_messages),
+            ),
+            Self::Parts => (
+                "too_many_content_parts",
+                format!(
+                    "`{field}` may hold at most {} content parts in all.",
+                    l.max_content_parts
+                ),
+            ),
+            Self::Chars => (
+                "prompt_too_long",
+                format!(
+                    "The text in `{field}` may be at most {} characters in all.",
+                    l.max_prompt_chars
+                ),
+            ),
+        };
+        ApiError::BadRequest {
+            param: Some(field.into()),
+            code,
+            message,
+        }
+    }
+}
+
+/// Running totals; the first limit exceeded stops the pass.
+struct Counts<'a> {
+    limits: &'a HttpLimits,
+    messages: Cell<usize>,
+    parts: Cell<usize>,
+    chars: Cell<usize>,
+    exceeded: Cell<Option<Exceeded>>,
+}
+
+impl Counts<'_> {
+    /// Add `n` to `cell`; past `max`, record `what` and return the error that ends the pass.
+    fn add<E: serde::de::Error>(
+        &self,
+        cell: &Cell<usize>,
+        n: usize,
+        max: usize,
+        what: Exceeded,
+    ) -> Result<(), E> {
+        let total = cell.get().saturating_add(n);
+        cell.set(total);
+        if total > max {
+            self.exceeded.set(Some(what));
+            return Err(E::custom("request size limit"));
+        }
+        Ok(())
+    }
+
+    fn text<E: serde::de::Error>(&self, s: &str) -> Result<(), E> {
+        let max = self.limits.max_prompt_chars;
+        self.add(&self.chars, s.chars().count(), max, Exceeded::Chars)
+    }
+}
+
+/// The top-level object: only `field` is looked into.
+struct TopLevel<'c, 'a> {
+    field: &'static str,
+    counts: &'c Counts<'a>,
+}
+
+impl<'de> Visitor<'de> for TopLevel<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == self.field {
+                map.next_value_seed(Items(self.counts))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+
+    skip_others!(scalars, str, seq);
+}
+
+/// `messages` / `input`: a list of items, or (Responses) one string.
+struct Items<'c, 'a>(&'c Counts<'a>);
+
+impl<'de> DeserializeSeed<'de> for Items<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Items<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of messages or a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        self.0.text(s)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let c = self.0;
+        while seq.next_element_seed(Item(c))?.is_some() {
+            c.add(&c.messages, 1, c.limits.max_messages, Exceeded::Messages)?;
+        }
+        Ok(())
+    }
+
+    skip_others!(scalars, map);
+}
+
+/// One message or input item: its `content` is counted, the rest skipped.
+struct Item<'c, 'a>(&'c Counts<'a>);
+
+impl<'de> DeserializeSeed<'de> for Item<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Item<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "content" => map.next_value_seed(Content(self.0))?,
+                // A Responses message item given as `{type, text}` (input_text).
+                "text" => map.next_value_seed(Text(self.0))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        self.0.text(s)
+    }
+
+    skip_others!(scalars, seq);
+}
+
+/// A message's `content`: a string, or a list of parts (each one counted, its `text` too).
+struct Content<'c, 'a>(&'c Counts<'a>);
+
+impl<'de> DeserializeSeed<'de> for Content<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Content<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("message content")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        self.0.text(s)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let c = self.0;
+        while seq.next_element_seed(Item(c))?.is_some() {
+            c.add(&c.parts, 1, c.limits.max_content_parts, Exceeded::Parts)?;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        Item(self.0).visit_map(map)
+    }
+
+    skip_others!(scalars);
+}
+
+/// A part's `text`.
+struct Text<'c, 'a>(&'c Counts<'a>);
+
+impl<'de> DeserializeSeed<'de> for Text<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Text<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("text")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        self.0.text(s)
+    }
+
+    skip_others!(scalars, seq, map);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> HttpLimits {
+        HttpLimits {
+            max_messages: 3,
+            max_content_parts: 4,
+            max_prompt_chars: 20,
+            ..HttpLimits::default()
+        }
+    }
+
+    fn code(body: &str, field: &'static str) -> Option<&'static str> {
+        check(body.as_bytes(), field, &limits())
+            .err()
+            .map(|e| e.parts().2)
+    }
+
+    #[test]
+    fn counts_messages_parts_and_characters() {
+        let ok = r#"{"model":"m","messages":[{"role":"user","content":"héllo"},
+            {"role":"user","content":[{"type":"text","text":"abc"},{"type":"image_url","image_url":{"url":"x"}}]}]}"#;
+        assert_eq!(code(ok, "messages"), None);
+        let many =
+            r#"{"messages":[{"content":"a"},{"content":"b"},{"content":"c"},{"content":"d"}]}"#;
+        assert_eq!(code(many, "messages"), Some("too_many_messages"));
+        let parts = r#"{"messages":[{"content":[{"text":"a"},{"text":"b"},{"text":"c"}]},{"content":[{"text":"d"},{"text":"e"}]}]}"#;
+        assert_eq!(code(parts, "messages"), Some("too_many_content_parts"));
+        let long =
+            r#"{"messages":[{"content":"0123456789"},{"content":[{"text":"0123456789a"}]}]}"#;
+        assert_eq!(code(long, "messages"), Some("prompt_too_long"));
+        let e = check(long.as_bytes(), "messages", &limits()).unwrap_err();
+        assert_eq!(e.parts().3.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn responses_input_string_and_items_count() {
+        assert_eq!(
+            code(r#"{"input":"012345678901234567890"}"#, "input"),
+            Some("prompt_too_long")
+        );
+        let items = r#"{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call_output","output":"x"},{},{}]}"#;
+        assert_eq!(code(items, "input"), Some("too_many_messages"));
+    }
+
+    #[test]
+    fn unreadable_bodies_pass_to_the_real_parse() {
+        for body in [
+            "",
+            "[",
+            "{\"messages\": 5}",
+            "{\"messages\":[1,true,null]}",
+            "nope",
+            "[1]",
+        ] {
+            assert_eq!(code(body, "messages"), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn odd_types_do_not_stop_the_count() {
+        let body = r#"{"messages":[{"content":[{"text":5},{"text":[1]},7,"s"]},{"content":{"a":1}},{},{}]}"#;
+        assert_eq!(code(body, "messages"), Some("too_many_messages"));
+    }
+
+    #[test]
+    fn other_fields_are_not_counted() {
+        let body = r#"{"tools":[{"content":"0123456789012345678901234"}],"messages":[{"content":"x","name":"0123456789012345678901234"}]}"#;
+        assert_eq!(code(body, "messages"), None);
+    }
+}

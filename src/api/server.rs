@@ -1,0 +1,244 @@
+//! The HTTP/1.1 server loop and the limits of the HTTP layer: which connections are accepted
+//! (a cap, refused with a 503 envelope), hyper's header read timeout (which also closes idle
+//! keep-alive connections), tower-http's request body timeout, the open-file limit, and
+//! graceful shutdown (hyper-util's `GracefulShutdown`). The timers are hyper's and
+//! tower-http's own; this file only configures them.
+//! Owns: `HttpLimits` (also the per-request size limits the request parsers apply).
+//! May use: hyper, hyper-util, tower-http, the router. Never: handlers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+use tower_http::timeout::TimeoutBody;
+
+use super::error::ApiError;
+
+/// The limits of the HTTP layer and of one request's size, with the defaults the README
+/// documents (`tollgate serve --help` names each flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Time a client has to send a request's headers, from the moment the server waits for
+    /// them; an idle keep-alive connection is closed after the same time (hyper starts the
+    /// timer when it waits for the next request). `--header-timeout`, default 30 s.
+    pub header_timeout: Duration,
+    /// Longest pause between two pieces of a request body before it is answered 408.
+    /// `--body-timeout`, default 30 s.
+    pub body_timeout: Duration,
+    /// Open connections at once; one more is answered 503 `too_many_connections` and closed.
+    /// Lowered at start-up to fit the process's open-file limit. `--max-connections`, default
+    /// 4,096.
+    pub max_connections: usize,
+    /// Largest JSON request body on `/v1`, bytes (413 `request_too_large` beyond).
+    /// `--max-body-bytes`, default 4 MiB. Audio uploads have their own 25 MB limit.
+    pub max_body_bytes: usize,
+    /// Most messages (chat) or input items (Responses) in one request (400 `too_many_messages`).
+    /// `--max-messages`, default 2,048.
+    pub max_messages: usize,
+    /// Most content parts over all messages of one request (400 `too_many_content_parts`).
+    /// `--max-content-parts`, default 4,096.
+    pub max_content_parts: usize,
+    /// Most characters of text over all messages of one request, counted in Unicode scalar
+    /// values before the chat template (400 `prompt_too_long`). `--max-prompt-chars`, default
+    /// 1,048,576.
+    pub max_prompt_chars: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            max_body_bytes: 4 * 1024 * 1024,
+            max_messages: 2048,
+            max_content_parts: 4096,
+            max_prompt_chars: 1 << 20,
+        }
+    }
+}
+
+/// File descriptors kept back from the connection cap for the ledger, weights, logs and
+/// outgoing connections.
+const RESERVED_FDS: u64 = 256;
+
+/// Raise the process's soft open-file limit to its hard limit; returns the soft limit now in
+/// force (`u64::MAX` when unlimited or unknown).
+pub fn raise_open_file_limit() -> u64 {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid, writable `rlimit`; getrlimit only writes to it.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return u64::MAX;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: `raised` is a valid `rlimit` that setrlimit only reads.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        #[allow(clippy::useless_conversion)] // `rlim_t` is not `u64` everywhere.
+        u64::from(lim.rlim_cur)
+    }
+    #[cfg(not(unix))]
+    {
+        u64::MAX
+    }
+}
+
+/// The connection cap that fits under `open_files` (the soft open-file limit).
+pub fn connection_cap(wanted: usize, open_files: u64) -> usize {
+    let fits = open_files.saturating_sub(RESERVED_FDS).max(1);
+    usize::try_from(fits).map_or(wanted, |fits| wanted.min(fits))
+}
+
+/// Serve `router` on `listener` over HTTP/1.1 until `shutdown` resolves, then stop accepting
+/// and wait for the connections in flight to finish their requests.
+///
+/// Each connection gets the client's address as `ConnectInfo<SocketAddr>` and its request
+/// bodies wrapped in tower-http's `TimeoutBody` (`body_timeout` between frames).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let cap = connection_cap(limits.max_connections, raise_open_file_limit());
+    if cap < limits.max_connections {
+        tracing::warn!(
+            wanted = limits.max_connections,
+            cap,
+            "connection cap lowered to fit the open-file limit"
+        );
+    }
+    let permits = Arc::new(Semaphore::new(cap));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let body_timeout = limits.body_timeout;
+        let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let mut req = req.map(|b| Body::new(TimeoutBody::new(body_timeout, b)));
+            req.extensions_mut().insert(ConnectInfo(addr));
+            let router = router.clone();
+            async move { Ok::<_, Infallible>(router.oneshot(req).await.unwrap_infallible()) }
+        });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection from {addr}: {e}");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// Errors from `accept` are the listener's, not a client's: per-connection ones (reset before
+/// accept) are skipped; anything else (`EMFILE`, `ENFILE`, `ENOBUFS`) is logged and accepting
+/// pauses a second, as hyper's and axum's own loops do.
+async fn accept_failed(e: &std::io::Error) {
+    use std::io::ErrorKind as K;
+    if matches!(
+        e.kind(),
+        K::ConnectionAborted | K::ConnectionReset | K::ConnectionRefused
+    ) {
+        return;
+    }
+    tracing::error!("accept failed: {e}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Answer a connection over the cap: a 503 `too_many_connections` envelope with
+/// `Retry-After: 1` and `Connection: close`, then close it.
+async fn refuse(mut stream: TcpStream) {
+    let body = serde_json::to_vec(&ApiError::TooManyConnections.envelope(None)).unwrap_or_default();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(&body).await;
+    let _ = stream.shutdown().await;
+}
+
+/// `Result<T, Infallible>` unwrapped without a panic path.
+trait UnwrapInfallible<T> {
+    fn unwrap_infallible(self) -> T;
+}
+
+impl<T> UnwrapInfallible<T> for Result<T, Infallible> {
+    fn unwrap_infallible(self) -> T {
+        match self {
+            Ok(t) => t,
+            Err(never) => match never {},
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_fits_under_the_open_file_limit() {
+        assert_eq!(connection_cap(4096, 1024), 768);
+        assert_eq!(connection_cap(4096, 1 << 20), 4096);
+        assert_eq!(connection_cap(4096, u64::MAX), 4096);
+        assert_eq!(connection_cap(4096, 10), 1);
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        let soft = raise_open_file_limit();
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: as in `raise_open_file_limit`.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        #[allow(clippy::useless_conversion)]
+        let cur = u64::from(lim.rlim_cur);
+        assert_eq!(cur, soft);
+        assert_eq!(lim.rlim_cur, lim.rlim_max);
+    }
+}

@@ -1,0 +1,277 @@
+//! Slow, huge and hostile traffic against the HTTP layer, on the deterministic FAKE engine (no
+//! model runs; only the server's limits are under test): header and body timeouts, idle
+//! keep-alive connections, the connection cap, authentication before the body, request-size
+//! limits, repeated headers, compressed bodies, and extreme numbers. Raw TCP where the test
+//! needs to misbehave below HTTP clients.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use tollgate::api::server::HttpLimits;
+
+fn server(limits: HttpLimits) -> TestServer {
+    fake_server_configured(10_000, move |state| state.http = limits).0
+}
+
+fn short_timeouts() -> HttpLimits {
+    HttpLimits {
+        header_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        ..HttpLimits::default()
+    }
+}
+
+/// Read until the server closes the connection (or `limit` passes); what came back.
+fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (String, Duration) {
+    let start = Instant::now();
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+        if start.elapsed() > limit {
+            break;
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), start.elapsed())
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    TcpStream::connect(addr).unwrap()
+}
+
+/// The JSON body of a raw HTTP/1.1 response.
+fn envelope(raw: &str) -> Value {
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_slow_header_connection_is_closed_after_the_header_timeout() {
+    let s = server(short_timeouts());
+    let mut c = connect(s.addr);
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        .unwrap();
+    let (_, waited) = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    let s = server(short_timeouts());
+    let mut c = connect(s.addr);
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (raw, waited) = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+}
+
+#[test]
+fn a_connection_over_the_cap_gets_a_503_envelope() {
+    let s = server(HttpLimits {
+        max_connections: 2,
+        ..HttpLimits::default()
+    });
+    let _held: Vec<TcpStream> = (0..2).map(|_| connect(s.addr)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = connect(s.addr);
+    let (raw, _) = read_until_closed(&mut c, Duration::from_secs(5));
+    assert!(raw.starts_with("HTTP/1.1 503"), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("retry-after: 1"), "{raw}");
+    let e = envelope(&raw);
+    assert_eq!(e["error"]["code"], "too_many_connections");
+    assert_eq!(e["error"]["type"], "api_error");
+    drop(_held);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = connect(s.addr);
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (raw, _) = read_until_closed(&mut c, Duration::from_secs(5));
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+}
+
+#[test]
+fn an_unauthenticated_body_is_answered_401_before_it_is_sent() {
+    let s = server(HttpLimits::default());
+    let mut c = connect(s.addr);
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4194304\r\n\r\n";
+    c.write_all(head.as_bytes()).unwrap();
+    // Not one byte of the 4 MiB body is sent: the answer must not wait for it.
+    let (raw, waited) = read_until_closed(&mut c, Duration::from_secs(5));
+    assert!(raw.starts_with("HTTP/1.1 401"), "{raw}");
+    assert!(waited < Duration::from_secs(4));
+    assert_eq!(envelope(&raw)["error"]["code"], "missing_api_key");
+}
+
+#[test]
+fn a_stalled_body_is_answered_408() {
+    let s = server(short_timeouts());
+    let mut c = connect(s.addr);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"model\":",
+        s.key
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let (raw, waited) = read_until_closed(&mut c, Duration::from_secs(10));
+    assert!(raw.starts_with("HTTP/1.1 408"), "{raw}");
+    assert!(waited < Duration::from_secs(5));
+    assert_eq!(envelope(&raw)["error"]["code"], "request_timeout");
+}
+
+#[tokio::test]
+async fn a_declared_oversized_body_is_refused_413_unread() {
+    let s = server(HttpLimits {
+        max_body_bytes: 1000,
+        ..HttpLimits::default()
+    });
+    let big = chat_body("fake-model", None, &"x".repeat(2000), "");
+    let (status, _, b) = s.post("/v1/chat/completions", &big, &[]).await;
+    assert_eq!(status, 413);
+    assert_eq!(b["error"]["code"], "request_too_large");
+}
+
+#[tokio::test]
+async fn request_size_limits_name_the_field() {
+    let s = server(HttpLimits {
+        max_messages: 4,
+        max_prompt_chars: 50,
+        ..HttpLimits::default()
+    });
+    let msgs = [r#"{"role":"user","content":"hi"}"#; 5].join(",");
+    let body = format!(r#"{{"model":"fake-model","messages":[{msgs}]}}"#);
+    let (status, _, b) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (400, &Value::from("too_many_messages"))
+    );
+    assert_eq!(b["error"]["param"], "messages");
+    let long = chat_body("fake-model", None, &"y".repeat(51), "");
+    let (status, _, b) = s.post("/v1/chat/completions", &long, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (400, &Value::from("prompt_too_long"))
+    );
+    let input = [r#"{"role":"user","content":"hi"}"#; 5].join(",");
+    let body = format!(r#"{{"model":"fake-model","input":[{input}]}}"#);
+    let (status, _, b) = s.post("/v1/responses", &body, &[]).await;
+    assert_eq!((status, &b["error"]["param"]), (400, &Value::from("input")));
+    // Within the limits, the same server answers.
+    let ok = chat_body("fake-model", None, "hi", "");
+    assert_eq!(s.post("/v1/chat/completions", &ok, &[]).await.0, 200);
+}
+
+#[test]
+fn repeated_single_valued_headers_are_400() {
+    let s = server(HttpLimits::default());
+    let body = chat_body("fake-model", None, "hi", "");
+    for (dup, param) in [
+        (
+            format!("Authorization: Bearer {}\r\n", s.key),
+            "Authorization",
+        ),
+        (
+            "Idempotency-Key: a\r\nIdempotency-Key: b\r\n".to_owned(),
+            "Idempotency-Key",
+        ),
+    ] {
+        let mut c = connect(s.addr);
+        let req = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n{dup}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            s.key,
+            body.len()
+        );
+        c.write_all(req.as_bytes()).unwrap();
+        let (raw, _) = read_until_closed(&mut c, Duration::from_secs(5));
+        assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+        let e = envelope(&raw);
+        assert_eq!(e["error"]["code"], "duplicate_header");
+        assert_eq!(e["error"]["param"], param);
+    }
+}
+
+#[tokio::test]
+async fn compressed_bodies_are_415() {
+    let s = server(HttpLimits::default());
+    let body = chat_body("fake-model", None, "hi", "");
+    let (status, _, b) = s
+        .post(
+            "/v1/chat/completions",
+            &body,
+            &[("content-encoding", "gzip")],
+        )
+        .await;
+    assert_eq!(status, 415);
+    assert_eq!(b["error"]["code"], "unsupported_content_encoding");
+    assert_eq!(b["error"]["param"], "Content-Encoding");
+}
+
+#[tokio::test]
+async fn extreme_token_limits_are_4xx_never_5xx() {
+    let s = server(HttpLimits::default());
+    for field in [
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "top_logprobs",
+        "seed",
+    ] {
+        for value in [
+            "0",
+            "1",
+            "-1",
+            "2147483648",
+            "9007199254740992",
+            "9223372036854775807",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "1.5",
+            "1e3",
+            "1e308",
+        ] {
+            let body = chat_body("fake-model", None, "hi", &format!(r#""{field}":{value}"#));
+            let (status, _, b) = s.post("/v1/chat/completions", &body, &[]).await;
+            assert!(status < 500, "{field}={value}: {status} {b}");
+            if status >= 400 {
+                assert!(b["error"]["code"].is_string(), "{field}={value}: {b}");
+                assert!(b["error"].get("param").is_some(), "{field}={value}: {b}");
+            }
+        }
+    }
+    let body = chat_body(
+        "fake-model",
+        None,
+        "hi",
+        r#""max_tokens":18446744073709551615"#,
+    );
+    let (status, _, b) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (400, &Value::from("context_length_exceeded"))
+    );
+}
+
+#[tokio::test]
+async fn a_refused_request_s_reset_header_agrees_with_retry_after() {
+    let (s, _) = fake_server_with(1, None);
+    let body = chat_body("fake-model", None, "hi", "");
+    assert_eq!(s.post("/v1/chat/completions", &body, &[]).await.0, 200);
+    let (status, h, _) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 429);
+    let retry: f64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    let reset = h["x-ratelimit-reset-requests"].to_str().unwrap();
+    let reset: f64 = reset.trim_end_matches('s').parse().unwrap();
+    assert!(
+        reset <= retry && retry - reset < 1.0,
+        "reset {reset} s, retry-after {retry} s"
+    );
+}
