@@ -258,6 +258,19 @@ async fn extreme_token_limits_are_4xx_never_5xx() {
         (status, &b["error"]["code"]),
         (400, &Value::from("context_length_exceeded"))
     );
+    // Messages that alone fill the context are the field named, whatever `max_tokens` says.
+    let long = chat_body(
+        "fake-model",
+        None,
+        &"word ".repeat(200),
+        r#""max_tokens":1"#,
+    );
+    let (status, _, b) = s.post("/v1/chat/completions", &long, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["param"]),
+        (400, &Value::from("messages")),
+        "{b}"
+    );
 }
 
 #[tokio::test]

@@ -310,6 +310,8 @@ pub fn max_new_tokens(
     }
     };
     match max_tokens {
+        // The messages alone fill the context: they are the field to shorten.
+        Some((m, _)) if n >= ctx => Err(exceeded("messages", m)),
         Some((m, param)) if n.checked_add(m).is_none_or(|t| t > ctx) => Err(exceeded(param, m)),
         Some((m, _)) => Ok(m),
         None if n >= ctx => Err(exceeded("messages", 1)),
