@@ -6,7 +6,6 @@
 //! Owns: `HttpLimits` (also the per-request size limits the request parsers apply).
 //! May use: hyper, hyper-util, tower-http, the router. Never: handlers.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -157,8 +156,7 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let mut req = req.map(|b| Body::new(TimeoutBody::new(body_timeout, b)));
             req.extensions_mut().insert(ConnectInfo(addr));
-            let router = router.clone();
-            async move { Ok::<_, Infallible>(router.oneshot(req).await.unwrap_infallible()) }
+            router.clone().oneshot(req)
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
@@ -199,20 +197,6 @@ async fn refuse(mut stream: TcpStream) {
     let _ = stream.write_all(head.as_bytes()).await;
     let _ = stream.write_all(&body).await;
     let _ = stream.shutdown().await;
-}
-
-/// `Result<T, Infallible>` unwrapped without a panic path.
-trait UnwrapInfallible<T> {
-    fn unwrap_infallible(self) -> T;
-}
-
-impl<T> UnwrapInfallible<T> for Result<T, Infallible> {
-    fn unwrap_infallible(self) -> T {
-        match self {
-            Ok(t) => t,
-            Err(never) => match never {},
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 pub mod http;
 pub use http::parse_bytes;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -113,17 +113,16 @@ struct Counts<'a> {
 }
 
 impl Counts<'_> {
-    /// Add `n` to `cell`; past `max`, record `what` and return the error that ends the pass.
-    fn add<E: serde::de::Error>(
-        &self,
-        cell: &Cell<usize>,
-        n: usize,
-        max: usize,
-        what: Exceeded,
-    ) -> Result<(), E> {
-        let total = cell.get().saturating_add(n);
-        cell.set(total);
-        if total > max {
+    /// Add `n` to the total `what` limits; past the limit, record `what` and return the error
+    /// that ends the pass.
+    fn add<E: serde::de::Error>(&self, what: Exceeded, n: usize) -> Result<(), E> {
+        let (total, max) = match what {
+            Exceeded::Messages => (&self.messages, self.limits.max_messages),
+            Exceeded::Parts => (&self.parts, self.limits.max_content_parts),
+            Exceeded::Chars => (&self.chars, self.limits.max_prompt_chars),
+        };
+        total.set(total.get().saturating_add(n));
+        if total.get() > max {
             self.exceeded.set(Some(what));
             return Err(E::custom("request size limit"));
         }
@@ -131,10 +130,23 @@ impl Counts<'_> {
     }
 
     fn text<E: serde::de::Error>(&self, s: &str) -> Result<(), E> {
-        let max = self.limits.max_prompt_chars;
-        self.add(&self.chars, s.chars().count(), max, Exceeded::Chars)
+        self.add(Exceeded::Chars, s.chars().count())
     }
 }
+
+/// `DeserializeSeed` for visitors that take whatever JSON type comes.
+macro_rules! seed_any {
+    ($($visitor:ident),*) => {$(
+        impl<'de> DeserializeSeed<'de> for $visitor<'_, '_> {
+            type Value = ();
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+    )*};
+}
+
+seed_any!(List, Item);
 
 /// The top-level object: only `field` is looked into.
 struct TopLevel<'c, 'a> {
@@ -152,7 +164,7 @@ impl<'de> Visitor<'de> for TopLevel<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == self.field {
-                map.next_value_seed(Items(self.counts))?;
+                map.next_value_seed(List(self.counts, Exceeded::Messages))?;
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -163,21 +175,16 @@ impl<'de> Visitor<'de> for TopLevel<'_, '_> {
     skip_others!(scalars, str, seq);
 }
 
-/// `messages` / `input`: a list of items, or (Responses) one string.
-struct Items<'c, 'a>(&'c Counts<'a>);
+/// `messages` / `input` (each element counted as `Messages`) or a message's `content` (each
+/// counted as `Parts`): a list of items, a string (Responses `input`, string content), or one
+/// object (looked into as an item).
+struct List<'c, 'a>(&'c Counts<'a>, Exceeded);
 
-impl<'de> DeserializeSeed<'de> for Items<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Items<'_, '_> {
+impl<'de> Visitor<'de> for List<'_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list of messages or a string")
+        f.write_str("a list or a string")
     }
 
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
@@ -185,25 +192,22 @@ impl<'de> Visitor<'de> for Items<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let c = self.0;
-        while seq.next_element_seed(Item(c))?.is_some() {
-            c.add(&c.messages, 1, c.limits.max_messages, Exceeded::Messages)?;
+        while seq.next_element_seed(Item(self.0))?.is_some() {
+            self.0.add(self.1, 1)?;
         }
         Ok(())
     }
 
-    skip_others!(scalars, map);
-}
-
-/// One message or input item: its `content` is counted, the rest skipped.
-struct Item<'c, 'a>(&'c Counts<'a>);
-
-impl<'de> DeserializeSeed<'de> for Item<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        Item(self.0).visit_map(map)
     }
+
+    skip_others!(scalars);
 }
+
+/// One message, input item or content part: its `content` and `text` are counted, the rest
+/// skipped.
+struct Item<'c, 'a>(&'c Counts<'a>);
 
 impl<'de> Visitor<'de> for Item<'_, '_> {
     type Value = ();
@@ -215,9 +219,9 @@ impl<'de> Visitor<'de> for Item<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
-                "content" => map.next_value_seed(Content(self.0))?,
-                // A Responses message item given as `{type, text}` (input_text).
-                "text" => map.next_value_seed(Text(self.0))?,
+                "content" => map.next_value_seed(List(self.0, Exceeded::Parts))?,
+                // A part's text (`{type: "text" | "input_text", text}`).
+                "text" => map.next_value_seed(Item(self.0))?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -231,66 +235,6 @@ impl<'de> Visitor<'de> for Item<'_, '_> {
     }
 
     skip_others!(scalars, seq);
-}
-
-/// A message's `content`: a string, or a list of parts (each one counted, its `text` too).
-struct Content<'c, 'a>(&'c Counts<'a>);
-
-impl<'de> DeserializeSeed<'de> for Content<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Content<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("message content")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
-        self.0.text(s)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let c = self.0;
-        while seq.next_element_seed(Item(c))?.is_some() {
-            c.add(&c.parts, 1, c.limits.max_content_parts, Exceeded::Parts)?;
-        }
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        Item(self.0).visit_map(map)
-    }
-
-    skip_others!(scalars);
-}
-
-/// A part's `text`.
-struct Text<'c, 'a>(&'c Counts<'a>);
-
-impl<'de> DeserializeSeed<'de> for Text<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Text<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("text")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
-        self.0.text(s)
-    }
-
-    skip_others!(scalars, seq, map);
 }
 
 #[cfg(test)]
