@@ -19,6 +19,7 @@ pub mod languages;
 pub mod model;
 pub mod perplexity;
 pub mod prefix_cache;
+pub mod pretokenize;
 pub mod resolve;
 pub mod safetensors;
 pub mod sampler;
@@ -27,6 +28,8 @@ pub mod stop;
 pub mod store;
 pub mod template;
 pub mod tokenizer;
+#[cfg(test)]
+mod tokenizer_conformance;
 pub mod tools;
 
 pub use candle_engine::{CandleEngine, EngineConfig};

@@ -3,7 +3,7 @@
 //!
 //! Two vocabulary kinds (GGUF spec, "Tokenizer" section):
 //! - `gpt2`: byte-level BPE with the file's merges; the split regex is chosen by
-//!   `tokenizer.ggml.pre` (an unknown value is refused rather than guessed).
+//!   `tokenizer.ggml.pre` (`pretokenize`; an unknown value is refused rather than guessed).
 //! - `llama` / `gemma` (SentencePiece): BPE with byte fallback, merges derived from the
 //!   vocabulary (every split of a piece into two pieces that both exist), ranked by the merged
 //!   piece's position in the file, as the `transformers` GGUF converter does.
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
 use super::gguf::{f32_array, int_array, string_array, GgufFile};
+use super::pretokenize::PreTokenizer;
 use super::store::TensorStore;
 
 /// A token's text and raw bytes.
@@ -39,11 +40,6 @@ pub struct ModelTokenizer {
     /// bytes cannot be recovered.
     pub token_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
 }
-
-const GPT2_REGEX: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// End-of-turn markers of common chat formats; those present in a vocabulary stop generation.
 pub(crate) const END_OF_TURN: [&str; 6] = [
@@ -217,31 +213,10 @@ fn gpt2_json(
     merges: &[String],
     pre: &str,
 ) -> anyhow::Result<Value> {
-    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
-    let split = |re: &str| json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false});
-    let (pre_tokenizer, normalizer, ignore_merges) = match pre {
-        "default" | "gpt-2" | "gpt2" => (
-            json!({"type": "Sequence", "pretokenizers": [split(GPT2_REGEX), byte_level(false)]}),
-            Value::Null,
-            false,
-        ),
-        "smollm" | "starcoder" | "refact" => (
-            json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, split(GPT2_REGEX), byte_level(false)]}),
-            Value::Null,
-            false,
-        ),
-        "llama3" | "llama-bpe" | "smaug-bpe" | "lfm2" => (
-            json!({"type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)]}),
-            Value::Null,
-            true,
-        ),
-        "qwen2" | "deepseek-r1-qwen" => (
-            json!({"type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)]}),
-            json!({"type": "NFC"}),
-            false,
-        ),
-        other => anyhow::bail!("unsupported gpt2 pre-tokenizer `{other}`"),
-    };
+    let pre = PreTokenizer::for_pre(pre)
+        .ok_or_else(|| anyhow::anyhow!("unsupported gpt2 pre-tokenizer `{pre}`"))?;
+    let (pre_tokenizer, normalizer, ignore_merges) =
+        (pre.to_json(), pre.normalizer(), pre.ignore_merges);
     Ok(json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": added_tokens(tokens, types),
@@ -309,17 +284,17 @@ fn spm_json(
         .iter()
         .map(|&(_, _, a, b)| json!([pieces[a], pieces[b]]))
         .collect();
-    let (normalizer, pre_tokenizer) = if add_space_prefix {
-        (
-            Value::Null,
-            json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}),
-        )
+    // SentencePiece's space prefix goes before every stretch of text that follows a special
+    // token (llama.cpp's `add_space_prefix` after `is_prev_special`), even one that already
+    // starts with a space: the normalizer runs once per stretch between added tokens.
+    let replace = json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
+    let normalizer = if add_space_prefix {
+        json!({"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u{2581}"}, replace]})
     } else {
-        (
-            json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}),
-            Value::Null,
-        )
+        replace
     };
+    let pre_tokenizer = Value::Null;
     let mut decoders = vec![
         json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
         json!({"type": "ByteFallback"}),
