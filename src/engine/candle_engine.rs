@@ -187,13 +187,7 @@ impl CandleEngine {
         if let Some(f) = self.front(model) {
             return Ok(f);
         }
-        let path =
-            resolve::resolve(entry, weights_dir).map_err(|tried| EngineError::Unavailable {
-                model: model.to_owned(),
-                tried,
-            })?;
-        self.make_room(weights_bytes(&path))?;
-        let (rt, front) = load(model, &path, entry.context_length, &self.device)?;
+        let (rt, front) = self.load_first_source(entry, weights_dir)?;
         let front = Arc::new(front);
         let mut fronts = self.fronts.write().unwrap_or_else(PoisonError::into_inner);
         self.tx
@@ -201,6 +195,52 @@ impl CandleEngine {
             .map_err(|_| EngineError::ShutDown)?;
         fronts.push(Some(front.clone()));
         Ok((fronts.len() - 1, front))
+    }
+
+    /// Load `entry` from the first of its sources that is present (or fetchable) and loads: a
+    /// source whose files fail to load (a tokenizer or architecture the engine refuses, a
+    /// corrupt file) is logged and the next one is tried. Blocking.
+    ///
+    /// # Errors
+    /// `Load` naming every source tried when files were found but none loaded; `Unavailable`
+    /// when no source had files; memory-budget errors at once.
+    fn load_first_source(
+        &self,
+        entry: &crate::catalog::ModelEntry,
+        weights_dir: &std::path::Path,
+    ) -> Result<(Runtime, Front), EngineError> {
+        let mut tried = Vec::new();
+        let mut found = false;
+        for src in &entry.sources {
+            let path = match resolve::try_source(src, weights_dir) {
+                Ok(path) => path,
+                Err(why) => {
+                    tried.push(format!("{}: {why}", src.describe()));
+                    continue;
+                }
+            };
+            found = true;
+            self.make_room(weights_bytes(&path))?;
+            match load(&entry.id, &path, entry.context_length, &self.device) {
+                Ok(loaded) => return Ok(loaded),
+                Err(EngineError::Load { message, .. }) => {
+                    tracing::warn!(model = %entry.id, source = %src.describe(), error = %message,
+                        "weights failed to load; trying the next source");
+                    tried.push(format!("{}: {message}", src.describe()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if found {
+            return Err(EngineError::Load {
+                model: entry.id.clone(),
+                message: tried.join("; "),
+            });
+        }
+        Err(EngineError::Unavailable {
+            model: entry.id.clone(),
+            tried,
+        })
     }
 }
 

@@ -91,7 +91,11 @@ fn holds_weights(path: &Path) -> bool {
     path.is_file() || path.join("config.json").is_file()
 }
 
-fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
+/// The files of one source: present under `weights_dir`, in `hf-hub`'s cache, or fetched now.
+///
+/// # Errors
+/// Why this source has no files here (not present, hub unreachable, a download failure).
+pub fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
     if let Some(p) = &src.path {
         let path = weights_dir.join(p);
         return if holds_weights(&path) {
