@@ -335,8 +335,10 @@ fn load(
     let tokenizer = Arc::new(tokenizer);
     let arch = store.architecture().map_err(err)?;
     let template = ChatTemplate::new(chat_template.as_deref(), &arch).map_err(err)?;
-    let model = Transformer::load(store.as_mut()).map_err(err)?;
-    let context_length = model.config.context_length.min(catalog_ctx.max(1));
+    let file_ctx = store.usize_or(&format!("{arch}.context_length"), 4096);
+    let context_length = file_ctx.min(catalog_ctx.max(1));
+    let model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;
+    let context_length = model.config.context_length.min(context_length);
     tracing::info!(
         model = id, arch = %arch, layers = model.config.n_layers, context_length,
         template = %template.source,

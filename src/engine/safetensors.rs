@@ -7,8 +7,9 @@
 //! `convert_hf_to_gguf.py` and `transformers` `modeling_*.py` of each family):
 //! - q/k rows are not permuted: RoPE rotates halves for every family (`RopeLayout::RotateHalf`);
 //! - Gemma 2/3 store RMSNorm weights as `w` and scale by `1 + w`; 1 is added at load;
-//! - Llama 3.1 `rope_scaling` (`rope_type = "llama3"`) and Phi-3 `longrope` short factors are
-//!   computed into the `rope_freqs` / `rope_factors_short` tensors GGUF files carry;
+//! - Llama 3.1 `rope_scaling` (`rope_type = "llama3"`) and Phi-3 `longrope` short and long
+//!   factors are computed into the `rope_freqs` / `rope_factors_short` / `rope_factors_long`
+//!   tensors GGUF files carry, with the original context length;
 //! - Gemma's `query_pre_attn_scalar` sets the attention scale.
 //!
 //! Weight matrices are quantized at load to `MatrixType` (Q8_0 by default, f32 in parity tests).
@@ -369,6 +370,16 @@ fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
                     .map(|x| x.as_f64().unwrap_or(1.0) as f32)
                     .collect();
                 tensors.insert("rope_factors_short.weight".to_owned(), short);
+                if let Some(long) = scaling.get("long_factor").and_then(Value::as_array) {
+                    let long = long.iter().map(|x| x.as_f64().unwrap_or(1.0) as f32);
+                    tensors.insert("rope_factors_long.weight".to_owned(), long.collect());
+                }
+                if let Some(original) = float("original_max_position_embeddings") {
+                    meta.insert(
+                        format!("{arch}.rope.scaling.original_context_length"),
+                        G::U64(original as u64),
+                    );
+                }
                 // cos/sin multiplier: `attention_factor`, else sqrt(1 + ln(s) / ln(original))
                 // with s = max_position_embeddings / original (transformers
                 // `_compute_longrope_parameters`).

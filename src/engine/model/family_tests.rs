@@ -148,6 +148,13 @@ fn write_gguf(f: Fam, w: &W, path: &std::path::Path) {
         meta.push((format!("{a}.expert_count"), G::U32(EXPERTS as u32)));
         meta.push((format!("{a}.expert_used_count"), G::U32(2)));
     }
+    if f == Fam::Phi3 {
+        // LongRoPE's switch point (the factors are only in `longrope_factors_follow_the_context`).
+        meta.push((
+            format!("{a}.rope.scaling.original_context_length"),
+            G::U32(128),
+        ));
+    }
     if f == Fam::Granite {
         meta.push((format!("{a}.embedding_scale"), G::F32(1.5)));
         meta.push((format!("{a}.attention.scale"), G::F32(0.2)));
@@ -564,4 +571,45 @@ fn cohere_matches_reference() {
 #[test]
 fn mixtral_moe_matches_reference() {
     check(Fam::Mixtral);
+}
+
+/// LongRoPE (Phi-3.5/Phi-4-mini): loaded for a context within the original 128 tokens the
+/// short factors divide the frequencies; for 256 the long ones do.
+#[test]
+fn longrope_factors_follow_the_context() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut w = weights(Fam::Phi3, &mut rng);
+    let half = D / 2;
+    w.m.insert(
+        "rope_factors_short.weight".into(),
+        (vec![half], vec![2.0; half]),
+    );
+    w.m.insert(
+        "rope_factors_long.weight".into(),
+        (vec![half], vec![8.0; half]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(Fam::Phi3, &w, &path);
+    let load = |ctx| {
+        let mut f = GgufFile::open(&path, &Device::Cpu).unwrap();
+        Transformer::load_for_context(&mut f, ctx).unwrap().ropes[0]
+            .inv_freq
+            .clone()
+    };
+    let (short, long) = (load(128), load(256));
+    w.m.remove("rope_factors_short.weight");
+    w.m.remove("rope_factors_long.weight");
+    write_gguf(Fam::Phi3, &w, &path);
+    let plain = load(256);
+    for i in 0..half {
+        assert!(
+            (short[i] * 2.0 - plain[i]).abs() <= 1e-6 * plain[i],
+            "short {i}"
+        );
+        assert!(
+            (long[i] * 8.0 - plain[i]).abs() <= 1e-6 * plain[i],
+            "long {i}"
+        );
+    }
 }

@@ -88,11 +88,26 @@ fn fuse_qkv(q: Linear, k: Linear, v: Linear) -> anyhow::Result<Qkv> {
 }
 
 impl Transformer {
-    /// Load a model from an open store (GGUF file or safetensors directory).
+    /// Load a model from an open store (GGUF file or safetensors directory), for contexts
+    /// within the model's original training context (see `load_for_context`).
     ///
     /// # Errors
     /// Unsupported architectures, missing tensors or metadata.
     pub fn load(file: &mut dyn TensorStore) -> anyhow::Result<Self> {
+        Self::load_for_context(file, 0)
+    }
+
+    /// Load a model that will serve sequences of up to `context` tokens. LongRoPE files
+    /// (Phi-3.5-mini, Phi-4-mini: `rope_factors_short`/`rope_factors_long` and
+    /// `rope.scaling.original_context_length`) use the long factors when `context` exceeds the
+    /// original context, else the short ones; chosen once per load, as llama.cpp chooses by
+    /// its context size (`llm_graph_context::build_rope_factors`), so every cached key was
+    /// rotated with the same frequencies. Source: Phi-3 technical report, LongRoPE (Ding et
+    /// al. 2024).
+    ///
+    /// # Errors
+    /// Unsupported architectures, missing tensors or metadata.
+    pub fn load_for_context(file: &mut dyn TensorStore, context: usize) -> anyhow::Result<Self> {
         let arch = file.architecture()?;
         let family = match arch.as_str() {
             "llama" | "mistral" => Family::Llama,
@@ -127,11 +142,19 @@ impl Transformer {
             Ok("linear") => file.f32_or(&key("rope.scaling.factor"), 1.0),
             _ => 1.0,
         };
-        // Llama 3.1 `rope_freqs`; Phi-3 long-context files carry short/long factors (the short
-        // ones apply within the original context).
-        let factor_tensor = ["rope_freqs.weight", "rope_factors_short.weight"]
-            .into_iter()
-            .find(|n| file.has_tensor(n));
+        // Llama 3.1 `rope_freqs`; LongRoPE files carry short and long factors.
+        let original = file.usize_or(&key("rope.scaling.original_context_length"), 0);
+        let long = original > 0 && context > original;
+        let factor_tensor = [
+            "rope_freqs.weight",
+            if long {
+                "rope_factors_long.weight"
+            } else {
+                "rope_factors_short.weight"
+            },
+        ]
+        .into_iter()
+        .find(|n| file.has_tensor(n));
         let factors = match factor_tensor {
             Some(n) => Some(file.tensor_f32(n)?.flatten_all()?.to_vec1::<f32>()?),
             None => None,
