@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+/// The built-in chat templates an entry's `chat_template` may name (`engine::template` renders
+/// them).
+pub const BUILTIN_TEMPLATES: [&str; 4] = ["chatml", "gemma", "llama-2", "zephyr"];
+
 /// Micro-USD (1e-6 USD) per 1M tokens, parsed exactly from a decimal string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PricePerMTok(pub i64);
@@ -156,6 +160,21 @@ pub struct ModelEntry {
     /// Release time, Unix seconds (`created` in `/v1/models`).
     pub created: i64,
     pub pricing: Pricing,
+    /// The notice the licence requires be shown where the model is offered (Llama's "Built with
+    /// Llama", a CC-BY credit), shown in `/v1/models` and on the model page.
+    #[serde(default)]
+    pub attribution: Option<String>,
+    /// URL of the use policy the licence requires be passed on to users (Gemma's Prohibited Use
+    /// Policy, Llama's Acceptable Use Policy).
+    #[serde(default)]
+    pub use_policy: Option<String>,
+    /// A base (pretrained) model: served by the API, not offered in the playground.
+    #[serde(default)]
+    pub base: bool,
+    /// The built-in chat template (`BUILTIN_TEMPLATES`) used when the weights file
+    /// carries none; left out, the engine's family default applies.
+    #[serde(default)]
+    pub chat_template: Option<String>,
     /// Reference tokenizer family for language-cost measurement (`llama3`, `qwen3`, ...), if any.
     #[serde(default)]
     pub tokenizer: Option<String>,
@@ -216,6 +235,15 @@ impl Catalog {
             for src in &m.sources {
                 src.validate()
                     .map_err(|e| format!("model `{}`: {e}", m.id))?;
+            }
+            if let Some(t) = m.chat_template.as_deref() {
+                if !BUILTIN_TEMPLATES.contains(&t) {
+                    return Err(format!(
+                        "model `{}`: no built-in chat template `{t}` (built in: {})",
+                        m.id,
+                        BUILTIN_TEMPLATES.join(", ")
+                    ));
+                }
             }
         }
         for a in &file.audio_model {

@@ -132,6 +132,8 @@ impl AudioModelRecord {
                 name: m.license.clone(),
                 url: m.license_url.clone(),
                 commercial_use: m.commercial_use,
+                attribution: None,
+                use_policy: None,
             },
             available: available.is_ok(),
             unavailable_reason: available.err(),
@@ -167,6 +169,9 @@ pub struct ModelRecord {
     pub architecture: Architecture,
     pub pricing: ModelPricing,
     pub license: License,
+    /// A base (pretrained, not instruction-tuned) model: it continues text rather than answer
+    /// chat turns, so the playground does not offer it; the API serves it all the same.
+    pub base: bool,
     /// Request fields `POST /v1/chat/completions` accepts for this model.
     pub supported_parameters: Vec<&'static str>,
     /// Tokens per character relative to English, by language code (ISO 639-3), when measured.
@@ -218,12 +223,32 @@ pub struct ModelPricing {
     pub currency: &'static str,
 }
 
-/// The licence and whether it allows serving the model commercially (403 if not).
+/// The licence and whether it allows serving the model commercially (403 if not), with what
+/// the licence requires be shown to users where the model is offered.
 #[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct License {
     pub name: String,
     pub url: String,
     pub commercial_use: bool,
+    /// The notice the licence requires beside the model (e.g. Llama 3's "Built with Llama"),
+    /// if any.
+    pub attribution: Option<String>,
+    /// The URL of the use policy the licence requires be passed on to users (e.g. Gemma's
+    /// Prohibited Use Policy), if any.
+    pub use_policy: Option<String>,
+}
+
+impl License {
+    /// The licence fields of a chat model's catalogue entry.
+    pub fn of(m: &ModelEntry) -> Self {
+        Self {
+            name: m.license.clone(),
+            url: m.license_url.clone(),
+            commercial_use: m.commercial_use,
+            attribution: m.attribution.clone(),
+            use_policy: m.use_policy.clone(),
+        }
+    }
 }
 
 impl ModelRecord {
@@ -265,11 +290,8 @@ impl ModelRecord {
                 output_micros_per_mtok: m.pricing.output.0,
                 currency: "USD",
             },
-            license: License {
-                name: m.license.clone(),
-                url: m.license_url.clone(),
-                commercial_use: m.commercial_use,
-            },
+            license: License::of(m),
+            base: m.base,
             supported_parameters: supported_parameters.to_vec(),
             languages,
             loaded,

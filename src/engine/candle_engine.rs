@@ -99,7 +99,9 @@ impl CandleEngine {
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();
         for (id, path, ctx) in &config.models {
-            let (rt, front) = load(id, path, *ctx, &config.device)?;
+            let builtin = config.on_demand.as_ref().and_then(|(c, _)| c.get(id));
+            let builtin = builtin.and_then(|e| e.chat_template.as_deref());
+            let (rt, front) = load(id, path, *ctx, builtin, &config.device)?;
             runtimes.push(rt);
             fronts.push(Some(Arc::new(front)));
         }
@@ -221,7 +223,14 @@ impl CandleEngine {
             };
             found = true;
             self.make_room(weights_bytes(&path))?;
-            match load(&entry.id, &path, entry.context_length, &self.device) {
+            let builtin = entry.chat_template.as_deref();
+            match load(
+                &entry.id,
+                &path,
+                entry.context_length,
+                builtin,
+                &self.device,
+            ) {
                 Ok(loaded) => return Ok(loaded),
                 Err(EngineError::Load { message, .. }) => {
                     tracing::warn!(model = %entry.id, source = %src.describe(), error = %message,
@@ -306,10 +315,13 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
     Ok(prompt)
 }
 
+/// Load one model: weights, tokenizer and chat template (the file's, else the built-in
+/// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens.
 fn load(
     id: &str,
     path: &std::path::Path,
     catalog_ctx: usize,
+    builtin: Option<&str>,
     device: &Device,
 ) -> Result<(Runtime, Front), EngineError> {
     let err = |e: anyhow::Error| EngineError::Load {
@@ -334,7 +346,8 @@ fn load(
     };
     let tokenizer = Arc::new(tokenizer);
     let arch = store.architecture().map_err(err)?;
-    let template = ChatTemplate::new(chat_template.as_deref(), &arch).map_err(err)?;
+    let template =
+        ChatTemplate::new(chat_template.as_deref(), builtin.unwrap_or(&arch)).map_err(err)?;
     let file_ctx = store.usize_or(&format!("{arch}.context_length"), 4096);
     let context_length = file_ctx.min(catalog_ctx.max(1));
     let model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;

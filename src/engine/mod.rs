@@ -7,6 +7,8 @@
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
 
 mod candle_engine;
+#[cfg(test)]
+mod catalog_check;
 pub mod chat;
 mod choices;
 pub mod fake;

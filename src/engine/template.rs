@@ -2,7 +2,9 @@
 //! its Python-compatibility methods), or a built-in fallback per family when the file has none.
 //!
 //! Fallbacks: `gemma` (Gemma's turn format: `<start_of_turn>user ... <end_of_turn>`, system text
-//! folded into the first user turn, as Google's Gemma template does) and `chatml` (everything else).
+//! folded into the first user turn, as Google's Gemma template does), `chatml` (everything else),
+//! and two a catalogue entry names for files made before GGUF stored templates: `llama-2`
+//! (`[INST]`) and `zephyr` (TinyLlama Chat).
 
 use minijinja::{context, Environment, Error, ErrorKind};
 
@@ -18,6 +20,31 @@ const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
 {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}\
 {%- endfor -%}\
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
+/// Llama 2 Chat's format as Meta's reference code builds it (`llama/generation.py`,
+/// `chat_completion`): each user turn `<s>[INST] text [/INST]`, each answer ` text </s>`, the
+/// system prompt inside the first user turn between `<<SYS>>` and `<</SYS>>`. Other roles
+/// (tool results) are user turns. For GGUF files made before chat templates were stored in
+/// them (TheBloke's Llama-2-7B-Chat-GGUF).
+const LLAMA2_TEMPLATE: &str = "\
+{%- if messages and messages[0]['role'] == 'system' -%}\
+{%- set system = messages[0]['content'] | trim -%}{%- set turns = messages[1:] -%}\
+{%- else -%}{%- set system = '' -%}{%- set turns = messages -%}{%- endif -%}\
+{%- for m in turns -%}\
+{%- if m['role'] == 'assistant' -%}{{ ' ' + m['content'] | trim + ' ' + eos_token }}\
+{%- else -%}\
+{%- set text = m['content'] | trim -%}\
+{%- if loop.first and system -%}{%- set text = '<<SYS>>\n' + system + '\n<</SYS>>\n\n' + text -%}{%- endif -%}\
+{{ bos_token + '[INST] ' + text + ' [/INST]' }}\
+{%- endif -%}\
+{%- endfor -%}";
+
+/// Zephyr's turn format (`<|user|>` ... `</s>`), which TinyLlama-1.1B-Chat-v1.0 was tuned on
+/// (its `tokenizer_config.json`): for GGUF files that do not carry it.
+const ZEPHYR_TEMPLATE: &str = "{%- for m in messages -%}\
+{{ '<|' + m['role'] + '|>\n' + m['content'] + eos_token + '\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}";
 
 /// ChatML, used by many instruction models (SmolLM2, Qwen).
 const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\
@@ -35,15 +62,22 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// Use the file's template if any, else the built-in one for `family` (`gemma*` -> Gemma
+    /// Use the file's template if any, else the built-in one `builtin` names: a name of
+    /// `catalog::BUILTIN_TEMPLATES` (the catalogue's `chat_template`) or an architecture (`gemma*` -> Gemma
     /// turns, anything else -> ChatML).
     ///
     /// # Errors
     /// A template that does not compile.
-    pub fn new(from_file: Option<&str>, family: &str) -> anyhow::Result<Self> {
+    pub fn new(from_file: Option<&str>, builtin: &str) -> anyhow::Result<Self> {
         let (source, text) = match from_file {
             Some(t) => ("model-files".to_owned(), t.to_owned()),
-            None if family.starts_with("gemma") => {
+            None if builtin == "llama-2" => {
+                ("builtin:llama-2".to_owned(), LLAMA2_TEMPLATE.to_owned())
+            }
+            None if builtin == "zephyr" => {
+                ("builtin:zephyr".to_owned(), ZEPHYR_TEMPLATE.to_owned())
+            }
+            None if builtin.starts_with("gemma") => {
                 ("builtin:gemma".to_owned(), GEMMA_TEMPLATE.to_owned())
             }
             None => ("builtin:chatml".to_owned(), CHATML_TEMPLATE.to_owned()),
@@ -184,6 +218,30 @@ mod tests {
         assert_eq!(
             s,
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+
+    #[test]
+    fn llama_2_fallback_follows_meta_reference_format() {
+        let t = ChatTemplate::new(None, "llama-2").unwrap();
+        assert_eq!(t.source, "builtin:llama-2");
+        let mut m = msgs();
+        m.push(ChatMessage::text(Role::Assistant, " Hello! "));
+        m.push(ChatMessage::text(Role::User, "Bye"));
+        let s = t.render(&m, &[], "<s>", "</s>").unwrap();
+        assert_eq!(
+            s,
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] Bye [/INST]"
+        );
+    }
+
+    #[test]
+    fn zephyr_fallback_renders_tinyllama_turns() {
+        let t = ChatTemplate::new(None, "zephyr").unwrap();
+        let s = t.render(&msgs(), &[], "<s>", "</s>").unwrap();
+        assert_eq!(
+            s,
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"
         );
     }
 

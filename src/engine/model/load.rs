@@ -87,6 +87,24 @@ fn fuse_qkv(q: Linear, k: Linear, v: Linear) -> anyhow::Result<Qkv> {
     })
 }
 
+impl Family {
+    /// The family that serves a GGUF `general.architecture` (one of `SUPPORTED`).
+    pub fn of(arch: &str) -> Option<Self> {
+        Some(match arch {
+            "llama" | "mistral" => Self::Llama,
+            "qwen2" => Self::Qwen2,
+            "qwen3" => Self::Qwen3,
+            "gemma2" => Self::Gemma2,
+            "gemma3" => Self::Gemma3,
+            "phi3" => Self::Phi3,
+            "olmo2" => Self::Olmo2,
+            "granite" => Self::Granite,
+            "command-r" => Self::Cohere,
+            _ => return None,
+        })
+    }
+}
+
 impl Transformer {
     /// Load a model from an open store (GGUF file or safetensors directory), for contexts
     /// within the model's original training context (see `load_for_context`).
@@ -109,18 +127,9 @@ impl Transformer {
     /// Unsupported architectures, missing tensors or metadata.
     pub fn load_for_context(file: &mut dyn TensorStore, context: usize) -> anyhow::Result<Self> {
         let arch = file.architecture()?;
-        let family = match arch.as_str() {
-            "llama" | "mistral" => Family::Llama,
-            "qwen2" => Family::Qwen2,
-            "qwen3" => Family::Qwen3,
-            "gemma2" => Family::Gemma2,
-            "gemma3" => Family::Gemma3,
-            "phi3" => Family::Phi3,
-            "olmo2" => Family::Olmo2,
-            "granite" => Family::Granite,
-            "command-r" => Family::Cohere,
-            other => anyhow::bail!("unsupported architecture `{other}` (supported: {SUPPORTED})"),
-        };
+        let family = Family::of(&arch).ok_or_else(|| {
+            anyhow::anyhow!("unsupported architecture `{arch}` (supported: {SUPPORTED})")
+        })?;
         let a = arch.as_str();
         let key = |k: &str| format!("{a}.{k}");
         let hidden = file.usize(&key("embedding_length"))?;
