@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use tollgate::engine::fake::{FakeFault, FAKE_REPLY};
+use std::sync::Arc;
+use tollgate::engine::fake::{FakeEngine, FakeFault, FAKE_REPLY};
 
 fn body(extra: &str) -> String {
     chat_body("fake-model", None, "hello there", extra)
@@ -341,7 +342,8 @@ async fn models_endpoints_are_the_price_list() {
     assert_eq!(m["architecture"]["output_modalities"], json!(["text"]));
     assert_eq!(
         m["license"],
-        json!({"name": "MIT", "url": "https://example.invalid", "commercial_use": true})
+        json!({"name": "MIT", "url": "https://example.invalid", "commercial_use": true,
+               "attribution": null, "use_policy": null})
     );
     assert!(m["supported_parameters"]
         .as_array()
@@ -445,4 +447,54 @@ async fn browsers_on_other_origins_may_call_v1_with_a_key_but_never_with_credent
         .await
         .unwrap();
     assert!(dash.headers().get("access-control-allow-origin").is_none());
+}
+
+/// The shipped catalogue's licence records (fake engine: only the listing is under test): the
+/// corrected licence names, the notices and use policies licences require, base models marked.
+#[tokio::test]
+async fn models_show_licence_attribution_use_policy_and_base() {
+    let fake = Arc::new(FakeEngine::new(vec![], std::time::Duration::ZERO));
+    let s = serve(fake, catalog());
+    let (st, _, v) = get(&s.url("/v1/models")).await;
+    assert_eq!(st, 200);
+    let rec = |id: &str| {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    let gemma = rec("gemma3-270m");
+    assert_eq!(gemma["base"], true);
+    assert_eq!(
+        gemma["license"]["use_policy"],
+        "https://ai.google.dev/gemma/prohibited_use_policy"
+    );
+    assert!(gemma["license"]["attribution"]
+        .as_str()
+        .unwrap()
+        .contains("Gemma Terms of Use"));
+    let llama = rec("llama-3.1-8b-instruct");
+    assert_eq!(llama["base"], false);
+    assert!(llama["license"]["attribution"]
+        .as_str()
+        .unwrap()
+        .starts_with("Built with Llama"));
+    let distill = rec("deepseek-r1-distill-llama-8b");
+    assert_eq!(
+        distill["license"]["name"],
+        "MIT + Llama 3.1 Community License"
+    );
+    assert!(distill["license"]["attribution"]
+        .as_str()
+        .unwrap()
+        .starts_with("Built with Llama"));
+    assert_eq!(
+        rec("falcon3-7b-instruct")["license"]["name"],
+        "TII Falcon-LLM License 2.0"
+    );
+    let smol = rec("smollm2-135m-instruct");
+    assert!(smol["license"]["attribution"].is_null() && smol["license"]["use_policy"].is_null());
 }

@@ -107,6 +107,9 @@ try {
   // Stream a playground reply (paid by the session).
   await page.goto(`${BASE}/#/playground`);
   await page.getByLabel("Model").selectOption(model);
+  // Base models are listed but not offered for chat.
+  assert.equal(await page.locator('#pg-model option[value="gemma3-270m"]').getAttribute("disabled"), "",
+    "Gemma 3 270M (a base model) is not selectable");
   // Greedy, with the system message the Rust tests use: SmolLM2 then names Paris (without one,
   // its default system prompt leads it astray, in llama.cpp too).
   await page.getByLabel("System message (optional)").fill("You are a helpful assistant.");
@@ -159,6 +162,13 @@ try {
   // Public price list, and the keys page on a phone-sized screen.
   await page.goto(`${BASE}/#/models`);
   await page.getByRole("cell", { name: model }).waitFor();
+  // Licences that require it show their notice and use policy beside the model.
+  const gemma = page.getByRole("row").filter({ hasText: "gemma3-270m" });
+  await gemma.getByText(/Gemma is provided under and subject to the Gemma Terms of Use/).waitFor();
+  assert.equal(await gemma.getByRole("link", { name: "Use policy" }).getAttribute("href"),
+    "https://ai.google.dev/gemma/prohibited_use_policy");
+  const llama = page.getByRole("row").filter({ hasText: "llama-3.1-8b-instruct" });
+  await llama.getByText(/^Built with Llama\./).waitFor();
   await shot("08-models");
   await page.setViewportSize({ width: 390, height: 800 });
   await page.goto(`${BASE}/#/keys`);

@@ -76,6 +76,16 @@ async function loadModels() {
 
 // ---- views ----
 
+// A licence cell: its name (linked), the notice it requires shown beside the model, and the
+// use policy it requires be passed on to users.
+function licence(l) {
+  return [
+    h("a", { href: l.url, rel: "noopener" }, l.name),
+    l.attribution ? h("div", { class: "muted attribution" }, l.attribution) : [],
+    l.use_policy ? h("div", {}, h("a", { href: l.use_policy, rel: "noopener" }, "Use policy")) : [],
+  ];
+}
+
 async function viewModels() {
   const all = await loadModels();
   const list = all.filter((m) => !m.kind), speech = all.filter((m) => m.kind);
@@ -89,11 +99,12 @@ async function viewModels() {
       h("td", {}, m.available ? "yes" : h("span", { class: "warn", title: m.unavailable_reason || "" }, "no"))));
   const rows = list.map((m) =>
     h("tr", {},
-      h("td", {}, h("code", {}, m.id)),
+      h("td", {}, h("code", {}, m.id), m.base ? h("span", { class: "muted" }, " (base model)") : []),
       h("td", {}, m.owned_by),
       h("td", {}, m.context_length.toLocaleString()),
       h("td", {}, "$" + m.pricing.input_per_million_usd),
       h("td", {}, "$" + m.pricing.output_per_million_usd),
+      h("td", {}, licence(m.license)),
       h("td", {}, m.license.commercial_use ? "yes" : h("span", { class: "warn" }, "no")),
       h("td", {}, m.available ? "yes" : h("span", { class: "warn", title: m.unavailable_reason || "" }, "no"))));
   render(
@@ -101,7 +112,7 @@ async function viewModels() {
     h("p", { class: "muted" }, "Prices in USD per 1M tokens. Models whose licence forbids commercial use are listed but refused."),
     h("div", { class: "table-wrap" },
       h("table", {},
-        h("thead", {}, h("tr", {}, ["Model", "Maker", "Context", "Input", "Output", "Commercial use", "Servable here"].map((t) => h("th", { scope: "col" }, t)))),
+        h("thead", {}, h("tr", {}, ["Model", "Maker", "Context", "Input", "Output", "Licence", "Commercial use", "Servable here"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows))),
     h("h2", {}, "Speech models"),
     h("p", { class: "muted" }, "Transcription is billed per second of audio (rounded up), speech per input character."),
@@ -320,18 +331,24 @@ async function viewPlayground() {
   // Chat models only: speech models (the entries with a `kind`) have their own endpoints.
   const list = (await loadModels()).filter((m) => !m.kind && m.license.commercial_use);
   const label = (m) => `${m.id} — $${m.pricing.input_per_million_usd} in / $${m.pricing.output_per_million_usd} out per 1M`;
-  // Servable models first; the others are listed, marked and not selectable.
-  const ready = list.filter((m) => m.available), absent = list.filter((m) => !m.available);
+  // Servable chat models first; base models (they continue text, they do not answer turns) and
+  // models this server cannot serve are listed, marked and not selectable.
+  const ready = list.filter((m) => m.available && !m.base);
+  const base = list.filter((m) => m.base), absent = list.filter((m) => !m.available && !m.base);
   const select = h("select", { name: "model", id: "pg-model" },
     ready.map((m) => h("option", { value: m.id }, label(m))),
+    base.length ? h("optgroup", { label: "Base models: they continue text and are not trained for chat; use the API" },
+      base.map((m) => h("option", { value: m.id, disabled: "" }, `${label(m)} (base model)`))) : [],
     absent.length ? h("optgroup", { label: "Not servable on this server" },
       absent.map((m) => h("option", { value: m.id, disabled: "" }, `${label(m)} (${m.unavailable_reason})`))) : []);
+  const attribution = h("div", { class: "muted", id: "pg-licence" });
   const langs = h("p", { class: "muted", id: "pg-langs" });
   const showLangs = () => {
     const m = list.find((x) => x.id === select.value);
     langs.textContent = m && m.languages
       ? "Token cost vs English: " + Object.entries(m.languages).slice(0, 8).map(([k, v]) => `${k} ×${Number(v).toFixed(2)}`).join(", ") + "…"
       : "Per-language token costs not measured for this model.";
+    attribution.replaceChildren(...(m ? licence(m.license) : []).flat());
   };
   select.addEventListener("change", showLangs);
   showLangs();
@@ -387,7 +404,7 @@ async function viewPlayground() {
       }
     },
   },
-    h("label", {}, "Model", select), langs,
+    h("label", {}, "Model", select), langs, attribution,
     h("label", {}, "System message (optional)", h("textarea", { name: "system", rows: "2" })),
     h("label", {}, "Your message", h("textarea", { name: "user", rows: "4", required: true })),
     field("Max tokens", { name: "max_tokens", type: "number", min: "1", max: "4096", value: "128" }),
