@@ -62,6 +62,9 @@ pub struct ServeConfig {
     /// Origins allowed to call `/v1` from a browser (`*`: any).
     pub cors_origins: Vec<String>,
     /// Connection and request-size limits.
+    /// Files the server reads besides weights: `language-multipliers.json` (measured language
+    /// costs) and `tokenizers/` (reference tokenizers), unless flags name them elsewhere.
+    pub data_dir: PathBuf,
     pub http: api::server::HttpLimits,
 }
 
@@ -167,6 +170,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         oidc,
         mail,
         http: cfg.http,
+        data_dir: cfg.data_dir.clone(),
     };
     Ok(assemble(engine, catalog, ledger, settings))
 }
@@ -214,6 +218,8 @@ pub struct ApiSettings {
     /// Outgoing e-mail.
     pub mail: crate::mail::Outbox,
     /// Connection and request-size limits.
+    /// Where `language-multipliers.json` is read from (`--data-dir`).
+    pub data_dir: PathBuf,
     pub http: api::server::HttpLimits,
 }
 
@@ -230,6 +236,7 @@ impl Default for ApiSettings {
             oidc: None,
             mail: crate::mail::Outbox::default(),
             http: api::server::HttpLimits::default(),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
         }
     }
 }
@@ -255,7 +262,7 @@ pub fn assemble(
             engine,
             catalog: Arc::new(catalog),
             weights_dir: Arc::new(s.weights_dir),
-            languages: Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+            languages: Arc::new(load_languages(&s.data_dir.join(LANGUAGES_FILE))),
             speech: Arc::new(
                 crate::audio::Speech::new(
                     std::thread::available_parallelism().map_or(1, usize::from),
@@ -308,13 +315,14 @@ pub async fn serve_mcp_stdio(
     models: &Path,
     weights: &Path,
     tokenizers: &Path,
+    data_dir: &Path,
 ) -> anyhow::Result<()> {
     let catalog = Arc::new(Catalog::load(models).map_err(anyhow::Error::msg)?);
     let ids: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
     let openapi = api::openapi::document(&ids).to_string();
     let data = crate::mcp::McpData::new(
         catalog.clone(),
-        Arc::new(load_languages(Path::new(LANGUAGES_FILE))),
+        Arc::new(load_languages(&data_dir.join(LANGUAGES_FILE))),
         None,
         Arc::new(weights.to_owned()),
         tokenizers.to_owned(),
@@ -329,20 +337,40 @@ pub async fn serve_mcp_stdio(
 /// Default requests per minute per client address to the public endpoints and `/mcp`.
 pub const DEFAULT_PUBLIC_RPM: u32 = 600;
 
-/// Where `tollgate measure-languages` writes and the server reads language costs.
-pub const LANGUAGES_FILE: &str = "data/language-multipliers.json";
+/// The language costs `tollgate measure-languages` writes and the server reads, in the data
+/// directory.
+pub const LANGUAGES_FILE: &str = "language-multipliers.json";
+
+/// The data directory when neither `--data-dir` nor `--db` says otherwise: the default
+/// ledger's directory.
+pub const DEFAULT_DATA_DIR: &str = "data";
+
+/// The data directory: `flag` if given, else the directory that holds the ledger `db` (so a
+/// server started anywhere with `--db /srv/tollgate/tollgate.db` reads `/srv/tollgate/`).
+pub fn data_dir(flag: Option<&Path>, db: &Path) -> PathBuf {
+    match (flag, db.parent()) {
+        (Some(dir), _) => dir.to_owned(),
+        (None, Some(parent)) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        (None, _) => PathBuf::from("."),
+    }
+}
 
 /// Read measured language costs (empty when the file is missing or unreadable).
 pub fn load_languages(
     path: &Path,
 ) -> std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages> {
     let Ok(text) = std::fs::read_to_string(path) else {
+        tracing::warn!(path = %path.display(),
+            "no language costs here: every language reports \"not measured\" (see --data-dir)");
         return Default::default();
     };
-    serde_json::from_str::<serde_json::Value>(&text)
+    let parsed = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
-        .and_then(|v| serde_json::from_value(v["models"].clone()).ok())
-        .unwrap_or_default()
+        .and_then(|v| serde_json::from_value(v["models"].clone()).ok());
+    if parsed.is_none() {
+        tracing::warn!(path = %path.display(), "language costs file does not parse; ignored");
+    }
+    parsed.unwrap_or_default()
 }
 
 /// Purge the key cache when another process (the CLI) revokes a key; polls once a second.

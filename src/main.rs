@@ -27,7 +27,10 @@ fn main() -> anyhow::Result<()> {
             models,
             weights,
             tokenizers,
+            data_dir,
         } => {
+            let data_dir = tollgate::app::data_dir(data_dir.as_deref(), &cli.db);
+            let tokenizers = tokenizers.unwrap_or_else(|| data_dir.join("tokenizers"));
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -35,6 +38,7 @@ fn main() -> anyhow::Result<()> {
                 &models,
                 &weights,
                 &tokenizers,
+                &data_dir,
             ))
         }
         Command::Serve(args) => {

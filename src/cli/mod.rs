@@ -54,9 +54,13 @@ pub enum Command {
         models: PathBuf,
         #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
         weights: PathBuf,
-        /// Reference tokenizers (`<name>/tokenizer.json`).
-        #[arg(long, env = "TOLLGATE_TOKENIZERS", default_value = "data/tokenizers")]
-        tokenizers: PathBuf,
+        /// Reference tokenizers (`<name>/tokenizer.json`); default `<data dir>/tokenizers`.
+        #[arg(long, env = "TOLLGATE_TOKENIZERS")]
+        tokenizers: Option<PathBuf>,
+        /// Files read besides weights (language costs, reference tokenizers); default: the
+        /// directory of `--db`.
+        #[arg(long, env = "TOLLGATE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Measure per-language token multipliers with each model's own tokenizer and write them.
     MeasureLanguages {
@@ -319,9 +323,15 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
     /// Reference tokenizers (`<name>/tokenizer.json`, scripts/fetch-tokenizers), for the MCP
-    /// server's token counts of models whose weights are not here.
-    #[arg(long, env = "TOLLGATE_TOKENIZERS", default_value = "data/tokenizers")]
-    pub tokenizers: PathBuf,
+    /// server's token counts of models whose weights are not here; default
+    /// `<data dir>/tokenizers`.
+    #[arg(long, env = "TOLLGATE_TOKENIZERS")]
+    pub tokenizers: Option<PathBuf>,
+    /// Every file the server reads besides weights and the catalogue: measured language costs
+    /// (`language-multipliers.json`) and reference tokenizers (`tokenizers/`). Default: the
+    /// directory of `--db` (`data/` for the default ledger).
+    #[arg(long, env = "TOLLGATE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Origins whose web pages may call `/v1` with an API key (comma-separated, e.g.
     /// `https://app.example.com`); `*` allows any, as OpenAI's API does. Credentials (the
     /// session cookie) are never allowed cross-site.
@@ -342,6 +352,7 @@ impl ServeArgs {
     /// # Errors
     /// A malformed `--signup-starter-usd`.
     pub fn config(&self, db: &std::path::Path) -> anyhow::Result<ServeConfig> {
+        let data_dir = crate::app::data_dir(self.data_dir.as_deref(), db);
         Ok(ServeConfig {
             bind: self.bind,
             catalog: self.models.clone(),
@@ -387,8 +398,12 @@ impl ServeArgs {
             http: self.http.limits(),
             mcp: crate::mcp::McpSettings {
                 allowed_hosts: mcp_hosts(self.public_url.as_deref(), &self.mcp_allowed_hosts),
-                tokenizers_dir: self.tokenizers.clone(),
+                tokenizers_dir: self
+                    .tokenizers
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("tokenizers")),
             },
+            data_dir,
             oidc: match (&self.oidc_issuer, &self.oidc_client_id) {
                 // The redirect URI registered at the provider must not come from a Host header.
                 (Some(_), Some(_)) if self.public_url.is_none() => anyhow::bail!(
@@ -662,5 +677,43 @@ mod tests {
         );
         let h = super::mcp_hosts(Some("https://user@llm.example.com/"), &[]);
         assert_eq!(h.last().map(String::as_str), Some("llm.example.com"));
+    }
+
+    /// `--data-dir` defaults to the ledger's directory, so a server started from anywhere reads
+    /// the language costs and tokenizers kept next to its ledger; a flag or a tokenizer path
+    /// overrides it.
+    #[test]
+    fn the_data_dir_follows_the_ledger_unless_named() {
+        use clap::Parser;
+        let serve = |args: &[&str]| {
+            let cli = super::Cli::try_parse_from(args).unwrap();
+            let super::Command::Serve(s) = &cli.command else {
+                panic!("serve")
+            };
+            s.config(&cli.db).unwrap()
+        };
+        let c = serve(&["tollgate", "serve"]);
+        assert_eq!(c.data_dir, std::path::Path::new("data"));
+        assert_eq!(
+            c.mcp.tokenizers_dir,
+            std::path::Path::new("data/tokenizers")
+        );
+        let c = serve(&["tollgate", "--db", "/srv/tg/ledger.db", "serve"]);
+        assert_eq!(c.data_dir, std::path::Path::new("/srv/tg"));
+        let c = serve(&[
+            "tollgate",
+            "--db",
+            "ledger.db",
+            "serve",
+            "--data-dir",
+            "/opt/tg",
+        ]);
+        assert_eq!(c.data_dir, std::path::Path::new("/opt/tg"));
+        assert_eq!(
+            c.mcp.tokenizers_dir,
+            std::path::Path::new("/opt/tg/tokenizers")
+        );
+        let c = serve(&["tollgate", "--db", "ledger.db", "serve"]);
+        assert_eq!(c.data_dir, std::path::Path::new("."));
     }
 }
