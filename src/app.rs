@@ -61,10 +61,10 @@ pub struct ServeConfig {
     pub mcp: crate::mcp::McpSettings,
     /// Origins allowed to call `/v1` from a browser (`*`: any).
     pub cors_origins: Vec<String>,
-    /// Connection and request-size limits.
     /// Files the server reads besides weights: `language-multipliers.json` (measured language
     /// costs) and `tokenizers/` (reference tokenizers), unless flags name them elsewhere.
     pub data_dir: PathBuf,
+    /// Connection and request-size limits.
     pub http: api::server::HttpLimits,
 }
 
@@ -217,9 +217,9 @@ pub struct ApiSettings {
     pub oidc: Option<Arc<crate::auth::oidc::Oidc>>,
     /// Outgoing e-mail.
     pub mail: crate::mail::Outbox,
-    /// Connection and request-size limits.
     /// Where `language-multipliers.json` is read from (`--data-dir`).
     pub data_dir: PathBuf,
+    /// Connection and request-size limits.
     pub http: api::server::HttpLimits,
 }
 

@@ -176,7 +176,7 @@ impl TokenizerEnv for VocabEnv {
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
         self.tokenizer
-            .encode(&String::from_utf8_lossy(s))
+            .encode_fragment(&String::from_utf8_lossy(s))
             .unwrap_or_default()
     }
 }
@@ -395,7 +395,7 @@ impl Grammar {
             self.lead = None;
             self.seen.clear();
             if !rest.is_empty() {
-                if let Ok(ids) = tokenizer.encode(&rest) {
+                if let Ok(ids) = tokenizer.encode_fragment(&rest) {
                     let _ = self.matcher.consume_tokens(&ids);
                 }
             }

@@ -123,6 +123,7 @@ impl ModelTokenizer {
             stop_ids,
             bos_text,
             eos_text,
+            fragments: None,
             token_bytes: std::sync::OnceLock::new(),
         })
     }

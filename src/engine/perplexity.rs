@@ -82,7 +82,8 @@ pub fn perplexity(
 ) -> Result<Perplexity, PerplexityError> {
     let mut file = GgufFile::open(model_path, &Device::Cpu)?;
     let tokenizer = ModelTokenizer::from_gguf(&file)?;
-    let model = Transformer::load(&mut file)?;
+    // LongRoPE models score with the factors llama.cpp uses for a context of `ctx`.
+    let model = Transformer::load_for_context(&mut file, ctx)?;
     if ctx < 4 || ctx > model.config.context_length {
         return Err(PerplexityError::BadContext {
             ctx,

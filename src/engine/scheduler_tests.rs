@@ -64,6 +64,7 @@ fn tokenizer() -> Arc<ModelTokenizer> {
         stop_ids: Vec::new(),
         bos_text: String::new(),
         eos_text: String::new(),
+        fragments: None,
         token_bytes: std::sync::OnceLock::new(),
     })
 }

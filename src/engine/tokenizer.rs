@@ -36,6 +36,9 @@ pub struct ModelTokenizer {
     /// Text of BOS and EOS, for chat templates.
     pub bos_text: String,
     pub eos_text: String,
+    /// The same vocabulary without SentencePiece's space prefix, for text that continues other
+    /// text (grammar fragments); `None` when `tokenizer` adds no prefix.
+    pub fragments: Option<Tokenizer>,
     /// Every token's bytes, built on first use (`token_text`): `None` when the vocabulary's
     /// bytes cannot be recovered.
     pub token_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
@@ -88,7 +91,7 @@ impl ModelTokenizer {
         let bos_id = id("tokenizer.ggml.bos_token_id")?;
         let eos_id = id("tokenizer.ggml.eos_token_id")?;
         let unk_id = id("tokenizer.ggml.unknown_token_id")?;
-        let json = match kind.as_str() {
+        let mut json = match kind.as_str() {
             "gpt2" => {
                 let merges = file
                     .get("tokenizer.ggml.merges")
@@ -118,8 +121,27 @@ impl ModelTokenizer {
                 "unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma)"
             ),
         };
-        let tokenizer = Tokenizer::from_bytes(serde_json::to_vec(&json)?)
-            .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))?;
+        if file.string("general.name").is_ok_and(|n| {
+            ["phi-3", "phi3"]
+                .iter()
+                .any(|p| n.to_lowercase().contains(p))
+        }) {
+            strip_after_special_tokens(&mut json);
+        }
+        let build = |json: &Value| -> anyhow::Result<Tokenizer> {
+            Tokenizer::from_bytes(serde_json::to_vec(json)?)
+                .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))
+        };
+        let tokenizer = build(&json)?;
+        // SentencePiece's prefix is the first step of a `Sequence` normalizer (`spm_json`).
+        let fragments = match json["normalizer"]["normalizers"].as_array() {
+            Some(steps) if steps.first().is_some_and(|n| n["type"] == "Prepend") => {
+                let mut plain = json.clone();
+                plain["normalizer"] = steps[1].clone();
+                Some(build(&plain)?)
+            }
+            _ => None,
+        };
         let add_bos = file.bool_or("tokenizer.ggml.add_bos_token", kind != "gpt2");
         let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
         for marker in END_OF_TURN {
@@ -133,6 +155,7 @@ impl ModelTokenizer {
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].clone()).unwrap_or_default();
         Ok(Self {
             tokenizer,
+            fragments,
             bos_id,
             add_bos,
             stop_ids,
@@ -151,6 +174,17 @@ impl ModelTokenizer {
             .tokenizer
             .encode(text, false)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Encode text that continues other text (no SentencePiece space prefix, no special
+    /// tokens added): what a grammar matcher needs for a fragment of output.
+    ///
+    /// # Errors
+    /// As `encode`.
+    pub fn encode_fragment(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        let t = self.fragments.as_ref().unwrap_or(&self.tokenizer);
+        let enc = t.encode(text, false).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -182,6 +216,22 @@ impl ModelTokenizer {
         TokenText {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             bytes,
+        }
+    }
+}
+
+/// Phi-3's special tokens swallow the whitespace after them (`rstrip` in its
+/// `tokenizer.json`), except `<unk>`, `<s>` and `<|endoftext|>`: `<|user|>\nHi` is `<|user|>`
+/// then `Hi`. GGUF has no field for this; llama.cpp applies it to files whose `general.name`
+/// says Phi-3 (`llama_vocab::impl::load`, token attributes by model name), and so do we.
+fn strip_after_special_tokens(json: &mut Value) {
+    if let Some(added) = json["added_tokens"].as_array_mut() {
+        for t in added {
+            let keep = matches!(
+                t["content"].as_str(),
+                Some("<unk>" | "<s>" | "<|endoftext|>")
+            );
+            t["rstrip"] = Value::Bool(!keep);
         }
     }
 }

@@ -106,3 +106,83 @@ conformance! {
     llama_spm_matches_llama_cpp => "llama-spm",
     phi_3_matches_llama_cpp => "phi-3",
 }
+
+/// Chat prompts, special tokens included: the ids llama.cpp gives with special tokens parsed
+/// and none added (`scripts/llama-tokenize.c` on libllama from the same llama.cpp). They cover
+/// what the fixtures above cannot (those are tokenized with special tokens as plain text):
+/// SentencePiece's space prefix after a special token, Phi-3's special tokens swallowing the
+/// whitespace after them, and byte-level vocabularies around special tokens.
+#[test]
+fn chat_prompts_with_special_tokens_match_llama_cpp() {
+    let cases: [(&str, &str, &[u32]); 7] = [
+        (
+            "phi-3",
+            "<|user|>\nSYS\nHI<|end|>\n<|assistant|>\n",
+            &[32010, 317, 21554, 13, 17628, 32007, 32001],
+        ),
+        (
+            "llama-spm",
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] Bye [/INST]",
+            &[
+                1, 518, 25580, 29962, 3532, 14816, 29903, 6778, 13, 3629, 11473, 29889, 13, 29966,
+                829, 14816, 29903, 6778, 13, 13, 18567, 518, 29914, 25580, 29962, 15043, 29991,
+                29871, 2, 1, 518, 25580, 29962, 2648, 29872, 518, 29914, 25580, 29962,
+            ],
+        ),
+        ("llama-spm", " Hello", &[29871, 15043]),
+        (
+            "llama-spm",
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n",
+            &[
+                529, 29989, 5205, 29989, 29958, 13, 3629, 11473, 29889, 2, 29871, 13, 29966,
+                29989, 1792, 29989, 29958, 13, 18567, 2, 29871, 13, 29966, 29989, 465, 22137,
+                29989, 29958, 13,
+            ],
+        ),
+        (
+            "llama-bpe",
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+            &[
+                128006, 882, 128007, 271, 13347, 1070, 128009, 128006, 78191, 128007, 271,
+            ],
+        ),
+        (
+            "qwen2",
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi 123<|im_end|>\n<|im_start|>assistant\n",
+            &[
+                151644, 8948, 198, 3430, 9814, 13, 151645, 198, 151644, 872, 198, 13048, 220, 16,
+                17, 18, 151645, 198, 151644, 77091, 198,
+            ],
+        ),
+        (
+            "command-r",
+            "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi 2024!<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+            &[
+                5, 255000, 255006, 37535, 228, 25, 23, 25, 27, 8, 255001, 255000, 255007,
+            ],
+        ),
+    ];
+    for (name, text, want) in cases {
+        let path = fixture(name);
+        let file = GgufFile::open(&path, &Device::Cpu).unwrap();
+        let tok = ModelTokenizer::from_gguf(&file).unwrap();
+        assert_eq!(tok.encode(text).unwrap(), want, "{name}: {text:?}");
+    }
+}
+
+/// Grammar fragments continue text: no SentencePiece prefix is added to them, while a prompt
+/// gets one (as llama.cpp gives it, above).
+#[test]
+fn fragments_get_no_space_prefix() {
+    let file = GgufFile::open(&fixture("llama-spm"), &Device::Cpu).unwrap();
+    let tok = ModelTokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tok.encode(" Hello").unwrap(), [29871, 15043]);
+    assert_eq!(tok.encode_fragment(" Hello").unwrap(), [15043]);
+    let word = tok.encode_fragment("Hello").unwrap();
+    assert_ne!(word, tok.encode("Hello").unwrap());
+    assert_eq!(tok.tokenizer.decode(&word, false).unwrap(), "Hello");
+    // Byte-level vocabularies add no prefix at all: fragments are the same.
+    let file = GgufFile::open(&fixture("qwen2"), &Device::Cpu).unwrap();
+    let tok = ModelTokenizer::from_gguf(&file).unwrap();
+    assert!(tok.fragments.is_none());
+}

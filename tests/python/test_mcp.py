@@ -102,8 +102,10 @@ async def drive(session, *, engine=True):
     langs = await call(session, "language_costs", {"model": MODEL, "language": "fra"})
     assert langs["models"][0]["model"] == MODEL
     measured = get_json(f"/v1/models/{MODEL}/languages")
-    if measured["languages"]:
-        assert langs["models"][0]["languages"]["fra"]["multiplier"] == measured["languages"]["fra"]["multiplier"]
+    # Both servers read the committed language costs (`--data-dir`, or the default ledger's
+    # directory `data/` for `mcp --stdio` started in the repository).
+    assert measured["languages"], measured
+    assert langs["models"][0]["languages"]["fra"]["multiplier"] == measured["languages"]["fra"]["multiplier"]
 
     hits = await call(session, "search_reference", {"query": "Idempotency-Key retry"})
     assert hits["results"][0]["id"] == "idempotency"
