@@ -3,7 +3,8 @@
 //! `billing` charges with.
 
 use super::data::McpData;
-use super::tools::{AudioPriceRow, Estimate, EstimateArgs};
+use super::estimate::{Estimate, EstimateArgs};
+use super::tools::AudioPriceRow;
 use crate::billing;
 use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
 use crate::catalog::record::AudioModelRecord;
@@ -82,7 +83,13 @@ fn estimate(m: &AudioModelEntry, a: &EstimateArgs) -> Result<Estimate, String> {
         input_micros_per_mtok: 0,
         output_micros_per_mtok: 0,
         rule: record.pricing.rule,
+        language: None,
+        language_detected: false,
         language_multiplier: None,
+        context_length: 0,
+        fits_context: true,
+        hold_micros: cost,
+        warning: None,
         commercial_use: m.commercial_use,
         audio_seconds: seconds,
         input_characters: characters,

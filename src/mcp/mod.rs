@@ -10,6 +10,9 @@
 
 mod audio_tools;
 mod data;
+mod estimate;
+mod language;
+mod schema;
 mod tools;
 
 use std::path::PathBuf;
@@ -32,10 +35,11 @@ use rmcp::{
 use crate::catalog::record::ModelRecord;
 use crate::reference;
 pub use data::McpData;
+use estimate::{Estimate, EstimateArgs};
 pub use tools::{page_uri, COST_RULE};
 use tools::{
-    Estimate, EstimateArgs, LanguageArgs, LanguageCosts, ListModelsArgs, ModelId, ModelList,
-    PageId, PriceList, ReferencePage, SearchArgs, SearchResults,
+    LanguageArgs, LanguageCosts, ListModelsArgs, ModelId, ModelList, PageId, PriceList,
+    ReferencePage, SearchArgs, SearchResults,
 };
 
 /// Settings of `/mcp`.
@@ -106,8 +110,10 @@ impl TollgateMcp {
 
     /// Estimate what a request costs: prompt tokens (counted with the model's own tokenizer
     /// when it is on this server, or given), expected output tokens, and the cost in micros
-    /// and USD by the same rule the ledger charges with. For a speech model: `audio_seconds`
-    /// (transcription) or `input` (text to speak).
+    /// and USD by the same rule the ledger charges with; also the amount a request reserves up
+    /// front (`hold_micros`: a balance below it gets 402) and whether it fits the model's
+    /// context. The text's language is detected unless given. For a speech model:
+    /// `audio_seconds` (transcription) or `input` (text to speak).
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn estimate_cost(
         &self,

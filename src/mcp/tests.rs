@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::estimate::*;
+use super::language::language_code;
 use super::tools::*;
 use super::McpData;
 use crate::billing;
@@ -175,6 +177,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             language: Some("fra".into()),
             audio_seconds: None,
             input: None,
+            max_tokens: None,
         })
         .unwrap();
     let pricing = &d.catalog.get("mid").unwrap().pricing;
@@ -196,6 +199,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             language: Some("fra".into()),
             audio_seconds: None,
             input: None,
+            max_tokens: None,
         })
         .unwrap();
     assert_eq!((fr.prompt_tokens, fr.completion_tokens), (400, 256));
@@ -211,6 +215,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             language: None,
             audio_seconds: None,
             input: None,
+            max_tokens: None,
         })
         .unwrap();
     assert_eq!(
@@ -227,6 +232,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             language: None,
             audio_seconds: None,
             input: None,
+            max_tokens: None,
         })
         .unwrap_err()
         .contains("No model `nope`"));
@@ -254,6 +260,7 @@ fn speech_models_are_priced_per_second_and_per_character() {
         language: None,
         audio_seconds: secs,
         input: input.map(str::to_owned),
+        max_tokens: None,
     };
     // 61.2 s -> 62 billed seconds -> ceil(62 * 600 / 60) = 620 micros.
     let stt = d.estimate_cost(&args("stt", Some(61.2), None)).unwrap();
@@ -303,5 +310,152 @@ fn language_costs_and_the_reference_answer() {
     assert_eq!(
         d.get_model("mid").unwrap().pricing.output_micros_per_mtok,
         200_000
+    );
+}
+
+#[test]
+fn language_codes_are_iso_639_1_or_3_and_unknown_ones_are_refused() {
+    assert_eq!(language_code("ja").unwrap(), "jpn");
+    assert_eq!(language_code("JPN").unwrap(), "jpn");
+    assert_eq!(language_code("pt-BR").unwrap(), "por");
+    assert_eq!(language_code("zh_Hans").unwrap(), "cmn");
+    assert_eq!(language_code("zho").unwrap(), "cmn");
+    let e = language_code("xx").unwrap_err();
+    assert!(
+        e.contains("Unknown language `xx`") && e.contains("ja"),
+        "{e}"
+    );
+    let d = data();
+    let fr = d
+        .language_costs(&LanguageArgs {
+            model: Some("mid".into()),
+            language: Some("fr".into()),
+        })
+        .unwrap();
+    let langs = fr.models[0].languages.as_ref().unwrap();
+    assert_eq!(langs.keys().collect::<Vec<_>>(), ["fra"]);
+    assert!(d
+        .language_costs(&LanguageArgs {
+            model: None,
+            language: Some("klingon".into()),
+        })
+        .is_err());
+}
+
+/// Without `language`, the text's language is detected, so French text is counted at French's
+/// measured rate (not English's) and Japanese is named.
+#[test]
+fn the_language_of_the_text_is_detected_when_not_given() {
+    let d = data();
+    let text =
+        "Bonjour, je voudrais savoir combien coûte la traduction de ce long document en anglais.";
+    let fr = d
+        .estimate_cost(&EstimateArgs {
+            model: "mid".into(),
+            prompt: Some(text.into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        (fr.language.as_deref(), fr.language_detected),
+        (Some("fra"), true)
+    );
+    assert_eq!(fr.counted_by, "measured characters per token (fra)");
+    assert_eq!(fr.language_multiplier, Some(1.6));
+    let ja = d
+        .estimate_cost(&EstimateArgs {
+            model: "cheap".into(),
+            prompt: Some("東京の天気はどうですか。明日は雨が降るでしょうか。".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(ja.language.as_deref(), Some("jpn"));
+    let given = d
+        .estimate_cost(&EstimateArgs {
+            model: "mid".into(),
+            prompt: Some(text.into()),
+            language: Some("en".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        (given.language.as_deref(), given.language_detected),
+        (Some("eng"), false)
+    );
+}
+
+/// The hold a request reserves (what a 402 is measured against) and the context check.
+#[test]
+fn estimates_report_the_hold_and_whether_the_prompt_fits() {
+    let d = data();
+    let pricing = d.catalog.get("cheap").unwrap().pricing;
+    let est = |prompt: u64, max_tokens: Option<u64>| {
+        d.estimate_cost(&EstimateArgs {
+            model: "cheap".into(),
+            prompt_tokens: Some(prompt),
+            expected_output_tokens: Some(10),
+            max_tokens,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let e = est(1000, Some(100));
+    assert_eq!(e.context_length, 2048);
+    assert!(e.fits_context && e.warning.is_none());
+    assert_eq!(e.hold_micros, billing::hold_micros(&pricing, 1000, 100));
+    // Without max_tokens the hold covers the rest of the context.
+    assert_eq!(
+        est(1000, None).hold_micros,
+        billing::hold_micros(&pricing, 1000, 1048)
+    );
+    let over = est(5000, None);
+    assert!(!over.fits_context);
+    assert!(over.warning.unwrap().contains("context_length_exceeded"));
+    assert!(!est(2000, Some(100)).fits_context);
+}
+
+#[test]
+fn list_models_says_whether_each_model_is_servable_here() {
+    let d = data();
+    let all = d.list_models(&ListModelsArgs::default()).unwrap();
+    assert!(all.models.iter().all(|m| !m.available));
+    assert_eq!(
+        all.models[0].unavailable_reason.as_deref(),
+        Some("no weights on this server")
+    );
+}
+
+/// Optional arguments are plain optional properties (one type, not `[T, "null"]`), so clients
+/// that build arguments from the schema send numbers and booleans as such.
+#[test]
+fn optional_arguments_are_not_nullable() {
+    fn schema<T: schemars::JsonSchema>() -> serde_json::Value {
+        schemars::generate::SchemaSettings::draft2020_12()
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value()
+    }
+    for s in [
+        schema::<ListModelsArgs>(),
+        schema::<EstimateArgs>(),
+        schema::<LanguageArgs>(),
+        schema::<SearchArgs>(),
+    ] {
+        let text = s.to_string();
+        assert!(
+            !text.contains("\"null\"") && !text.contains("null]") && !text.contains("null,"),
+            "{text}"
+        );
+        assert!(
+            s["properties"].as_object().is_some_and(|p| !p.is_empty()),
+            "{text}"
+        );
+    }
+    let e = schema::<EstimateArgs>();
+    assert_eq!(e["properties"]["prompt_tokens"]["type"], "integer");
+    assert_eq!(e["properties"]["audio_seconds"]["type"], "number");
+    assert_eq!(
+        schema::<ListModelsArgs>()["properties"]["commercial_use"]["type"],
+        "boolean"
     );
 }

@@ -7,10 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::data::McpData;
-use crate::billing;
 use crate::catalog::record::{usd_per_million, ModelRecord};
 use crate::catalog::{ModelEntry, PricePerMTok};
-use crate::engine::{ChatInput, ChatMessage, Role};
 use crate::reference;
 
 /// Most characters of prompt text `estimate_cost` counts (the API's body limit is 4 MiB).
@@ -24,6 +22,7 @@ pub const COST_RULE: &str = "cost_micros = ceil((prompt_tokens * input_micros_pe
 /// `list_models` input.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = super::schema::optional_not_null)]
 pub struct ListModelsArgs {
     /// Only models by this maker (case-insensitive), e.g. `Meta`.
     pub maker: Option<String>,
@@ -76,6 +75,10 @@ pub struct ModelSummary {
     /// Micro-USD per 1M output tokens.
     pub output_micros_per_mtok: i64,
     pub commercial_use: bool,
+    /// Servable here now (loaded, or its weights on this machine or fetchable).
+    pub available: bool,
+    /// Why not, when `available` is false.
+    pub unavailable_reason: Option<String>,
 }
 
 /// `list_models` output.
@@ -139,70 +142,14 @@ pub struct MessageArg {
     pub content: String,
 }
 
-/// `estimate_cost` input.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EstimateArgs {
-    /// Model id.
-    pub model: String,
-    /// The prompt as one user message. Or give `messages`, or `prompt_tokens`.
-    pub prompt: Option<String>,
-    /// The prompt as chat messages.
-    pub messages: Option<Vec<MessageArg>>,
-    /// Prompt tokens when already known (nothing is counted then).
-    pub prompt_tokens: Option<u64>,
-    /// Expected completion tokens (default 256).
-    pub expected_output_tokens: Option<u64>,
-    /// Language of the text, ISO 639-3 (e.g. `fra`): used to estimate tokens from characters
-    /// when the model's tokenizer is not on this server, and its measured multiplier vs English
-    /// is reported.
-    pub language: Option<String>,
-    /// Transcription models: seconds of audio (billed in whole seconds, rounded up).
-    pub audio_seconds: Option<f64>,
-    /// Speech models: the text to speak (its characters are billed).
-    pub input: Option<String>,
-}
-
-/// `estimate_cost` output.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Estimate {
-    pub model: String,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    /// How `prompt_tokens` was obtained: `given`, `chat template + tokenizer` (exactly as a
-    /// request is billed, the model being loaded here), `tokenizer` (the model's own, message
-    /// text only: the chat template adds a few tokens per message), `measured characters per
-    /// token`, or `4 characters per token` (a rough guess, nothing measured).
-    pub counted_by: String,
-    /// The tokenizer used, when one was (`gguf:<file>`, `tokenizer.json:<dir>`).
-    pub tokenizer: Option<String>,
-    /// Micro-USD, by the ledger's rule.
-    #[schemars(with = "i64")]
-    pub cost_micros: crate::money::Micros,
-    /// `cost_micros` / 1e6 (a rendering).
-    pub cost_usd: f64,
-    pub input_micros_per_mtok: i64,
-    pub output_micros_per_mtok: i64,
-    pub rule: &'static str,
-    /// Tokens of the `language` vs English for the same text, as measured for this model.
-    pub language_multiplier: Option<f64>,
-    /// false: requests for this model get 403.
-    pub commercial_use: bool,
-    /// Transcription estimates: the billed seconds of audio.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub audio_seconds: Option<u64>,
-    /// Speech estimates: the billed characters.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub input_characters: Option<u64>,
-}
-
 /// `language_costs` input.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = super::schema::optional_not_null)]
 pub struct LanguageArgs {
     /// One model (default: every model).
     pub model: Option<String>,
-    /// One language, ISO 639-3 (default: every measured language).
+    /// One language, ISO 639-1 or 639-3 (default: every measured language).
     pub language: Option<String>,
 }
 
@@ -237,6 +184,7 @@ pub struct LanguageCosts {
 /// `search_reference` input.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = super::schema::optional_not_null)]
 pub struct SearchArgs {
     /// Words to look for, e.g. `idempotency retry` or `402`.
     pub query: String,
@@ -290,8 +238,10 @@ fn price_limit(usd: Option<f64>, field: &str) -> Result<Option<PricePerMTok>, St
         .transpose()
 }
 
-fn summary(m: &ModelEntry) -> ModelSummary {
+fn summary(m: &ModelEntry, available: Result<(), String>) -> ModelSummary {
     ModelSummary {
+        available: available.is_ok(),
+        unavailable_reason: available.err(),
         id: m.id.clone(),
         name: m.name.clone(),
         maker: m.maker.clone(),
@@ -308,13 +258,27 @@ fn summary(m: &ModelEntry) -> ModelSummary {
 }
 
 impl McpData {
-    fn model(&self, id: &str) -> Result<&ModelEntry, String> {
+    pub(super) fn model(&self, id: &str) -> Result<&ModelEntry, String> {
         self.catalog.get(id).ok_or_else(|| {
             format!(
                 "No model `{id}`; `list_models` gives the ids (e.g. `{}`).",
                 self.catalog.models.first().map_or("", |m| m.id.as_str())
             )
         })
+    }
+
+    /// Whether `m` is loaded, and whether it is servable here (`Err`: the short reason).
+    fn availability(&self, m: &ModelEntry) -> (bool, Result<(), String>) {
+        let loaded = self
+            .engine
+            .as_ref()
+            .is_some_and(|e| e.loaded().iter().any(|l| l.id == m.id));
+        let available = if loaded {
+            Ok(())
+        } else {
+            crate::engine::resolve::availability(m, &self.weights_dir).map_err(|(short, _)| short)
+        };
+        (loaded, available)
     }
 
     /// `list_models`.
@@ -362,7 +326,10 @@ impl McpData {
         }
         Ok(ModelList {
             count: models.len(),
-            models: models.into_iter().map(summary).collect(),
+            models: models
+                .into_iter()
+                .map(|m| summary(m, self.availability(m).1))
+                .collect(),
         })
     }
 
@@ -372,15 +339,7 @@ impl McpData {
     /// Unknown id.
     pub fn get_model(&self, id: &str) -> Result<ModelRecord, String> {
         let m = self.model(id)?;
-        let loaded = self
-            .engine
-            .as_ref()
-            .is_some_and(|e| e.loaded().iter().any(|l| l.id == m.id));
-        let available = if loaded {
-            Ok(())
-        } else {
-            crate::engine::resolve::availability(m, &self.weights_dir).map_err(|(short, _)| short)
-        };
+        let (loaded, available) = self.availability(m);
         let languages = self.languages.get(&m.id).and_then(|l| l.multipliers());
         Ok(ModelRecord::of(
             m,
@@ -414,128 +373,20 @@ impl McpData {
         }
     }
 
-    /// `estimate_cost`. Blocking (may read a tokenizer from a weights file): call off the async
-    /// workers.
-    ///
-    /// # Errors
-    /// Unknown model, no prompt given, a bad role.
-    pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
-        if let Some(estimate) = self.estimate_audio(a) {
-            return estimate;
-        }
-        let m = self.model(&a.model)?;
-        let completion = a.expected_output_tokens.unwrap_or(256);
-        let language = a.language.as_deref().map(str::to_ascii_lowercase);
-        let measured = self.languages.get(&m.id).and_then(|l| l.languages.as_ref());
-        let multiplier = language
-            .as_deref()
-            .and_then(|code| measured.and_then(|l| l.get(code)))
-            .map(|c| c.multiplier);
-        let (prompt, counted_by, tokenizer) = match (a.prompt_tokens, &a.prompt, &a.messages) {
-            (Some(n), ..) => (n, "given".to_owned(), None),
-            (None, None, None) => {
-                return Err("Give `prompt`, `messages` or `prompt_tokens`.".into())
-            }
-            (None, prompt, messages) => {
-                let mut chat = Vec::new();
-                if let Some(p) = prompt {
-                    chat.push(ChatMessage::text(Role::User, p.clone()));
-                }
-                for msg in messages.iter().flatten() {
-                    let role = match msg.role.as_str() {
-                        "system" | "developer" => Role::System,
-                        "user" => Role::User,
-                        "assistant" => Role::Assistant,
-                        other => {
-                            return Err(format!(
-                                "Unknown role `{other}`: system, developer, user or assistant."
-                            ))
-                        }
-                    };
-                    chat.push(ChatMessage::text(role, msg.content.clone()));
-                }
-                let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
-                if chars > MAX_ESTIMATE_CHARS {
-                    return Err(format!("The prompt is {chars} characters; at most {MAX_ESTIMATE_CHARS} are counted. Give `prompt_tokens` instead."));
-                }
-                self.count(m, &chat, language.as_deref().unwrap_or("eng"))
-            }
-        };
-        let cost = billing::cost_micros(&m.pricing, prompt, 0, completion);
-        Ok(Estimate {
-            model: m.id.clone(),
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            counted_by,
-            tokenizer,
-            cost_micros: cost,
-            cost_usd: cost.usd(),
-            input_micros_per_mtok: m.pricing.input.0,
-            output_micros_per_mtok: m.pricing.output.0,
-            rule: COST_RULE,
-            language_multiplier: multiplier,
-            commercial_use: m.commercial_use,
-            audio_seconds: None,
-            input_characters: None,
-        })
-    }
-
-    /// Prompt tokens of `chat` for `m`, best source first: the engine (template and tokenizer,
-    /// as billed) when the model is loaded; its tokenizer; measured characters per token of
-    /// `language`; 4 characters per token.
-    fn count(
-        &self,
-        m: &ModelEntry,
-        chat: &[ChatMessage],
-        language: &str,
-    ) -> (u64, String, Option<String>) {
-        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        if let Some(n) = self
-            .engine
-            .as_ref()
-            .and_then(|e| e.count_prompt_tokens(&m.id, &ChatInput::messages(chat.to_vec())))
-        {
-            return (as_u64(n), "chat template + tokenizer".into(), None);
-        }
-        if let Some((source, n)) = self.tokenizer_count(m, chat) {
-            return (as_u64(n), "tokenizer".into(), Some(source));
-        }
-        let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
-        let per_1000 = self
-            .languages
-            .get(&m.id)
-            .and_then(|l| l.languages.as_ref())
-            .and_then(|l| l.get(language))
-            .map(|c| c.tokens_per_1000_chars);
-        match per_1000 {
-            #[allow(
-                clippy::cast_precision_loss,
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss
-            )]
-            Some(r) => (
-                (chars as f64 * r / 1000.0).ceil() as u64,
-                format!("measured characters per token ({language})"),
-                None,
-            ),
-            None => (
-                as_u64(chars.div_ceil(4)),
-                "4 characters per token".into(),
-                None,
-            ),
-        }
-    }
-
     /// `language_costs`.
     ///
     /// # Errors
-    /// Unknown model.
+    /// Unknown model or language code.
     pub fn language_costs(&self, a: &LanguageArgs) -> Result<LanguageCosts, String> {
         let models: Vec<&ModelEntry> = match a.model.as_deref() {
             Some(id) => vec![self.model(id)?],
             None => self.catalog.models.iter().collect(),
         };
-        let lang = a.language.as_deref().map(str::to_ascii_lowercase);
+        let lang = a
+            .language
+            .as_deref()
+            .map(super::language::language_code)
+            .transpose()?;
         Ok(LanguageCosts {
             corpus: "Universal Declaration of Human Rights (the same articles in each language)",
             models: models

@@ -71,6 +71,7 @@ async def drive(session, *, engine=True):
     for m in listed["models"]:
         assert m["input_per_million_usd"] == by_id[m["id"]]["pricing"]["input_per_million_usd"]
         assert m["commercial_use"] == by_id[m["id"]]["license"]["commercial_use"]
+        assert m["available"] == by_id[m["id"]]["available"], m["id"]
     cheap = await call(session, "list_models", {"max_input_price": 0.05, "sort": "price", "commercial_use": True})
     want = sorted((m for m in catalogue if Decimal(m["pricing"]["input_per_million_usd"]) <= Decimal("0.05")
                    and m["license"]["commercial_use"]),
@@ -130,15 +131,19 @@ def test_mcp_over_streamable_http_matches_the_api_and_the_ledger():
                 client = openai.OpenAI(base_url=BASE_URL, api_key=os.environ["TOLLGATE_API_KEY"], max_retries=0)
                 r = client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=12)
                 est = await call(session, "estimate_cost", {
-                    "model": MODEL, "messages": MESSAGES,
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": 12,
                     "expected_output_tokens": r.usage.completion_tokens})
                 assert est["counted_by"] == "chat template + tokenizer"
+                # The up-front hold of that request: every prompt token plus max_tokens.
+                assert est["hold_micros"] == ceil_cost(r.usage.prompt_tokens, 12, by_id[MODEL])
+                assert est["fits_context"] and est["warning"] is None
                 assert est["prompt_tokens"] == r.usage.prompt_tokens
                 assert est["cost_micros"] == r.model_extra["service"]["cost_micros"]
                 assert est["cost_micros"] == ceil_cost(r.usage.prompt_tokens, r.usage.completion_tokens, by_id[MODEL])
                 given = await call(session, "estimate_cost", {
                     "model": MODEL, "prompt_tokens": 123_456, "expected_output_tokens": 7_890})
                 assert given["cost_micros"] == ceil_cost(123_456, 7_890, by_id[MODEL])
+                assert not given["fits_context"] and "context_length_exceeded" in given["warning"]
     asyncio.run(run())
 
 

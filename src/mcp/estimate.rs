@@ -1,0 +1,237 @@
+//! `estimate_cost` for chat models: prompt tokens counted the best way available, the cost by
+//! the ledger's rule, the up-front hold a request would reserve, whether it fits the context,
+//! and the language of the text (given, see `language`, or detected with `whatlang`).
+//! May use: the catalogue, billing, the engine's token counter. Never: the protocol (`mod.rs`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::data::McpData;
+use super::language::language_code;
+use super::tools::{MessageArg, COST_RULE, MAX_ESTIMATE_CHARS};
+use crate::billing;
+use crate::catalog::ModelEntry;
+use crate::engine::{ChatInput, ChatMessage, Role};
+
+/// The language of the text of `a` (ISO 639-3), when `whatlang` is confident.
+fn detect(a: &EstimateArgs) -> Option<String> {
+    let mut text = a.prompt.clone().unwrap_or_default();
+    for m in a.messages.iter().flatten() {
+        text.push('\n');
+        text.push_str(&m.content);
+    }
+    let info = whatlang::detect(&text)?;
+    info.is_reliable().then(|| info.lang().code().to_owned())
+}
+
+/// `estimate_cost` input.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = super::schema::optional_not_null)]
+pub struct EstimateArgs {
+    /// Model id.
+    pub model: String,
+    /// The prompt as one user message. Or give `messages`, or `prompt_tokens`.
+    pub prompt: Option<String>,
+    /// The prompt as chat messages.
+    pub messages: Option<Vec<MessageArg>>,
+    /// Prompt tokens when already known (nothing is counted then).
+    pub prompt_tokens: Option<u64>,
+    /// Expected completion tokens (default 256).
+    pub expected_output_tokens: Option<u64>,
+    /// The request's `max_tokens`: the up-front hold reserves that many output tokens (without
+    /// it, the rest of the context, as a request without `max_tokens` does).
+    pub max_tokens: Option<u64>,
+    /// Language of the text, ISO 639-1 or 639-3 (`ja`, `jpn`; a region such as `pt-BR` is
+    /// ignored); detected from the text when left out. Used to estimate tokens from characters
+    /// when the model's tokenizer is not on this server; its measured multiplier vs English is
+    /// reported.
+    pub language: Option<String>,
+    /// Transcription models: seconds of audio (billed in whole seconds, rounded up).
+    pub audio_seconds: Option<f64>,
+    /// Speech models: the text to speak (its characters are billed).
+    pub input: Option<String>,
+}
+
+/// `estimate_cost` output.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Estimate {
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// How `prompt_tokens` was obtained: `given`, `chat template + tokenizer` (exactly as a
+    /// request is billed, the model being loaded here), `tokenizer` (the model's own, message
+    /// text only: the chat template adds a few tokens per message), `measured characters per
+    /// token`, or `4 characters per token` (a rough guess, nothing measured).
+    pub counted_by: String,
+    /// The tokenizer used, when one was (`gguf:<file>`, `tokenizer.json:<dir>`).
+    pub tokenizer: Option<String>,
+    /// Micro-USD, by the ledger's rule.
+    #[schemars(with = "i64")]
+    pub cost_micros: crate::money::Micros,
+    /// `cost_micros` / 1e6 (a rendering).
+    pub cost_usd: f64,
+    pub input_micros_per_mtok: i64,
+    pub output_micros_per_mtok: i64,
+    pub rule: &'static str,
+    /// The language counted with (ISO 639-3): given, or detected from the text.
+    pub language: Option<String>,
+    /// Whether `language` was detected from the text (not given).
+    pub language_detected: bool,
+    /// Tokens of the `language` vs English for the same text, as measured for this model.
+    pub language_multiplier: Option<f64>,
+    /// The model's context window, tokens.
+    pub context_length: usize,
+    /// Whether the prompt plus the output fits the context; a request that does not gets 400
+    /// `context_length_exceeded`.
+    pub fits_context: bool,
+    /// What a request reserves from the balance before the model runs, micro-USD: every prompt
+    /// token plus `max_tokens` output tokens (the rest of the context without it). A balance
+    /// below this gets 402 `insufficient_quota`; the unused part is released at the end.
+    #[schemars(with = "i64")]
+    pub hold_micros: crate::money::Micros,
+    /// Why this estimate may not be what happens (a prompt past the context), if anything.
+    pub warning: Option<String>,
+    /// false: requests for this model get 403.
+    pub commercial_use: bool,
+    /// Transcription estimates: the billed seconds of audio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio_seconds: Option<u64>,
+    /// Speech estimates: the billed characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_characters: Option<u64>,
+}
+
+impl McpData {
+    /// `estimate_cost`. Blocking (may read a tokenizer from a weights file): call off the async
+    /// workers.
+    ///
+    /// # Errors
+    /// Unknown model, no prompt given, a bad role.
+    pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
+        if let Some(estimate) = self.estimate_audio(a) {
+            return estimate;
+        }
+        let m = self.model(&a.model)?;
+        let completion = a.expected_output_tokens.unwrap_or(256);
+        let given = a.language.as_deref().map(language_code).transpose()?;
+        let detected = given.is_none().then(|| detect(a)).flatten();
+        let language = given.clone().or(detected);
+        let measured = self.languages.get(&m.id).and_then(|l| l.languages.as_ref());
+        let multiplier = language
+            .as_deref()
+            .and_then(|code| measured.and_then(|l| l.get(code)))
+            .map(|c| c.multiplier);
+        let (prompt, counted_by, tokenizer) = match (a.prompt_tokens, &a.prompt, &a.messages) {
+            (Some(n), ..) => (n, "given".to_owned(), None),
+            (None, None, None) => {
+                return Err("Give `prompt`, `messages` or `prompt_tokens`.".into())
+            }
+            (None, prompt, messages) => {
+                let mut chat = Vec::new();
+                if let Some(p) = prompt {
+                    chat.push(ChatMessage::text(Role::User, p.clone()));
+                }
+                for msg in messages.iter().flatten() {
+                    let role = match msg.role.as_str() {
+                        "system" | "developer" => Role::System,
+                        "user" => Role::User,
+                        "assistant" => Role::Assistant,
+                        other => {
+                            return Err(format!(
+                                "Unknown role `{other}`: system, developer, user or assistant."
+                            ))
+                        }
+                    };
+                    chat.push(ChatMessage::text(role, msg.content.clone()));
+                }
+                let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
+                if chars > MAX_ESTIMATE_CHARS {
+                    return Err(format!("The prompt is {chars} characters; at most {MAX_ESTIMATE_CHARS} are counted. Give `prompt_tokens` instead."));
+                }
+                self.count(m, &chat, language.as_deref().unwrap_or("eng"))
+            }
+        };
+        let cost = billing::cost_micros(&m.pricing, prompt, 0, completion);
+        let ctx = u64::try_from(m.context_length).unwrap_or(u64::MAX);
+        let reserved = a.max_tokens.unwrap_or(ctx.saturating_sub(prompt));
+        let fits = prompt < ctx && prompt.saturating_add(a.max_tokens.unwrap_or(completion)) <= ctx;
+        let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let warning = (!fits).then(|| {
+            format!(
+                "{prompt} prompt tokens plus {} output tokens exceed {}'s context of {ctx} \
+                 tokens: the request would get 400 context_length_exceeded.",
+                a.max_tokens.unwrap_or(completion),
+                m.id
+            )
+        });
+        Ok(Estimate {
+            model: m.id.clone(),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            counted_by,
+            tokenizer,
+            cost_micros: cost,
+            cost_usd: cost.usd(),
+            input_micros_per_mtok: m.pricing.input.0,
+            output_micros_per_mtok: m.pricing.output.0,
+            rule: COST_RULE,
+            language_detected: given.is_none() && language.is_some(),
+            language,
+            language_multiplier: multiplier,
+            context_length: m.context_length,
+            fits_context: fits,
+            hold_micros: billing::hold_micros(&m.pricing, as_usize(prompt), as_usize(reserved)),
+            warning,
+            commercial_use: m.commercial_use,
+            audio_seconds: None,
+            input_characters: None,
+        })
+    }
+
+    /// Prompt tokens of `chat` for `m`, best source first: the engine (template and tokenizer,
+    /// as billed) when the model is loaded; its tokenizer; measured characters per token of
+    /// `language`; 4 characters per token.
+    fn count(
+        &self,
+        m: &ModelEntry,
+        chat: &[ChatMessage],
+        language: &str,
+    ) -> (u64, String, Option<String>) {
+        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        if let Some(n) = self
+            .engine
+            .as_ref()
+            .and_then(|e| e.count_prompt_tokens(&m.id, &ChatInput::messages(chat.to_vec())))
+        {
+            return (as_u64(n), "chat template + tokenizer".into(), None);
+        }
+        if let Some((source, n)) = self.tokenizer_count(m, chat) {
+            return (as_u64(n), "tokenizer".into(), Some(source));
+        }
+        let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
+        let per_1000 = self
+            .languages
+            .get(&m.id)
+            .and_then(|l| l.languages.as_ref())
+            .and_then(|l| l.get(language))
+            .map(|c| c.tokens_per_1000_chars);
+        match per_1000 {
+            #[allow(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss
+            )]
+            Some(r) => (
+                (chars as f64 * r / 1000.0).ceil() as u64,
+                format!("measured characters per token ({language})"),
+                None,
+            ),
+            None => (
+                as_u64(chars.div_ceil(4)),
+                "4 characters per token".into(),
+                None,
+            ),
+        }
+    }
+}
