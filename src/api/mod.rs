@@ -120,7 +120,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.public.clone(),
             access::public_limit,
-        ));
+        ))
+        .route_layer(middleware::from_fn(mcp_session_closed));
     let rest = Router::new()
         .merge(mcp)
         .route("/health", get(models::health))
@@ -141,6 +142,18 @@ pub fn router(state: AppState) -> Router {
         ))
         .route_layer(middleware::from_fn(metrics::track))
         .layer(middleware::from_fn(request_id_layer))
+}
+
+/// rmcp answers a session's `DELETE` with 202 Accepted, but the MCP SDKs count only 200 and
+/// 204 as a closed session (the Python SDK logs "Session termination failed: 202" on every
+/// close). The session is closed by then, so the answer becomes 204 No Content.
+async fn mcp_session_closed(req: Request, next: Next) -> Response {
+    let delete = req.method() == axum::http::Method::DELETE;
+    let resp = next.run(req).await;
+    if delete && resp.status() == axum::http::StatusCode::ACCEPTED {
+        return axum::http::StatusCode::NO_CONTENT.into_response();
+    }
+    resp
 }
 
 async fn fallback(req: Request) -> ApiError {

@@ -20,6 +20,7 @@ use super::gguf::GgufFile;
 use super::grammar::{GrammarEnv, GrammarSpec, Start};
 use super::hf_files;
 use super::model::Transformer;
+use super::prompt::PromptFormat;
 use super::resolve;
 use super::safetensors::{self as st, HfModel, MatrixType};
 use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
@@ -253,28 +254,9 @@ impl CandleEngine {
     }
 }
 
-/// The chat template rendered (tools through the model's own template when it supports them,
-/// else through the built-in layer of `tools`) and tokenized, with BOS where the model wants one.
+/// The prompt ids of `input` for the loaded model `f` (`prompt::prompt_ids`).
 fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
-    let format = ToolFormat::for_model(&f.id);
-    let (bos, eos) = (&f.tokenizer.bos_text, &f.tokenizer.eos_text);
-    let text = if format.template_supports(&f.template.text) {
-        f.template.render(&input.messages, &input.tools, bos, eos)
-    } else {
-        let folded = format.fold_messages(&input.messages, &input.tools);
-        f.template.render(&folded, &[], bos, eos)
-    }
-    .map_err(EngineError::Template)?;
-    let mut ids = f
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| EngineError::Tokenize(e.to_string()))?;
-    if let Some(bos) = f.tokenizer.bos_id.filter(|_| f.tokenizer.add_bos) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
-    }
-    Ok(ids)
+    super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input)
 }
 
 /// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
@@ -329,25 +311,31 @@ fn load(
         message: format!("{e:#}"),
     };
     let started = Instant::now();
-    let (mut store, tokenizer, chat_template): (Box<dyn TensorStore>, _, _) = if path.is_dir() {
+    // A GGUF file's template compiles with its tokenizer; a checkpoint directory's once its
+    // architecture is known.
+    let (mut store, tokenizer, compiled, own): (Box<dyn TensorStore>, _, _, _) = if path.is_dir() {
         (
             Box::new(HfModel::open(path, device, MatrixType::Q8_0).map_err(err)?),
             ModelTokenizer::from_hf_dir(path).map_err(err)?,
+            None,
             hf_files::chat_template(path).map_err(err)?,
         )
     } else {
         let file = GgufFile::open(path, device).map_err(err)?;
-        let tokenizer = ModelTokenizer::from_gguf(&file).map_err(err)?;
-        let template = file
-            .string("tokenizer.chat_template")
-            .ok()
-            .map(str::to_owned);
-        (Box::new(file), tokenizer, template)
+        let format = PromptFormat::of_gguf(&file, builtin).map_err(err)?;
+        (
+            Box::new(file),
+            format.tokenizer,
+            Some(format.template),
+            None,
+        )
     };
     let tokenizer = Arc::new(tokenizer);
     let arch = store.architecture().map_err(err)?;
-    let template =
-        ChatTemplate::new(chat_template.as_deref(), builtin.unwrap_or(&arch)).map_err(err)?;
+    let template = match compiled {
+        Some(template) => template,
+        None => ChatTemplate::new(own.as_deref(), builtin.unwrap_or(&arch)).map_err(err)?,
+    };
     let file_ctx = store.usize_or(&format!("{arch}.context_length"), 4096);
     let context_length = file_ctx.min(catalog_ctx.max(1));
     let model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;

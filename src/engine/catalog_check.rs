@@ -17,9 +17,9 @@ use serde::Deserialize;
 use super::gguf::GgufFile;
 use super::model::Family;
 use super::pretokenize::PreTokenizer;
+use super::prompt::PromptFormat;
 use super::store::TensorStore;
 use super::template::ChatTemplate;
-use super::tokenizer::ModelTokenizer;
 use super::{ChatMessage, Role};
 use crate::catalog::{Catalog, ModelEntry};
 
@@ -84,10 +84,8 @@ fn read_local(path: &Path, m: &ModelEntry) -> FileFacts {
     let file = GgufFile::open(path, &Device::Cpu).unwrap();
     let arch = file.architecture().unwrap();
     let template = file.string("tokenizer.chat_template").ok();
-    ModelTokenizer::from_gguf(&file)
-        .unwrap_or_else(|e| panic!("{}: tokenizer does not build: {e:#}", m.id));
-    ChatTemplate::new(template, m.chat_template.as_deref().unwrap_or(&arch))
-        .unwrap_or_else(|e| panic!("{}: template does not compile: {e:#}", m.id));
+    PromptFormat::of_gguf(&file, m.chat_template.as_deref())
+        .unwrap_or_else(|e| panic!("{}: tokenizer or template does not build: {e:#}", m.id));
     FileFacts {
         tokenizer: file.string("tokenizer.ggml.model").unwrap().to_owned(),
         pre: file.string("tokenizer.ggml.pre").ok().map(str::to_owned),

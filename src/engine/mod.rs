@@ -22,6 +22,7 @@ pub mod model;
 pub mod perplexity;
 pub mod prefix_cache;
 pub mod pretokenize;
+pub mod prompt;
 pub mod resolve;
 pub mod safetensors;
 pub mod sampler;

@@ -7,10 +7,35 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::catalog::{Catalog, ModelEntry};
 use crate::engine::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
-use crate::engine::{ChatMessage, SharedEngine};
+use crate::engine::prompt::PromptFormat;
+use crate::engine::{ChatInput, ChatMessage, SharedEngine};
 
 /// A tokenizer and where it came from (`gguf:<file>`, `tokenizer.json:<dir>`).
 type SourcedTokenizer = (String, TextTokenizer);
+/// A GGUF file's prompt format and the file (`gguf:<file>`).
+type SourcedFormat = (String, PromptFormat);
+/// Things read once per model id and kept (`None`: there is none).
+type Cache<T> = Mutex<HashMap<String, Option<Arc<T>>>>;
+
+/// `key`'s entry of `cache`, built (once) by `build` when absent.
+fn cached<T>(cache: &Cache<T>, key: &str, build: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
+    let hit = cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(key)
+        .cloned();
+    match hit {
+        Some(t) => t,
+        None => {
+            let t = build().map(Arc::new);
+            cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key.to_owned(), t.clone());
+            t
+        }
+    }
+}
 
 /// What the tools read. Shared by every MCP session.
 pub struct McpData {
@@ -27,7 +52,9 @@ pub struct McpData {
     /// The OpenAPI document of `/v1` (JSON text).
     pub openapi: String,
     /// Tokenizers read so far, by model id (with their provenance).
-    tokenizers: Mutex<HashMap<String, Option<Arc<SourcedTokenizer>>>>,
+    tokenizers: Cache<SourcedTokenizer>,
+    /// Prompt formats (tokenizer and chat template) read from GGUF files so far, by model id.
+    formats: Cache<SourcedFormat>,
 }
 
 impl McpData {
@@ -51,7 +78,26 @@ impl McpData {
             accepted_parameters,
             openapi,
             tokenizers: Mutex::new(HashMap::new()),
+            formats: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Prompt tokens of `input` as a request for `m` is billed (its chat template and tokenizer,
+    /// BOS included), read from its GGUF file here without loading the model; `None` when the
+    /// file is not on this machine or cannot be read.
+    pub(super) fn template_count(
+        &self,
+        m: &ModelEntry,
+        input: &ChatInput,
+    ) -> Option<(String, usize)> {
+        let f = cached(&self.formats, &m.id, || {
+            let path = m.local_path(&self.weights_dir).filter(|p| p.is_file())?;
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            let format = PromptFormat::open(&path, m.chat_template.as_deref()).ok()?;
+            Some((format!("gguf:{name}"), format))
+        })?;
+        let ids = f.1.ids(&m.id, input).ok()?;
+        Some((f.0.clone(), ids.len()))
     }
 
     /// Tokens of the messages' text with `m`'s own (or reference) tokenizer, read once and
@@ -61,25 +107,9 @@ impl McpData {
         m: &ModelEntry,
         chat: &[ChatMessage],
     ) -> Option<(String, usize)> {
-        let cached = self
-            .tokenizers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&m.id)
-            .cloned();
-        let t = match cached {
-            Some(t) => t,
-            None => {
-                let t = tokenizer_for(m, &self.weights_dir, &self.tokenizers_dir)
-                    .ok()
-                    .map(Arc::new);
-                self.tokenizers
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(m.id.clone(), t.clone());
-                t
-            }
-        }?;
+        let t = cached(&self.tokenizers, &m.id, || {
+            tokenizer_for(m, &self.weights_dir, &self.tokenizers_dir).ok()
+        })?;
         let mut n = 0;
         for c in chat {
             n += t.1.count(&c.content).ok()?;

@@ -60,8 +60,9 @@ pub struct Estimate {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// How `prompt_tokens` was obtained: `given`, `chat template + tokenizer` (exactly as a
-    /// request is billed, the model being loaded here), `tokenizer` (the model's own, message
-    /// text only: the chat template adds a few tokens per message), `measured characters per
+    /// request is billed: the loaded model's, or read from its weights file on this server),
+    /// `tokenizer` (a tokenizer alone, message text only: the chat template adds a few tokens
+    /// per message), `measured characters per
     /// token`, or `4 characters per token` (a rough guess, nothing measured).
     pub counted_by: String,
     /// The tokenizer used, when one was (`gguf:<file>`, `tokenizer.json:<dir>`).
@@ -190,7 +191,7 @@ impl McpData {
     }
 
     /// Prompt tokens of `chat` for `m`, best source first: the engine (template and tokenizer,
-    /// as billed) when the model is loaded; its tokenizer; measured characters per token of
+    /// as billed) when the model is loaded; the same read from its GGUF file; its tokenizer; measured characters per token of
     /// `language`; 4 characters per token.
     fn count(
         &self,
@@ -205,6 +206,9 @@ impl McpData {
             .and_then(|e| e.count_prompt_tokens(&m.id, &ChatInput::messages(chat.to_vec())))
         {
             return (as_u64(n), "chat template + tokenizer".into(), None);
+        }
+        if let Some((source, n)) = self.template_count(m, &ChatInput::messages(chat.to_vec())) {
+            return (as_u64(n), "chat template + tokenizer".into(), Some(source));
         }
         if let Some((source, n)) = self.tokenizer_count(m, chat) {
             return (as_u64(n), "tokenizer".into(), Some(source));

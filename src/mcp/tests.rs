@@ -287,6 +287,7 @@ fn language_costs_and_the_reference_answer() {
         .language_costs(&LanguageArgs {
             model: Some("mid".into()),
             language: Some("FRA".into()),
+            ..Default::default()
         })
         .unwrap();
     let langs = l.models[0].languages.as_ref().unwrap();
@@ -330,6 +331,7 @@ fn language_codes_are_iso_639_1_or_3_and_unknown_ones_are_refused() {
         .language_costs(&LanguageArgs {
             model: Some("mid".into()),
             language: Some("fr".into()),
+            ..Default::default()
         })
         .unwrap();
     let langs = fr.models[0].languages.as_ref().unwrap();
@@ -338,6 +340,7 @@ fn language_codes_are_iso_639_1_or_3_and_unknown_ones_are_refused() {
         .language_costs(&LanguageArgs {
             model: None,
             language: Some("klingon".into()),
+            ..Default::default()
         })
         .is_err());
 }
@@ -457,5 +460,34 @@ fn optional_arguments_are_not_nullable() {
     assert_eq!(
         schema::<ListModelsArgs>()["properties"]["commercial_use"]["type"],
         "boolean"
+    );
+}
+
+/// `language_costs` pages through the catalogue: a default page, `next_offset` until the end.
+#[test]
+fn language_costs_are_paged() {
+    let d = data();
+    let first = d
+        .language_costs(&LanguageArgs {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    let ids: Vec<&str> = first.models.iter().map(|m| m.model.as_str()).collect();
+    assert_eq!(
+        (ids, first.total, first.next_offset),
+        (vec!["cheap", "mid"], 3, Some(2))
+    );
+    let last = d
+        .language_costs(&LanguageArgs {
+            limit: Some(2),
+            offset: first.next_offset,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(last.models.len(), 1);
+    assert_eq!(
+        (last.models[0].model.as_str(), last.next_offset),
+        ("nc", None)
     );
 }

@@ -151,6 +151,10 @@ pub struct LanguageArgs {
     pub model: Option<String>,
     /// One language, ISO 639-1 or 639-3 (default: every measured language).
     pub language: Option<String>,
+    /// Most models in one answer (default 10, at most 50); see `next_offset`.
+    pub limit: Option<usize>,
+    /// Models to skip, in catalogue order (default 0).
+    pub offset: Option<usize>,
 }
 
 /// One language's measurement.
@@ -179,6 +183,10 @@ pub struct LanguageCosts {
     /// The text measured on.
     pub corpus: &'static str,
     pub models: Vec<ModelLanguageCosts>,
+    /// Models that match, over all pages.
+    pub total: usize,
+    /// The `offset` of the next page, when there is one.
+    pub next_offset: Option<usize>,
 }
 
 /// `search_reference` input.
@@ -378,10 +386,14 @@ impl McpData {
     /// # Errors
     /// Unknown model or language code.
     pub fn language_costs(&self, a: &LanguageArgs) -> Result<LanguageCosts, String> {
-        let models: Vec<&ModelEntry> = match a.model.as_deref() {
+        let all: Vec<&ModelEntry> = match a.model.as_deref() {
             Some(id) => vec![self.model(id)?],
             None => self.catalog.models.iter().collect(),
         };
+        let (total, offset) = (all.len(), a.offset.unwrap_or(0));
+        let limit = a.limit.unwrap_or(10).clamp(1, 50);
+        let models: Vec<&ModelEntry> = all.into_iter().skip(offset).take(limit).collect();
+        let next_offset = (offset.saturating_add(limit) < total).then(|| offset + limit);
         let lang = a
             .language
             .as_deref()
@@ -420,6 +432,8 @@ impl McpData {
                     }
                 })
                 .collect(),
+            total,
+            next_offset,
         })
     }
 

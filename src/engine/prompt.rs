@@ -1,0 +1,89 @@
+//! A model's prompt format: its tokenizer and chat template, and the prompt ids of a
+//! conversation (the template rendered, tools through the model's own template when it
+//! supports them, else through the built-in layer of `tools`; BOS where the model wants one).
+//! The engine builds every request's prompt with [`prompt_ids`]; token counters open a
+//! [`PromptFormat`] from a GGUF file's metadata without loading weights, so a count is the same
+//! whether or not the model is loaded.
+//! May use: tokenizer, template, tools, gguf. Never: the scheduler, HTTP.
+
+use std::path::Path;
+
+use candle_core::Device;
+
+use super::chat::ChatInput;
+use super::gguf::GgufFile;
+use super::store::TensorStore;
+use super::template::ChatTemplate;
+use super::tokenizer::ModelTokenizer;
+use super::tools::ToolFormat;
+use super::EngineError;
+
+/// The prompt ids of `input` for model `id` (its catalogue id chooses the tool-call format).
+///
+/// # Errors
+/// `Template` (the template refuses the messages), `Tokenize`.
+pub fn prompt_ids(
+    id: &str,
+    tokenizer: &ModelTokenizer,
+    template: &ChatTemplate,
+    input: &ChatInput,
+) -> Result<Vec<u32>, EngineError> {
+    let format = ToolFormat::for_model(id);
+    let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
+    let text = if format.template_supports(&template.text) {
+        template.render(&input.messages, &input.tools, bos, eos)
+    } else {
+        let folded = format.fold_messages(&input.messages, &input.tools);
+        template.render(&folded, &[], bos, eos)
+    }
+    .map_err(EngineError::Template)?;
+    let mut ids = tokenizer
+        .encode(&text)
+        .map_err(|e| EngineError::Tokenize(e.to_string()))?;
+    if let Some(bos) = tokenizer.bos_id.filter(|_| tokenizer.add_bos) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    Ok(ids)
+}
+
+/// A GGUF file's tokenizer and chat template, read from its metadata (no weights).
+pub struct PromptFormat {
+    pub tokenizer: ModelTokenizer,
+    pub template: ChatTemplate,
+}
+
+impl PromptFormat {
+    /// The tokenizer and template of an open GGUF file: the file's template, else the built-in
+    /// `builtin` names (the catalogue's `chat_template`), else the architecture's default.
+    ///
+    /// # Errors
+    /// Missing or unsupported tokenizer metadata, a template that does not compile.
+    pub fn of_gguf(file: &GgufFile, builtin: Option<&str>) -> anyhow::Result<Self> {
+        let tokenizer = ModelTokenizer::from_gguf(file)?;
+        let arch = file.architecture()?;
+        let own = file.string("tokenizer.chat_template").ok();
+        let template = ChatTemplate::new(own, builtin.unwrap_or(&arch))?;
+        Ok(Self {
+            tokenizer,
+            template,
+        })
+    }
+
+    /// [`PromptFormat::of_gguf`] of the GGUF file at `path` (only its metadata is read).
+    ///
+    /// # Errors
+    /// As `of_gguf`; an unreadable file.
+    pub fn open(path: &Path, builtin: Option<&str>) -> anyhow::Result<Self> {
+        Self::of_gguf(&GgufFile::open(path, &Device::Cpu)?, builtin)
+    }
+
+    /// The prompt ids of `input` for model `id`, as the engine builds them.
+    ///
+    /// # Errors
+    /// As [`prompt_ids`].
+    pub fn ids(&self, id: &str, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
+        prompt_ids(id, &self.tokenizer, &self.template, input)
+    }
+}
