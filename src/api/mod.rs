@@ -149,9 +149,10 @@ pub fn router(state: AppState) -> Router {
 /// close). The session is closed by then, so the answer becomes 204 No Content.
 async fn mcp_session_closed(req: Request, next: Next) -> Response {
     let delete = req.method() == axum::http::Method::DELETE;
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
     if delete && resp.status() == axum::http::StatusCode::ACCEPTED {
-        return axum::http::StatusCode::NO_CONTENT.into_response();
+        *resp.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        *resp.body_mut() = Body::empty();
     }
     resp
 }

@@ -50,7 +50,9 @@ pub fn prompt_ids(
 
 /// A GGUF file's tokenizer and chat template, read from its metadata (no weights).
 pub struct PromptFormat {
+    /// The file's tokenizer, as the engine builds it.
     pub tokenizer: ModelTokenizer,
+    /// The file's chat template, or the built-in one that stands in for it.
     pub template: ChatTemplate,
 }
 

@@ -13,15 +13,85 @@ use crate::billing;
 use crate::catalog::ModelEntry;
 use crate::engine::{ChatInput, ChatMessage, Role};
 
-/// The language of the text of `a` (ISO 639-3), when `whatlang` is confident.
-fn detect(a: &EstimateArgs) -> Option<String> {
-    let mut text = a.prompt.clone().unwrap_or_default();
-    for m in a.messages.iter().flatten() {
-        text.push('\n');
-        text.push_str(&m.content);
-    }
+/// Most of the text `whatlang` reads to detect its language (characters).
+const DETECT_CHARS: usize = 2000;
+/// Choices a request may ask for (`n`), as the API allows (`api::request::MAX_CHOICES`).
+const MAX_CHOICES: u64 = 8;
+
+/// The language of `chat`'s text (ISO 639-3, the measured code where there is one), when
+/// `whatlang` is confident; read from the first [`DETECT_CHARS`] characters.
+fn detect(chat: &[ChatMessage]) -> Option<String> {
+    let text: String = chat
+        .iter()
+        .flat_map(|m| m.content.chars().chain(std::iter::once('\n')))
+        .take(DETECT_CHARS)
+        .collect();
     let info = whatlang::detect(&text)?;
-    info.is_reliable().then(|| info.lang().code().to_owned())
+    let code = info.lang().code();
+    // whatlang names some languages by their macrolanguage (`ara`); the table maps those.
+    info.is_reliable()
+        .then(|| language_code(code).unwrap_or_else(|_| code.to_owned()))
+}
+
+/// The messages of `a`: `prompt` as a user message, then `messages`.
+///
+/// # Errors
+/// An unknown role; more than [`MAX_ESTIMATE_CHARS`] characters.
+fn chat_of(a: &EstimateArgs) -> Result<Vec<ChatMessage>, String> {
+    let mut chat = Vec::new();
+    if let Some(p) = &a.prompt {
+        chat.push(ChatMessage::text(Role::User, p.clone()));
+    }
+    for msg in a.messages.iter().flatten() {
+        let role = match msg.role.as_str() {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            other => {
+                return Err(format!(
+                    "Unknown role `{other}`: system, developer, user or assistant."
+                ))
+            }
+        };
+        chat.push(ChatMessage::text(role, msg.content.clone()));
+    }
+    let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
+    if chars > MAX_ESTIMATE_CHARS {
+        return Err(format!("The prompt is {chars} characters; at most {MAX_ESTIMATE_CHARS} are counted. Give `prompt_tokens` instead."));
+    }
+    Ok(chat)
+}
+
+/// Whether a request fits model `id`'s context of `ctx` tokens, by the API's rule
+/// (`api::paid::max_new_tokens`): the prompt must leave room, and a given `max_tokens` must fit
+/// beside it; without `max_tokens` the output stops where the context ends. The warning says
+/// what would happen otherwise.
+fn context_check(
+    id: &str,
+    ctx: u64,
+    prompt: u64,
+    max_tokens: Option<u64>,
+    expected: u64,
+) -> (bool, Option<String>) {
+    let refused = |asked: u64| {
+        format!(
+            "{prompt} prompt tokens plus {asked} output tokens exceed {id}'s context of {ctx} \
+             tokens: the request would get 400 context_length_exceeded."
+        )
+    };
+    match max_tokens {
+        _ if prompt >= ctx => (false, Some(refused(max_tokens.unwrap_or(1)))),
+        Some(max) if prompt.saturating_add(max) > ctx => (false, Some(refused(max))),
+        None if prompt.saturating_add(expected) > ctx => (
+            true,
+            Some(format!(
+                "Only {} output tokens fit in {id}'s context of {ctx} tokens after the prompt: \
+                 a choice would stop there (finish_reason `length`).",
+                ctx - prompt
+            )),
+        ),
+        _ => (true, None),
+    }
 }
 
 /// `estimate_cost` input.
@@ -39,9 +109,12 @@ pub struct EstimateArgs {
     pub prompt_tokens: Option<u64>,
     /// Expected completion tokens (default 256).
     pub expected_output_tokens: Option<u64>,
-    /// The request's `max_tokens`: the up-front hold reserves that many output tokens (without
-    /// it, the rest of the context, as a request without `max_tokens` does).
+    /// The request's `max_tokens`: the up-front hold reserves that many output tokens per
+    /// choice (without it, the rest of the context, as a request without `max_tokens` does).
     pub max_tokens: Option<u64>,
+    /// The request's `n`, choices to generate (1 to 8, default 1): the prompt is billed once,
+    /// the output once per choice.
+    pub n: Option<u64>,
     /// Language of the text, ISO 639-1 or 639-3 (`ja`, `jpn`; a region such as `pt-BR` is
     /// ignored); detected from the text when left out. Used to estimate tokens from characters
     /// when the model's tokenizer is not on this server; its measured multiplier vs English is
@@ -58,6 +131,8 @@ pub struct EstimateArgs {
 pub struct Estimate {
     pub model: String,
     pub prompt_tokens: u64,
+    /// Expected output tokens over all choices (`expected_output_tokens` per choice, at most
+    /// `max_tokens` and what fits in the context).
     pub completion_tokens: u64,
     /// How `prompt_tokens` was obtained: `given`, `chat template + tokenizer` (exactly as a
     /// request is billed: the loaded model's, or read from its weights file on this server),
@@ -87,11 +162,12 @@ pub struct Estimate {
     /// `context_length_exceeded`.
     pub fits_context: bool,
     /// What a request reserves from the balance before the model runs, micro-USD: every prompt
-    /// token plus `max_tokens` output tokens (the rest of the context without it). A balance
-    /// below this gets 402 `insufficient_quota`; the unused part is released at the end.
+    /// token plus `max_tokens` output tokens per choice (the rest of the context without it). A
+    /// balance below this gets 402 `insufficient_quota`; the unused part is released at the end.
     #[schemars(with = "i64")]
     pub hold_micros: crate::money::Micros,
-    /// Why this estimate may not be what happens (a prompt past the context), if anything.
+    /// Why this estimate may not be what happens, if anything: a request past the context (400),
+    /// or output cut where the context ends.
     pub warning: Option<String>,
     /// false: requests for this model get 403.
     pub commercial_use: bool,
@@ -114,58 +190,43 @@ impl McpData {
             return estimate;
         }
         let m = self.model(&a.model)?;
-        let completion = a.expected_output_tokens.unwrap_or(256);
+        let choices = a.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&choices) {
+            return Err(format!("`n` is 1 to {MAX_CHOICES}, as in a request."));
+        }
+        if a.max_tokens == Some(0) {
+            return Err("`max_tokens` is at least 1, as in a request.".into());
+        }
+        let chat = chat_of(a)?;
         let given = a.language.as_deref().map(language_code).transpose()?;
-        let detected = given.is_none().then(|| detect(a)).flatten();
+        let detected = given.is_none().then(|| detect(&chat)).flatten();
         let language = given.clone().or(detected);
         let measured = self.languages.get(&m.id).and_then(|l| l.languages.as_ref());
         let multiplier = language
             .as_deref()
             .and_then(|code| measured.and_then(|l| l.get(code)))
             .map(|c| c.multiplier);
-        let (prompt, counted_by, tokenizer) = match (a.prompt_tokens, &a.prompt, &a.messages) {
-            (Some(n), ..) => (n, "given".to_owned(), None),
-            (None, None, None) => {
+        let (prompt, counted_by, tokenizer) = match a.prompt_tokens {
+            Some(n) => (n, "given".to_owned(), None),
+            None if chat.is_empty() => {
                 return Err("Give `prompt`, `messages` or `prompt_tokens`.".into())
             }
-            (None, prompt, messages) => {
-                let mut chat = Vec::new();
-                if let Some(p) = prompt {
-                    chat.push(ChatMessage::text(Role::User, p.clone()));
-                }
-                for msg in messages.iter().flatten() {
-                    let role = match msg.role.as_str() {
-                        "system" | "developer" => Role::System,
-                        "user" => Role::User,
-                        "assistant" => Role::Assistant,
-                        other => {
-                            return Err(format!(
-                                "Unknown role `{other}`: system, developer, user or assistant."
-                            ))
-                        }
-                    };
-                    chat.push(ChatMessage::text(role, msg.content.clone()));
-                }
-                let chars: usize = chat.iter().map(|c| c.content.chars().count()).sum();
-                if chars > MAX_ESTIMATE_CHARS {
-                    return Err(format!("The prompt is {chars} characters; at most {MAX_ESTIMATE_CHARS} are counted. Give `prompt_tokens` instead."));
-                }
-                self.count(m, &chat, language.as_deref().unwrap_or("eng"))
-            }
+            None => self.count(m, &chat, language.as_deref().unwrap_or("eng")),
         };
-        let cost = billing::cost_micros(&m.pricing, prompt, 0, completion);
         let ctx = u64::try_from(m.context_length).unwrap_or(u64::MAX);
-        let reserved = a.max_tokens.unwrap_or(ctx.saturating_sub(prompt));
-        let fits = prompt < ctx && prompt.saturating_add(a.max_tokens.unwrap_or(completion)) <= ctx;
+        let room = ctx.saturating_sub(prompt);
+        let expected = a.expected_output_tokens.unwrap_or(256);
+        let (fits, warning) = context_check(&m.id, ctx, prompt, a.max_tokens, expected);
+        // A choice stops at `max_tokens`, and without it where the context ends; a request that
+        // would be refused is priced as asked (the warning says it would not run).
+        let completion = match a.max_tokens {
+            _ if !fits => expected,
+            None => expected.min(room),
+            Some(max) => expected.min(max),
+        } * choices;
+        let cost = billing::cost_micros(&m.pricing, prompt, 0, completion);
+        let reserved = a.max_tokens.unwrap_or(room) * choices;
         let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        let warning = (!fits).then(|| {
-            format!(
-                "{prompt} prompt tokens plus {} output tokens exceed {}'s context of {ctx} \
-                 tokens: the request would get 400 context_length_exceeded.",
-                a.max_tokens.unwrap_or(completion),
-                m.id
-            )
-        });
         Ok(Estimate {
             model: m.id.clone(),
             prompt_tokens: prompt,
@@ -191,8 +252,8 @@ impl McpData {
     }
 
     /// Prompt tokens of `chat` for `m`, best source first: the engine (template and tokenizer,
-    /// as billed) when the model is loaded; the same read from its GGUF file; its tokenizer; measured characters per token of
-    /// `language`; 4 characters per token.
+    /// as billed) when the model is loaded; the same read from its GGUF file; its tokenizer;
+    /// measured characters per token of `language`; 4 characters per token.
     fn count(
         &self,
         m: &ModelEntry,

@@ -79,15 +79,20 @@ impl TollgateMcp {
         }
     }
 
-    /// List the models this server sells, with prices (USD per 1M tokens) and licence flags;
-    /// filter by maker, family, input modality, maximum price, commercial use or minimum
-    /// context, and sort by id, price or context.
+    /// List the models this server sells, with prices (USD per 1M tokens), licence flags and
+    /// whether each is servable here; filter by maker, family, input modality, maximum price,
+    /// commercial use or minimum context, and sort by id, price or context.
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn list_models(
         &self,
         Parameters(a): Parameters<ListModelsArgs>,
     ) -> Result<Json<ModelList>, String> {
-        self.data.list_models(&a).map(Json)
+        // Availability looks at files and, once, whether the hub answers: off the async workers.
+        let data = self.data.clone();
+        tokio::task::spawn_blocking(move || data.list_models(&a))
+            .await
+            .map_err(|e| format!("list_models task: {e}"))?
+            .map(Json)
     }
 
     /// One model's full record, exactly as `GET /v1/models/{id}` returns it (prices, context,
@@ -108,12 +113,12 @@ impl TollgateMcp {
         Json(self.data.get_prices())
     }
 
-    /// Estimate what a request costs: prompt tokens (counted with the model's own tokenizer
-    /// when it is on this server, or given), expected output tokens, and the cost in micros
-    /// and USD by the same rule the ledger charges with; also the amount a request reserves up
-    /// front (`hold_micros`: a balance below it gets 402) and whether it fits the model's
-    /// context. The text's language is detected unless given. For a speech model:
-    /// `audio_seconds` (transcription) or `input` (text to speak).
+    /// Estimate what a request costs: prompt tokens (counted with the model's chat template
+    /// and tokenizer when its weights are on this server, or given), expected output tokens,
+    /// and the cost in micros and USD by the same rule the ledger charges with; also the amount
+    /// a request reserves up front (`hold_micros`: a balance below it gets 402) and whether it
+    /// fits the model's context. The text's language is detected unless given. For a speech
+    /// model: `audio_seconds` (transcription) or `input` (text to speak).
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn estimate_cost(
         &self,

@@ -178,6 +178,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             audio_seconds: None,
             input: None,
             max_tokens: None,
+            n: None,
         })
         .unwrap();
     let pricing = &d.catalog.get("mid").unwrap().pricing;
@@ -200,6 +201,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             audio_seconds: None,
             input: None,
             max_tokens: None,
+            n: None,
         })
         .unwrap();
     assert_eq!((fr.prompt_tokens, fr.completion_tokens), (400, 256));
@@ -216,6 +218,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             audio_seconds: None,
             input: None,
             max_tokens: None,
+            n: None,
         })
         .unwrap();
     assert_eq!(
@@ -233,6 +236,7 @@ fn estimates_use_the_ledger_rule_and_say_how_tokens_were_counted() {
             audio_seconds: None,
             input: None,
             max_tokens: None,
+            n: None,
         })
         .unwrap_err()
         .contains("No model `nope`"));
@@ -261,6 +265,7 @@ fn speech_models_are_priced_per_second_and_per_character() {
         audio_seconds: secs,
         input: input.map(str::to_owned),
         max_tokens: None,
+        n: None,
     };
     // 61.2 s -> 62 billed seconds -> ceil(62 * 600 / 60) = 620 micros.
     let stt = d.estimate_cost(&args("stt", Some(61.2), None)).unwrap();
@@ -373,6 +378,18 @@ fn the_language_of_the_text_is_detected_when_not_given() {
         })
         .unwrap();
     assert_eq!(ja.language.as_deref(), Some("jpn"));
+    // whatlang names Arabic by its macrolanguage; the measured code is Standard Arabic's.
+    let ar = d
+        .estimate_cost(&EstimateArgs {
+            model: "cheap".into(),
+            prompt: Some(
+                "مرحبا، أريد أن أعرف كم تكلفة ترجمة هذه الوثيقة الطويلة إلى اللغة الإنجليزية."
+                    .into(),
+            ),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(ar.language.as_deref(), Some("arb"));
     let given = d
         .estimate_cost(&EstimateArgs {
             model: "mid".into(),
@@ -415,6 +432,42 @@ fn estimates_report_the_hold_and_whether_the_prompt_fits() {
     assert!(!over.fits_context);
     assert!(over.warning.unwrap().contains("context_length_exceeded"));
     assert!(!est(2000, Some(100)).fits_context);
+    // Without max_tokens a request near the end of the context is served, its output cut.
+    let cut = est(2040, None);
+    assert!(cut.fits_context, "{:?}", cut.warning);
+    assert!(cut.warning.unwrap().contains("Only 8 output tokens"));
+    assert_eq!(cut.completion_tokens, 8);
+    // n choices: the prompt once, the output and the hold's output part per choice.
+    let two = d
+        .estimate_cost(&EstimateArgs {
+            model: "cheap".into(),
+            prompt_tokens: Some(1000),
+            expected_output_tokens: Some(10),
+            max_tokens: Some(100),
+            n: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(two.completion_tokens, 20);
+    assert_eq!(two.cost_micros, billing::cost_micros(&pricing, 1000, 0, 20));
+    assert_eq!(two.hold_micros, billing::hold_micros(&pricing, 1000, 200));
+    for bad in [
+        EstimateArgs {
+            n: Some(9),
+            ..Default::default()
+        },
+        EstimateArgs {
+            max_tokens: Some(0),
+            ..Default::default()
+        },
+    ] {
+        let bad = EstimateArgs {
+            model: "cheap".into(),
+            prompt_tokens: Some(1),
+            ..bad
+        };
+        assert!(d.estimate_cost(&bad).is_err());
+    }
 }
 
 #[test]
