@@ -123,7 +123,8 @@ impl ModelTokenizer {
             stop_ids,
             bos_text,
             eos_text,
-            fragments: None,
+            fragment_normalizer: None,
+            fragments: std::sync::OnceLock::new(),
             token_bytes: std::sync::OnceLock::new(),
         })
     }

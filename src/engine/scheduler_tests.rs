@@ -64,7 +64,8 @@ fn tokenizer() -> Arc<ModelTokenizer> {
         stop_ids: Vec::new(),
         bos_text: String::new(),
         eos_text: String::new(),
-        fragments: None,
+        fragment_normalizer: None,
+        fragments: std::sync::OnceLock::new(),
         token_bytes: std::sync::OnceLock::new(),
     })
 }

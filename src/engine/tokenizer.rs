@@ -36,9 +36,12 @@ pub struct ModelTokenizer {
     /// Text of BOS and EOS, for chat templates.
     pub bos_text: String,
     pub eos_text: String,
-    /// The same vocabulary without SentencePiece's space prefix, for text that continues other
-    /// text (grammar fragments); `None` when `tokenizer` adds no prefix.
-    pub fragments: Option<Tokenizer>,
+    /// The normalizer without SentencePiece's space prefix (`tokenizers` JSON), when
+    /// `tokenizer` adds one; `None` otherwise.
+    pub fragment_normalizer: Option<Value>,
+    /// `tokenizer` with `fragment_normalizer`, for text that continues other text (grammar
+    /// fragments): built on first use, so models never constrained never pay for it.
+    pub fragments: std::sync::OnceLock<Option<Tokenizer>>,
     /// Every token's bytes, built on first use (`token_text`): `None` when the vocabulary's
     /// bytes cannot be recovered.
     pub token_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
@@ -128,17 +131,12 @@ impl ModelTokenizer {
         }) {
             strip_after_special_tokens(&mut json);
         }
-        let build = |json: &Value| -> anyhow::Result<Tokenizer> {
-            Tokenizer::from_bytes(serde_json::to_vec(json)?)
-                .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))
-        };
-        let tokenizer = build(&json)?;
+        let tokenizer = Tokenizer::from_bytes(serde_json::to_vec(&json)?)
+            .map_err(|e| anyhow::anyhow!("failed to build tokenizer: {e}"))?;
         // SentencePiece's prefix is the first step of a `Sequence` normalizer (`spm_json`).
-        let fragments = match json["normalizer"]["normalizers"].as_array() {
+        let fragment_normalizer = match json["normalizer"]["normalizers"].as_array() {
             Some(steps) if steps.first().is_some_and(|n| n["type"] == "Prepend") => {
-                let mut plain = json.clone();
-                plain["normalizer"] = steps[1].clone();
-                Some(build(&plain)?)
+                steps.get(1).cloned()
             }
             _ => None,
         };
@@ -155,7 +153,8 @@ impl ModelTokenizer {
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].clone()).unwrap_or_default();
         Ok(Self {
             tokenizer,
-            fragments,
+            fragment_normalizer,
+            fragments: std::sync::OnceLock::new(),
             bos_id,
             add_bos,
             stop_ids,
@@ -183,7 +182,16 @@ impl ModelTokenizer {
     /// # Errors
     /// As `encode`.
     pub fn encode_fragment(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let t = self.fragments.as_ref().unwrap_or(&self.tokenizer);
+        let fragments = self.fragments.get_or_init(|| {
+            let normalizer = serde_json::from_value::<tokenizers::NormalizerWrapper>(
+                self.fragment_normalizer.clone()?,
+            )
+            .ok()?;
+            let mut t = self.tokenizer.clone();
+            t.with_normalizer(Some(normalizer)).ok()?;
+            Some(t)
+        });
+        let t = fragments.as_ref().unwrap_or(&self.tokenizer);
         let enc = t.encode(text, false).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(enc.get_ids().to_vec())
     }

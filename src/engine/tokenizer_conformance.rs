@@ -184,5 +184,5 @@ fn fragments_get_no_space_prefix() {
     // Byte-level vocabularies add no prefix at all: fragments are the same.
     let file = GgufFile::open(&fixture("qwen2"), &Device::Cpu).unwrap();
     let tok = ModelTokenizer::from_gguf(&file).unwrap();
-    assert!(tok.fragments.is_none());
+    assert!(tok.fragment_normalizer.is_none());
 }
