@@ -3,128 +3,13 @@
 //! point here; the fake says so in its output).
 
 mod common;
+#[path = "common/dashboard.rs"]
+mod dash;
 
-use common::{fake_server, TestServer};
-use reqwest::header::HeaderMap;
+use common::fake_server;
+use dash::{chat, link_token, signed_in, Browser};
 use serde_json::{json, Value};
 use tollgate::money::Micros;
-
-/// A client that keeps the session cookie by hand (it is `Secure`, which reqwest's cookie store
-/// would not send over plain HTTP) and checks every body is the dashboard envelope.
-struct Browser {
-    base: String,
-    client: reqwest::Client,
-    session: Option<String>,
-}
-
-impl Browser {
-    fn new(s: &TestServer) -> Self {
-        Self {
-            base: s.url(""),
-            client: reqwest::Client::new(),
-            session: None,
-        }
-    }
-
-    async fn call(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        headers: &[(&str, &str)],
-    ) -> (u16, HeaderMap, Value) {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        if let Some(s) = &self.session {
-            req = req.header("cookie", format!("tollgate_session={s}"));
-        }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let h = resp.headers().clone();
-        for c in h.get_all("set-cookie") {
-            let c = c.to_str().unwrap();
-            if let Some(rest) = c.strip_prefix("tollgate_session=") {
-                let value = rest.split(';').next().unwrap();
-                self.session = (!value.is_empty()).then(|| value.to_owned());
-            }
-        }
-        let v: Value = resp.json().await.unwrap();
-        assert_eq!(
-            v["ok"],
-            json!((200..300).contains(&status)),
-            "envelope: {v}"
-        );
-        if status >= 400 {
-            assert!(
-                v["error"]["code"].is_string() && v["error"]["message"].is_string(),
-                "{v}"
-            );
-        }
-        (status, h, v)
-    }
-
-    async fn post(&mut self, path: &str, body: Value) -> (u16, HeaderMap, Value) {
-        self.call("POST", path, Some(body), &[]).await
-    }
-
-    async fn get(&mut self, path: &str) -> (u16, HeaderMap, Value) {
-        self.call("GET", path, None, &[]).await
-    }
-}
-
-/// The token in the last e-mail sent to `to` whose link contains `path`.
-fn link_token(s: &TestServer, to: &str, path: &str) -> String {
-    let mails = s.state.accounts.mail.sent_to(to);
-    let body = &mails.last().expect("an e-mail was sent").body;
-    let at = body
-        .find(&format!("{path}?token="))
-        .expect("link in the e-mail")
-        + path.len()
-        + 7;
-    body[at..at + 64].to_owned()
-}
-
-/// Sign up, verify through the e-mailed link, sign in.
-async fn signed_in(s: &TestServer, email: &str) -> Browser {
-    let mut b = Browser::new(s);
-    let (st, _, v) = b
-        .post(
-            "/api/v1/auth/signup",
-            json!({"email": email, "password": "hunter2hunter2"}),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
-    let token = link_token(s, email, "/verify");
-    let r = reqwest::get(s.url(&format!("/verify?token={token}")))
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let (st, _, v) = b
-        .post(
-            "/api/v1/auth/signin",
-            json!({"email": email, "password": "hunter2hunter2"}),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    b
-}
-
-async fn chat(s: &TestServer, key: &str) -> (u16, Value) {
-    let (st, _, v) = s
-        .post(
-            "/v1/chat/completions",
-            r#"{"model":"fake-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#,
-            &[("authorization", &format!("Bearer {key}"))],
-        )
-        .await;
-    (st, v)
-}
 
 #[tokio::test]
 async fn sign_up_verify_sign_in_then_create_use_and_revoke_a_key() {
@@ -265,7 +150,7 @@ async fn sign_up_verify_sign_in_then_create_use_and_revoke_a_key() {
     let csv = csv.text().await.unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert!(
-        lines[0].starts_with("created_at,request_id,model,"),
+        lines[0].starts_with("created_at,created_at_iso,request_id,key_id,key_name,model,"),
         "{csv}"
     );
     assert_eq!(lines.len(), 3, "header + two requests: {csv}");

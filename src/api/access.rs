@@ -141,6 +141,7 @@ fn unauthenticated(e: &AuthError) -> ApiError {
     let code = match e {
         AuthError::Missing => "missing_api_key",
         AuthError::Revoked => "revoked_api_key",
+        AuthError::Expired => "expired_api_key",
         _ => "invalid_api_key",
     };
     ApiError::Unauthenticated {

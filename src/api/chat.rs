@@ -39,7 +39,7 @@ const ROUTE: &str = "/v1/chat/completions";
         (status = 400, description = "Malformed JSON, a parameter the service does not implement or the model does not support, an image for a text-only model, a prompt longer than the context, `Idempotency-Key` with `stream: true`; `param` names it", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low: `code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD", body = ErrorBody),
+        (status = 402, description = "Balance too low (`code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD), or the key's spend limit reached (`KEY_SPEND_LIMIT`, `details` with limit, used and required micros)", body = ErrorBody),
         (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
         (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`, with `x-should-retry: false`)", body = ErrorBody),
         (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,

@@ -190,6 +190,8 @@ pub struct Throttles {
     pub sign_in_ip: Limiter<String>,
     pub sign_up_ip: Limiter<String>,
     pub reset_ip: Limiter<String>,
+    /// Verification e-mails asked for again, per address.
+    pub resend_email: Limiter<String>,
     pub redeem_account: Limiter<String>,
 }
 
@@ -202,13 +204,15 @@ pub struct Throttled {
 
 impl Throttles {
     /// Sign-in attempts per minute per address `sign_in_per_minute` (4x per client IP);
-    /// sign-ups 10, resets 5 per IP; redeems 10 per account.
+    /// sign-ups 10, resets (and resent verifications) 5 per IP; resent verifications 3 per
+    /// address; redeems 10 per account.
     pub fn new(sign_in_per_minute: u32) -> Self {
         Self {
             sign_in_email: Limiter::new(sign_in_per_minute),
             sign_in_ip: Limiter::new(sign_in_per_minute.saturating_mul(4)),
             sign_up_ip: Limiter::new(10),
             reset_ip: Limiter::new(5),
+            resend_email: Limiter::new(3),
             redeem_account: Limiter::new(10),
         }
     }
@@ -220,6 +224,7 @@ impl Throttles {
             &self.sign_in_ip,
             &self.sign_up_ip,
             &self.reset_ip,
+            &self.resend_email,
             &self.redeem_account,
         ] {
             l.retain_recent();

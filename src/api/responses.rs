@@ -42,7 +42,7 @@ const ROUTE: &str = "/v1/responses";
             content((ResponseObject = "application/json"), (SseEvent = "text/event-stream"))),
         (status = 400, description = "A parameter, built-in tool, `include` value or input item the service does not implement; a prompt longer than the context", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody),
-        (status = 402, description = "Balance too low", body = ErrorBody),
+        (status = 402, description = "Balance too low (`INSUFFICIENT_BALANCE`) or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
         (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
         (status = 404, description = "No such model, no weights for it here, or no such stored `previous_response_id`", body = ErrorBody),
         (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),

@@ -59,7 +59,7 @@ struct Stored {
         (status = 400, description = "An unknown voice, an unsupported format or field, malformed JSON; `param` names it", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low for the request's exact cost", body = ErrorBody),
+        (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
         (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
         (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`)", body = ErrorBody),
         (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,

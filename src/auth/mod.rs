@@ -45,6 +45,9 @@ pub enum AuthError {
     Unknown,
     #[error("This API key has been revoked.")]
     Revoked,
+    /// The key passed the expiry its owner set in the dashboard.
+    #[error("This API key has expired; create a new key or extend this one's expiry in the dashboard.")]
+    Expired,
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -108,7 +111,7 @@ impl Authenticator {
     /// Authenticate the value of an `Authorization` header. Blocking (may read SQLite).
     ///
     /// # Errors
-    /// `Missing`, `Malformed`, `Unknown`, `Revoked`, or a ledger error.
+    /// `Missing`, `Malformed`, `Unknown`, `Revoked`, `Expired`, or a ledger error.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<ApiKeyPrincipal, AuthError> {
         let header = authorization
             .map(str::trim)
@@ -147,6 +150,9 @@ impl Authenticator {
         if record.state == KeyState::Revoked {
             return Err(AuthError::Revoked);
         }
+        if record.expired_at(crate::ledger::now()) {
+            return Err(AuthError::Expired);
+        }
         Ok(ApiKeyPrincipal {
             account_id: record.account_id,
             key_id: record.id,
@@ -160,6 +166,21 @@ impl Authenticator {
     /// `NoSuchKey`, database errors.
     pub fn revoke(&self, key_id: KeyId) -> Result<ApiKeyRecord, LedgerError> {
         let r = self.ledger.revoke_key(key_id)?;
+        self.purge(key_id);
+        Ok(r)
+    }
+
+    /// Rename a key or change its spend limit or expiry, and purge it from the cache so an
+    /// expiry takes effect on the very next request.
+    ///
+    /// # Errors
+    /// `NoSuchKey`, `BadAmount`, database errors.
+    pub fn update(
+        &self,
+        key_id: KeyId,
+        update: &crate::ledger::KeyUpdate,
+    ) -> Result<ApiKeyRecord, LedgerError> {
+        let r = self.ledger.update_key(key_id, update)?;
         self.purge(key_id);
         Ok(r)
     }

@@ -18,6 +18,10 @@ pub struct Account {
     pub verified: bool,
     /// May list accounts and adjust balances on the dashboard.
     pub admin: bool,
+    /// Has a password (accounts made by single sign-on or by the operator may not).
+    pub has_password: bool,
+    /// Unix seconds of the account's deletion (`profile.rs`), if deleted.
+    pub deleted_at: Option<i64>,
 }
 
 impl Account {
@@ -123,10 +127,10 @@ pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), 
 }
 
 /// The columns `row_to_usage` reads, in order.
-const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens, audio_ms, input_characters";
+pub(super) const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens, audio_ms, input_characters";
 
 /// A usage record from `USAGE_COLUMNS` starting at column `at`.
-fn row_to_usage(
+pub(super) fn row_to_usage(
     r: &r2d2_sqlite::rusqlite::Row<'_>,
     at: usize,
 ) -> r2d2_sqlite::rusqlite::Result<UsageRecord> {
@@ -184,12 +188,14 @@ fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::
         reserved_micros: r.get(4)?,
         verified: r.get(5)?,
         admin: r.get(6)?,
+        has_password: r.get(7)?,
+        deleted_at: r.get(8)?,
     })
 }
 
 const ACCOUNT_SELECT: &str = "SELECT a.id, a.email, a.created_at, a.balance_micros,
     COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0),
-    a.verified_at IS NOT NULL, a.role = 'admin'
+    a.verified_at IS NOT NULL, a.role = 'admin', a.password_hash IS NOT NULL, a.deleted_at
     FROM accounts a";
 
 impl Ledger {
@@ -386,35 +392,6 @@ impl Ledger {
                 |r| row_to_usage(r, 0),
             )
             .optional()?)
-        })
-    }
-
-    /// One page of an account's usage, newest first: rows older than the cursor `before` (a
-    /// row's `seq`; `None` = from the newest), at most `limit`. Each row is `(seq, created_at
-    /// Unix seconds, record)`; pass the last `seq` as the next `before`.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn usage_page(
-        &self,
-        account: AccountId,
-        before: Option<i64>,
-        limit: usize,
-    ) -> Result<Vec<(i64, i64, UsageRecord)>, LedgerError> {
-        self.read(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT rowid, created_at, {USAGE_COLUMNS}
-                 FROM usage WHERE account_id = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3"
-            ))?;
-            let rows = st.query_map(
-                params![
-                    account,
-                    before.unwrap_or(i64::MAX),
-                    i64::try_from(limit).unwrap_or(i64::MAX)
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?, row_to_usage(r, 2)?)),
-            )?;
-            Ok(rows.collect::<Result<_, _>>()?)
         })
     }
 

@@ -5,7 +5,7 @@
 use r2d2_sqlite::rusqlite::{params, OptionalExtension};
 
 use super::accounts::{add_balance, insert_entry, insert_usage, UsageRecord, UsageStatus};
-use super::{now, AccountId, Ledger, LedgerError, Micros};
+use super::{now, AccountId, KeyId, Ledger, LedgerError, Micros};
 
 /// A successful reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Ledger {
         account: AccountId,
         amount: Micros,
     ) -> Result<Reservation, LedgerError> {
-        self.write(|tx| reserve_in(tx, request_id, account, amount))
+        self.write(|tx| reserve_in(tx, request_id, account, None, amount))
     }
 
     /// Charge the actual cost (never more than reserved) and release the rest; records usage.
@@ -159,10 +159,14 @@ pub(super) fn reserve_in(
     tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
     request_id: &str,
     account: AccountId,
+    key: Option<KeyId>,
     amount: Micros,
 ) -> Result<Reservation, LedgerError> {
     if amount < Micros::ZERO {
         return Err(LedgerError::BadAmount);
+    }
+    if let Some(key) = key {
+        super::keys::check_key_limit(tx, key, amount)?;
     }
     let available: Micros = tx
         .query_row(
@@ -180,8 +184,8 @@ pub(super) fn reserve_in(
         });
     }
     tx.execute(
-        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
-        params![request_id, account, amount, now()],
+        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id) VALUES (?1, ?2, ?3, 'open', ?4, ?5)",
+        params![request_id, account, amount, now(), key],
     )?;
     insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
     Ok(Reservation {

@@ -23,6 +23,34 @@ pub struct ApiKeyRecord {
     pub created_at: i64,
     pub last_used_at: Option<i64>,
     pub state: KeyState,
+    /// The most the key may spend in its life (settled charges plus open holds), or `None`.
+    pub spend_limit_micros: Option<Micros>,
+    /// Unix seconds after which the key is refused, or `None` (never).
+    pub expires_at: Option<i64>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key has passed its expiry at Unix time `now` (seconds).
+    pub fn expired_at(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|t| now >= t)
+    }
+}
+
+/// What a key has spent: settled charges and open holds (micros) and requests recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeySpend {
+    pub spent_micros: Micros,
+    pub reserved_micros: Micros,
+    pub requests: i64,
+}
+
+/// A change to a key's settings: `None` leaves a field as it is; `Some(None)` clears a limit
+/// or an expiry.
+#[derive(Debug, Clone, Default)]
+pub struct KeyUpdate {
+    pub name: Option<String>,
+    pub spend_limit_micros: Option<Option<Micros>>,
+    pub expires_at: Option<Option<i64>>,
 }
 
 fn row_to_key(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<ApiKeyRecord> {
@@ -39,11 +67,46 @@ fn row_to_key(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Resu
         } else {
             KeyState::Active
         },
+        spend_limit_micros: r.get(7)?,
+        expires_at: r.get(8)?,
     })
 }
 
 const KEY_SELECT: &str =
-    "SELECT id, account_id, name, prefix, created_at, last_used_at, revoked_at FROM api_keys";
+    "SELECT id, account_id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_micros, expires_at FROM api_keys";
+
+/// Check inside the admission transaction that `key` may take a hold of `amount` more: its
+/// settled charges plus open holds plus `amount` stay within its spend limit (a key without
+/// a limit always may). Same transaction as the hold, so concurrent requests cannot both pass.
+///
+/// # Errors
+/// `KeySpendLimit` with the limit, what is spent or reserved, and `amount`; database errors.
+pub(super) fn check_key_limit(
+    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    key: KeyId,
+    amount: Micros,
+) -> Result<(), LedgerError> {
+    let row: Option<(Option<Micros>, Micros)> = tx
+        .query_row(
+            "SELECT spend_limit_micros,
+                    COALESCE((SELECT SUM(cost_micros) FROM usage WHERE key_id = ?1), 0)
+                  + COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE key_id = ?1 AND state = 'open'), 0)
+             FROM api_keys WHERE id = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match row {
+        Some((Some(limit), used)) if used.0.saturating_add(amount.0) > limit.0 => {
+            Err(LedgerError::KeySpendLimit {
+                limit,
+                used,
+                required: amount,
+            })
+        }
+        _ => Ok(()),
+    }
+}
 
 impl Ledger {
     /// Store a new key for `account` by its hash and display prefix.
@@ -66,6 +129,73 @@ impl Ledger {
             Ok(KeyId(tx.last_insert_rowid()))
         })?;
         self.key(id)
+    }
+
+    /// Rename a key, or set or clear its spend limit (micros) or expiry (Unix seconds). Bumps
+    /// the key epoch so running servers re-read the key at once (an expiry moved into the
+    /// past takes effect on the next request).
+    ///
+    /// # Errors
+    /// `NoSuchKey`, `BadAmount` (a negative limit), database errors.
+    pub fn update_key(&self, id: KeyId, u: &KeyUpdate) -> Result<ApiKeyRecord, LedgerError> {
+        if matches!(u.spend_limit_micros, Some(Some(m)) if m < Micros::ZERO) {
+            return Err(LedgerError::BadAmount);
+        }
+        self.write(|tx| {
+            let mut n = tx.execute("UPDATE api_keys SET id = id WHERE id = ?1", [id])?;
+            if let Some(name) = &u.name {
+                n = tx.execute("UPDATE api_keys SET name = ?1 WHERE id = ?2", params![name, id])?;
+            }
+            if let Some(limit) = u.spend_limit_micros {
+                n = tx.execute(
+                    "UPDATE api_keys SET spend_limit_micros = ?1 WHERE id = ?2",
+                    params![limit, id],
+                )?;
+            }
+            if let Some(at) = u.expires_at {
+                n = tx.execute(
+                    "UPDATE api_keys SET expires_at = ?1 WHERE id = ?2",
+                    params![at, id],
+                )?;
+            }
+            if n == 0 {
+                return Err(LedgerError::NoSuchKey(id.to_string()));
+            }
+            tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
+            Ok(())
+        })?;
+        self.key(id)
+    }
+
+    /// What each key of `account` has spent (settled charges), holds open and requests
+    /// recorded, by key id. Keys with no requests are absent (zero).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn key_spend(
+        &self,
+        account: AccountId,
+    ) -> Result<std::collections::HashMap<KeyId, KeySpend>, LedgerError> {
+        self.read(|c| {
+            let mut st = c.prepare(
+                "SELECT k.id,
+                        COALESCE((SELECT SUM(cost_micros) FROM usage u WHERE u.key_id = k.id), 0),
+                        COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
+                        (SELECT COUNT(*) FROM usage u WHERE u.key_id = k.id)
+                 FROM api_keys k WHERE k.account_id = ?1",
+            )?;
+            let rows = st.query_map([account], |r| {
+                Ok((
+                    r.get::<_, KeyId>(0)?,
+                    KeySpend {
+                        spent_micros: r.get(1)?,
+                        reserved_micros: r.get(2)?,
+                        requests: r.get(3)?,
+                    },
+                ))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
     }
 
     /// # Errors
@@ -150,7 +280,8 @@ impl Ledger {
         })
     }
 
-    /// Store a redeem code by its hash.
+    /// Store a redeem code by the hash of its canonical form (`canonical_code`: trimmed, upper
+    /// case), so users may type it in any case.
     ///
     /// # Errors
     /// `BadAmount`, database errors.
@@ -161,35 +292,50 @@ impl Ledger {
         self.write(|tx| {
             tx.execute(
                 "INSERT INTO codes (code_hash, amount_micros, created_at) VALUES (?1, ?2, ?3)",
-                params![sha256(code), amount_micros, now()],
+                params![sha256(&canonical_code(code)), amount_micros, now()],
             )?;
             Ok(())
         })
     }
 
-    /// Redeem a code once, crediting its amount atomically. Returns the micros credited.
+    /// Redeem a code once, crediting its amount atomically. Returns the micros credited. The
+    /// code is matched in any case; codes stored before version 10 (hashed as typed) match
+    /// as typed too.
     ///
     /// # Errors
     /// `BadCode` (unknown or used), database errors.
     pub fn redeem(&self, account: AccountId, code: &str) -> Result<Micros, LedgerError> {
         self.write(|tx| {
-            let amount: Option<Micros> = tx
-                .query_row(
-                    "SELECT amount_micros FROM codes WHERE code_hash = ?1 AND redeemed_by IS NULL",
-                    [sha256(code)],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let amount = amount.ok_or(LedgerError::BadCode)?;
+            let mut found = None;
+            for hash in [sha256(&canonical_code(code)), sha256(code.trim())] {
+                found = tx
+                    .query_row(
+                        "SELECT amount_micros FROM codes WHERE code_hash = ?1 AND redeemed_by IS NULL",
+                        [&hash],
+                        |r| r.get::<_, Micros>(0),
+                    )
+                    .optional()?
+                    .map(|a| (a, hash));
+                if found.is_some() {
+                    break;
+                }
+            }
+            let (amount, hash) = found.ok_or(LedgerError::BadCode)?;
             tx.execute(
                 "UPDATE codes SET redeemed_by = ?1, redeemed_at = ?2 WHERE code_hash = ?3",
-                params![account, now(), sha256(code)],
+                params![account, now(), hash],
             )?;
             add_balance(tx, account, amount)?;
             insert_entry(tx, account, "redeem", amount, None, Some("redeem code"))?;
             Ok(amount)
         })
     }
+}
+
+/// The form a redeem code is stored and matched in: without surrounding whitespace, in upper
+/// case (ASCII), so `tg-abc` and ` TG-ABC ` are the same code.
+pub fn canonical_code(code: &str) -> String {
+    code.trim().to_ascii_uppercase()
 }
 
 #[cfg(test)]
@@ -207,11 +353,13 @@ mod tests {
             l.redeem(a.id, "TG-ONE"),
             Err(LedgerError::BadCode)
         ));
+        l.insert_code("tg-Two", Micros(1)).unwrap();
+        assert_eq!(l.redeem(a.id, " TG-two ").unwrap(), 1);
         assert!(matches!(
             l.redeem(a.id, "TG-NOPE"),
             Err(LedgerError::BadCode)
         ));
-        assert_eq!(l.account(a.id).unwrap().balance_micros, 2_500_000);
+        assert_eq!(l.account(a.id).unwrap().balance_micros, 2_500_001);
         assert_eq!(l.entries(a.id, 10).unwrap()[0].kind, "redeem");
         assert!(l.check().unwrap().is_empty());
     }

@@ -16,10 +16,12 @@ mod holds;
 mod idempotency;
 mod identities;
 mod keys;
+mod profile;
 mod requests;
 mod responses;
 mod sessions;
 mod topups;
+mod usage;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,14 +35,16 @@ pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
-pub use keys::{ApiKeyRecord, KeyState};
+pub use profile::deleted_email;
+pub use usage::{DaySpend, KeyFilter, UsageFilter};
+pub use keys::{canonical_code, ApiKeyRecord, KeySpend, KeyState, KeyUpdate};
 pub use requests::{Admitted, IdempotencyScope, StoredResponse};
 pub use responses::{SavedResponse, RESPONSE_TTL_S};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
@@ -50,6 +54,7 @@ const MIGRATIONS: [&str; 9] = [
     include_str!("migrations/0007_responses.sql"),
     include_str!("migrations/0008_cached_tokens.sql"),
     include_str!("migrations/0009_audio_usage.sql"),
+    include_str!("migrations/0010_key_limits.sql"),
 ];
 
 pub use crate::ids::{AccountId, KeyId};
@@ -81,6 +86,14 @@ sql_integer_id!(Micros);
 pub enum LedgerError {
     #[error("insufficient balance: {required} required, {available} available")]
     InsufficientBalance { required: Micros, available: Micros },
+    /// The key's settled charges and open holds (`used`) plus this hold (`required`) would
+    /// pass its spend limit (all micros).
+    #[error("the key's spend limit of {limit} would be passed: {used} used, {required} required")]
+    KeySpendLimit {
+        limit: Micros,
+        used: Micros,
+        required: Micros,
+    },
     #[error("no such account `{0}`")]
     NoSuchAccount(String),
     #[error("no such API key `{0}`")]

@@ -16,7 +16,7 @@ use r2d2_sqlite::rusqlite::{params, Transaction};
 
 use super::holds::{close_hold, reserve_in, HoldOutcome, Reservation};
 use super::idempotency::{claim_in, Claim};
-use super::{AccountId, Ledger, LedgerError, Micros, UsageRecord};
+use super::{AccountId, KeyId, Ledger, LedgerError, Micros, UsageRecord};
 
 /// Where an `Idempotency-Key` lives: `(account, route, key)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,15 +47,17 @@ pub struct StoredResponse {
 
 impl Ledger {
     /// Claim `scope` for a body with `fingerprint` (if given) and reserve `hold_micros` for
-    /// `request_id`, in one transaction.
+    /// `request_id`, paid by `account` through API key `key` (`None`: the playground), in one
+    /// transaction.
     ///
     /// # Errors
-    /// `InsufficientBalance` (nothing is written, the key stays unused), `NoSuchAccount`,
-    /// database errors.
+    /// `InsufficientBalance`, `KeySpendLimit` (nothing is written, the idempotency key stays
+    /// unused), `NoSuchAccount`, database errors.
     pub fn admit_request(
         &self,
         request_id: &str,
         account: AccountId,
+        key: Option<KeyId>,
         hold_micros: Micros,
         claim: Option<(&IdempotencyScope, &[u8])>,
     ) -> Result<Admitted, LedgerError> {
@@ -70,6 +72,7 @@ impl Ledger {
                 tx,
                 request_id,
                 account,
+                key,
                 hold_micros,
             )?))
         })
@@ -196,7 +199,7 @@ mod tests {
     fn a_402_takes_no_claim_and_a_settle_stores_the_replay_with_the_charge() {
         let (_d, l, a, scope) = funded();
         let e = l
-            .admit_request("req_1", a, Micros(500), Some((&scope, b"fp")))
+            .admit_request("req_1", a, None, Micros(500), Some((&scope, b"fp")))
             .unwrap_err();
         assert!(matches!(e, LedgerError::InsufficientBalance { .. }));
         assert_eq!(
@@ -205,12 +208,12 @@ mod tests {
             "a 402 leaves the key unused"
         );
         assert!(matches!(
-            l.admit_request("req_2", a, Micros(50), Some((&scope, b"fp")))
+            l.admit_request("req_2", a, None, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Reserved(_)
         ));
         assert_eq!(
-            l.admit_request("req_3", a, Micros(50), Some((&scope, b"fp")))
+            l.admit_request("req_3", a, None, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Claimed(Claim::InFlight { age_s: 0 })
         );
@@ -225,7 +228,7 @@ mod tests {
             7
         );
         assert!(matches!(
-            l.admit_request("req_4", a, Micros(50), Some((&scope, b"fp")))
+            l.admit_request("req_4", a, None, Micros(50), Some((&scope, b"fp")))
                 .unwrap(),
             Admitted::Claimed(Claim::Replay(_))
         ));
@@ -242,7 +245,7 @@ mod tests {
     #[test]
     fn void_releases_the_hold_and_forgets_the_claim() {
         let (_d, l, a, scope) = funded();
-        l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
+        l.admit_request("req_1", a, None, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         assert_eq!(
             l.void_request(&usage("req_1", a, 9), Some(&scope))
@@ -257,7 +260,7 @@ mod tests {
             l.usage("req_1").unwrap().unwrap().status,
             UsageStatus::Failed
         );
-        l.admit_request("req_2", a, Micros(10), None).unwrap();
+        l.admit_request("req_2", a, None, Micros(10), None).unwrap();
         l.settle_request(&usage("req_2", a, 4), None).unwrap();
         l.mark_undelivered("req_2").unwrap();
         assert_eq!(
@@ -270,7 +273,7 @@ mod tests {
     #[test]
     fn a_settle_whose_response_cannot_be_stored_charges_nothing() {
         let (_d, l, a, scope) = funded();
-        l.admit_request("req_1", a, Micros(60), Some((&scope, b"fp")))
+        l.admit_request("req_1", a, None, Micros(60), Some((&scope, b"fp")))
             .unwrap();
         // The response's write fails after the charge's writes, inside the same transaction.
         l.write(|tx| {

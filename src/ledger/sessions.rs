@@ -181,8 +181,9 @@ impl Ledger {
     }
 
     /// Set a new password with a reset token, in one transaction: the token is used up, the
-    /// address counts as verified (the link reached it, no starter grant), and every session
-    /// of the account ends. Returns the account.
+    /// address counts as verified (the link reached it) and, if it was not yet, granted
+    /// `starter_micros` as a verification link would, and every session of the account ends.
+    /// Returns the account.
     ///
     /// # Errors
     /// `BadToken`, database errors.
@@ -190,13 +191,15 @@ impl Ledger {
         &self,
         token_hash: &[u8],
         password_hash: &str,
+        starter_micros: Micros,
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let account = Self::take_token(tx, token_hash, TokenPurpose::Reset)?;
             tx.execute(
-                "UPDATE accounts SET password_hash = ?1, verified_at = COALESCE(verified_at, ?2) WHERE id = ?3",
-                params![password_hash, now(), account],
+                "UPDATE accounts SET password_hash = ?1 WHERE id = ?2",
+                params![password_hash, account],
             )?;
+            mark_verified(tx, account, starter_micros)?;
             tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account])?;
             Ok(account)
         })
@@ -313,7 +316,7 @@ mod tests {
             .unwrap();
         // A verify token is not a reset token.
         assert!(matches!(
-            l.reset_password(&t, "h"),
+            l.reset_password(&t, "h", Micros(0)),
             Err(LedgerError::BadToken)
         ));
         assert_eq!(l.verify_email(&t, Micros(100_000)).unwrap(), a.id);
@@ -333,7 +336,7 @@ mod tests {
         l.insert_email_token(a.id, TokenPurpose::Reset, &t3, -1)
             .unwrap();
         assert!(matches!(
-            l.reset_password(&t3, "h"),
+            l.reset_password(&t3, "h", Micros(0)),
             Err(LedgerError::BadToken)
         ));
         assert!(l.check().unwrap().is_empty());
@@ -354,7 +357,8 @@ mod tests {
         let t = sha256("reset");
         l.insert_email_token(a.id, TokenPurpose::Reset, &t, 3600)
             .unwrap();
-        l.reset_password(&t, "$argon2id$new").unwrap();
+        l.reset_password(&t, "$argon2id$new", Micros(7)).unwrap();
+        assert_eq!(l.account(a.id).unwrap().balance_micros, 0, "already verified: no grant");
         assert!(l.session(&sha256("s1")).unwrap().is_none());
         assert!(l.session(&sha256("s2")).unwrap().is_none());
         assert_eq!(

@@ -10,6 +10,14 @@ pub enum MeterError {
     /// The balance minus open holds does not cover the hold (micros). Nothing was written.
     #[error("insufficient balance: {required} required, {available} available")]
     InsufficientBalance { required: Micros, available: Micros },
+    /// The API key's spend limit would be passed: its charges and open holds (`used`) plus
+    /// this request's hold (`required`) exceed `limit` (micros). Nothing was written.
+    #[error("the key's spend limit of {limit} would be passed")]
+    KeySpendLimit {
+        limit: Micros,
+        used: Micros,
+        required: Micros,
+    },
     /// The same `Idempotency-Key` and body are running; retry after about this many seconds.
     #[error("a request with this idempotency key is still running")]
     IdempotencyInFlight { retry_after_s: u64 },
@@ -47,6 +55,15 @@ impl MeterError {
             } => Self::InsufficientBalance {
                 required,
                 available,
+            },
+            LedgerError::KeySpendLimit {
+                limit,
+                used,
+                required,
+            } => Self::KeySpendLimit {
+                limit,
+                used,
+                required,
             },
             LedgerError::Join(m) => Self::Internal(m),
             other => Self::Storage(other.to_string()),

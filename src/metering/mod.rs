@@ -124,7 +124,7 @@ impl Meter {
     /// 1-3). Runs to the end of admission even if the caller is dropped meanwhile.
     ///
     /// # Errors
-    /// `InsufficientBalance`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Overloaded`,
+    /// `InsufficientBalance`, `KeySpendLimit`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Overloaded`,
     /// `EngineFailed`, `StreamWithIdempotency`, `Storage` (the ledger could not take the
     /// hold; nothing is charged), `Internal`.
     pub async fn admit(&self, req: PaidRequest, mode: Mode) -> Result<Admission, MeterError> {
@@ -148,7 +148,7 @@ impl Meter {
         if let Some(replay) = self
             .claim_and_hold(
                 &req.request_id,
-                req.account,
+                (req.account, req.key),
                 hold,
                 req.idempotency.as_ref(),
                 estimate_s,
@@ -201,18 +201,19 @@ impl Meter {
         })
     }
 
-    /// Step 1 of the protocol: the idempotency claim and the hold of `hold` micros in one
+    /// Step 1 of the protocol: the idempotency claim and the hold of `hold` micros, paid by
+    /// `payer` (account, and the API key that counts it against its spend limit), in one
     /// transaction. `Ok(Some(_))` is a finished request's stored response (nothing reserved);
     /// `Ok(None)`: reserved, go on. `estimate_s` is how long the request takes, for the
     /// `Retry-After` of a claim still in flight.
     ///
     /// # Errors
-    /// `InsufficientBalance`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Storage`,
-    /// `Internal`.
+    /// `InsufficientBalance`, `KeySpendLimit`, `IdempotencyInFlight`, `IdempotencyMismatch`,
+    /// `Storage`, `Internal`.
     async fn claim_and_hold(
         &self,
         request_id: &str,
-        account: AccountId,
+        (account, key): (AccountId, Option<KeyId>),
         hold: crate::money::Micros,
         idempotency: Option<&Idempotency>,
         estimate_s: u64,
@@ -224,6 +225,7 @@ impl Meter {
                 l.admit_request(
                     &rid,
                     account,
+                    key,
                     hold,
                     claim.as_ref().map(|c| (&c.scope, c.fingerprint.as_slice())),
                 )

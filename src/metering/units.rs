@@ -85,7 +85,7 @@ impl Meter {
         if let Some(replay) = self
             .claim_and_hold(
                 &req.request_id,
-                req.account,
+                (req.account, req.key),
                 cost,
                 req.idempotency.as_ref(),
                 req.estimate_s,

@@ -4,11 +4,11 @@
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum_extra::extract::cookie::{Cookie, CookieJar};
+use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::common::{account_json, base_url, normalize_email, start_session};
+use super::common::{account_json, base_url, normalize_email, removal_cookie, start_session};
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::Accounts;
 use crate::auth::password;
@@ -86,10 +86,6 @@ pub(super) fn send_link(
     Ok(())
 }
 
-fn removal_cookie() -> Cookie<'static> {
-    Cookie::build((session::COOKIE, "")).path("/").build()
-}
-
 /// `POST /api/v1/auth/signup {email, password}` -> 201 with the (unverified) account; the
 /// verification link goes by e-mail.
 pub async fn sign_up(
@@ -104,7 +100,7 @@ pub async fn sign_up(
         "sign-up",
     )?;
     let email = normalize_email(&c.email)?;
-    password::check_policy(&c.password).map_err(|e| weak_password(&e))?;
+    password::check_policy(&c.password).map_err(|e| weak_password(&e).field("password"))?;
     let base = base_url(&state, &headers);
     let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
     let account = blocking(move || {
@@ -148,22 +144,84 @@ pub struct VerifyQuery {
     token: String,
 }
 
-/// `GET /verify?token=...`: the e-mailed link; confirms and says so in a small page.
+/// A small page in the dashboard's style (header, stylesheet) with a heading, a paragraph and
+/// one link on: what the e-mailed verification link opens. `text` is escaped.
+fn link_page(title: &str, text: &str, link: (&str, &str)) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{t} · tollgate</title><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><a class=\"brand\" href=\"/#/\">tollgate</a></header><main id=\"main\"><h1>{t}</h1><p>{p}</p><p><a class=\"button\" href=\"{href}\">{label}</a></p></main></body></html>",
+        t = esc(title),
+        p = esc(text),
+        href = link.0,
+        label = esc(link.1),
+    )
+}
+
+/// `GET /verify?token=...`: the e-mailed link; confirms the address (granting the starter
+/// credit the first time) and says so in a page in the dashboard's style, with the way on.
 pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQuery>) -> Response {
+    let starter = state.dashboard.starter_micros;
     match verify_token(&state, q.token).await {
-        Ok(()) => Html(
-            "<!doctype html><meta charset=utf-8><title>Address confirmed</title><p>Your address is confirmed. You can now sign in and create API keys.</p>",
-        )
-        .into_response(),
+        Ok(()) => {
+            let credit = if starter > crate::money::Micros::ZERO {
+                format!(" Your account has ${} of starter credit to try the models.", starter.usd_decimal())
+            } else {
+                String::new()
+            };
+            Html(link_page(
+                "Address confirmed",
+                &format!("Your address is confirmed.{credit} Sign in to create an API key."),
+                ("/#/signin", "Sign in"),
+            ))
+            .into_response()
+        }
         Err(e) => (
             e.status,
-            Html(format!(
-                "<!doctype html><meta charset=utf-8><title>Link not valid</title><p>{}</p>",
-                e.message
+            Html(link_page(
+                "Link not valid",
+                &format!("{} You can ask for a new confirmation e-mail on the sign-in page.", e.message),
+                ("/#/signin", "Go to sign in"),
             )),
         )
             .into_response(),
     }
+}
+
+/// `POST /api/v1/auth/resend-verification {email}`: e-mails a new confirmation link if the
+/// address has an account that is not confirmed yet. The answer is the same either way (no
+/// account discovery); throttled with sign-ups (per client address) and per address.
+pub async fn resend_verification(
+    State(state): State<Accounts>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    Body(b): Body<EmailBody>,
+) -> Result<Response, DashError> {
+    let email = normalize_email(&b.email).map_err(|e| e.field("email"))?;
+    let t = &state.throttles;
+    t.check(
+        &t.reset_ip,
+        &crate::api::limits::client_key(peer.ip()).to_string(),
+        "resend-verification",
+    )?;
+    t.check(&t.resend_email, &email, "resend-verification")?;
+    let base = base_url(&state, &headers);
+    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
+    blocking(move || {
+        if let Some(login) = ledger.login(&email)?.filter(|l| !l.verified) {
+            send_link(&ledger, &outbox, login.account_id, email, TokenPurpose::Verify, &base)?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"sent": "if the address has an unconfirmed account"}),
+    ))
 }
 
 /// `POST /api/v1/auth/signin {email, password}`: sets a new session cookie.
@@ -209,7 +267,7 @@ pub async fn sign_in(
             return Err(DashError::new(
                 StatusCode::FORBIDDEN,
                 "email_not_verified",
-                "Confirm your e-mail address first: open the link we sent.",
+                "Confirm your e-mail address first: open the link we sent, or ask for a new one.",
             ));
         }
         Ok(ledger.account(login.account_id)?)
@@ -284,7 +342,8 @@ pub async fn request_reset(
 }
 
 /// `POST /api/v1/auth/password-reset/confirm {token, password}`: sets the password and ends
-/// every session of the account.
+/// every session of the account; an address not yet confirmed counts as confirmed (the link
+/// reached it) and gets the starter credit, as through the verification link.
 pub async fn confirm_reset(
     State(state): State<Accounts>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
@@ -295,23 +354,16 @@ pub async fn confirm_reset(
         &crate::api::limits::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
-    password::check_policy(&b.password).map_err(|e| weak_password(&e))?;
-    let ledger = state.ledger.clone();
+    password::check_policy(&b.password).map_err(|e| weak_password(&e).field("password"))?;
+    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
     blocking(move || {
         // Cheap check first: no argon2 work for a token that cannot succeed.
         if !ledger.email_token_usable(&sha256(&b.token), TokenPurpose::Reset)? {
             return Err(LedgerError::BadToken.into());
         }
         let hash = password::hash(&b.password).map_err(|e| weak_password(&e))?;
-        Ok(ledger.reset_password(&sha256(&b.token), &hash)?)
+        Ok(ledger.reset_password(&sha256(&b.token), &hash, starter)?)
     })
     .await?;
     Ok(ok(StatusCode::OK, json!({"password_reset": true})))
-}
-
-/// `GET /api/v1/account`: e-mail, verification, balance, reserved and available micros.
-pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let a = blocking(move || Ok(ledger.account(s.principal.account_id)?)).await?;
-    Ok(ok(StatusCode::OK, account_json(&a)))
 }

@@ -27,6 +27,8 @@ pub struct DashError {
     pub(super) code: &'static str,
     pub(super) message: String,
     pub(super) retry_after: Option<u64>,
+    /// The request field (form control) the error is about, for feedback next to it.
+    pub(super) field: Option<&'static str>,
 }
 
 impl DashError {
@@ -36,7 +38,14 @@ impl DashError {
             code,
             message: message.into(),
             retry_after: None,
+            field: None,
         }
+    }
+
+    /// Name the request field the error is about (`error.field` in the envelope).
+    pub(super) fn field(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
     }
 
     pub(super) fn retry_after(mut self, secs: u64) -> Self {
@@ -69,7 +78,8 @@ impl From<LedgerError> for DashError {
             LedgerError::BadCode => Self::bad_request(
                 "invalid_code",
                 "This code is unknown or has already been redeemed.",
-            ),
+            )
+            .field("code"),
             LedgerError::NoSuchKey(_) => {
                 Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.")
             }
@@ -93,7 +103,12 @@ impl From<JsonRejection> for DashError {
 
 impl IntoResponse for DashError {
     fn into_response(self) -> Response {
-        let body = json!({"ok": false, "error": {"code": self.code, "message": self.message}});
+        let body = match self.field {
+            Some(f) => {
+                json!({"ok": false, "error": {"code": self.code, "message": self.message, "field": f}})
+            }
+            None => json!({"ok": false, "error": {"code": self.code, "message": self.message}}),
+        };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
             resp.headers_mut()
@@ -220,6 +235,7 @@ pub fn account_json(a: &Account) -> serde_json::Value {
         "email": a.email,
         "verified": a.verified,
         "admin": a.admin,
+        "has_password": a.has_password,
         "created_at": a.created_at,
         "balance_micros": a.balance_micros,
         "reserved_micros": a.reserved_micros,
@@ -227,6 +243,11 @@ pub fn account_json(a: &Account) -> serde_json::Value {
         "balance_usd": a.balance_micros.usd(),
         "available_usd": a.available_micros().usd(),
     })
+}
+
+/// A cookie that removes the session cookie.
+pub(super) fn removal_cookie() -> Cookie<'static> {
+    Cookie::build((session::COOKIE, "")).path("/").build()
 }
 
 /// Base URL for e-mailed links.

@@ -1,57 +1,124 @@
 //! Key management (session only: an API key never reaches these handlers, `Session` refuses
-//! it), usage and ledger entries, and redeem codes.
+//! it): create, list with what each key spent, rename, spend limit and expiry, revoke.
 
-use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
-use super::common::account_json;
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::Accounts;
 use crate::auth::create_key;
-use crate::ledger::{ApiKeyRecord, KeyState};
+use crate::ledger::{now, AccountId, ApiKeyRecord, KeyId, KeySpend, KeyState, KeyUpdate, Ledger};
+use crate::money::Micros;
 
 /// Longest key name, in characters.
 const MAX_NAME_CHARS: usize = 100;
-/// Most rows one page of usage or entries returns.
-const MAX_PAGE: usize = 500;
+/// Largest spend limit, in micros (1,000,000 USD), far from `i64` overflow in any sum.
+const MAX_LIMIT_MICROS: i64 = 1_000_000_000_000;
 
-fn key_json(k: &ApiKeyRecord) -> serde_json::Value {
-    json!({
-        "id": k.id,
-        "name": k.name,
-        "prefix": k.prefix,
-        "created_at": k.created_at,
-        "last_used_at": k.last_used_at,
-        "state": match k.state { KeyState::Active => "active", KeyState::Revoked => "revoked" },
-    })
+/// A key as the dashboard shows it (never the key itself).
+#[derive(Serialize)]
+pub struct KeyView {
+    id: KeyId,
+    name: String,
+    /// Display prefix, e.g. `sk-svc-3fa9`.
+    prefix: String,
+    /// Unix seconds.
+    created_at: i64,
+    last_used_at: Option<i64>,
+    /// `active`, `revoked` or `expired`.
+    state: &'static str,
+    /// Unix seconds, or null (never).
+    expires_at: Option<i64>,
+    /// The key's lifetime spend limit, or null (only the balance limits it).
+    spend_limit_micros: Option<Micros>,
+    /// Settled charges of requests made with the key.
+    spent_micros: Micros,
+    /// Holds of the key's requests still running.
+    reserved_micros: Micros,
+    /// Requests recorded with the key.
+    requests: i64,
 }
 
-/// `GET /api/v1/keys`: the account's keys, newest first (prefix and name, never the key).
+impl KeyView {
+    fn of(k: &ApiKeyRecord, spend: KeySpend) -> Self {
+        let state = match k.state {
+            KeyState::Revoked => "revoked",
+            KeyState::Active if k.expired_at(now()) => "expired",
+            KeyState::Active => "active",
+        };
+        Self {
+            id: k.id,
+            name: k.name.clone(),
+            prefix: k.prefix.clone(),
+            created_at: k.created_at,
+            last_used_at: k.last_used_at,
+            state,
+            expires_at: k.expires_at,
+            spend_limit_micros: k.spend_limit_micros,
+            spent_micros: spend.spent_micros,
+            reserved_micros: spend.reserved_micros,
+            requests: spend.requests,
+        }
+    }
+}
+
+/// The view of `k` with its spend, read now. Blocking.
+fn view(ledger: &Ledger, k: &ApiKeyRecord) -> Result<KeyView, DashError> {
+    let spend = ledger.key_spend(k.account_id)?;
+    Ok(KeyView::of(k, spend.get(&k.id).copied().unwrap_or_default()))
+}
+
+/// `GET /api/v1/keys`: the account's keys, newest first, with what each spent.
 pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let ledger = state.ledger.clone();
-    let keys = blocking(move || Ok(ledger.keys(s.principal.account_id)?)).await?;
-    Ok(ok(
-        StatusCode::OK,
-        json!({"keys": keys.iter().map(key_json).collect::<Vec<_>>()}),
-    ))
+    let keys = blocking(move || {
+        let account = s.principal.account_id;
+        let spend = ledger.key_spend(account)?;
+        Ok(ledger
+            .keys(account)?
+            .iter()
+            .map(|k| KeyView::of(k, spend.get(&k.id).copied().unwrap_or_default()))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(ok(StatusCode::OK, json!({ "keys": keys })))
+}
+
+/// `Some(v)` for a field that is present (`v` may be null), `None` (via `default`) when
+/// absent: tells "clear the limit" from "leave it".
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
     name: String,
+    /// Decimal USD, e.g. `"2.50"`; null or absent = no limit.
+    #[serde(default)]
+    spend_limit_usd: Option<String>,
+    /// Unix seconds in the future; null or absent = never.
+    #[serde(default)]
+    expires_at: Option<i64>,
 }
 
-/// `POST /api/v1/keys {name}` -> 201 with the full key, shown this once.
-pub async fn create(
-    State(state): State<Accounts>,
-    s: Session,
-    Body(b): Body<NewKey>,
-) -> Result<Response, DashError> {
-    let name = b.name.trim().to_owned();
+/// `PATCH` body: absent fields stay as they are; null clears a limit or an expiry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyPatch {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    spend_limit_usd: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    expires_at: Option<Option<i64>>,
+}
+
+fn check_name(name: &str) -> Result<String, DashError> {
+    let name = name.trim().to_owned();
     if name.is_empty()
         || name.chars().count() > MAX_NAME_CHARS
         || name.chars().any(char::is_control)
@@ -59,25 +126,121 @@ pub async fn create(
         return Err(DashError::bad_request(
             "invalid_name",
             format!("Give the key a name of 1 to {MAX_NAME_CHARS} printable characters."),
-        ));
+        )
+        .field("name"));
     }
-    let ledger = state.ledger.clone();
+    Ok(name)
+}
+
+fn check_limit(usd: Option<&str>) -> Result<Option<Micros>, DashError> {
+    usd.map(|s| {
+        Micros::parse_usd(s.trim())
+            .ok()
+            .filter(|m| m.0 >= 0 && m.0 <= MAX_LIMIT_MICROS)
+            .ok_or_else(|| {
+                DashError::bad_request(
+                    "invalid_spend_limit",
+                    "Give the spend limit in USD, such as 5.00 or 0.25 (at most 6 decimals, 0 to 1,000,000).",
+                )
+                .field("spend_limit_usd")
+            })
+    })
+    .transpose()
+}
+
+fn check_expiry(at: Option<i64>) -> Result<Option<i64>, DashError> {
+    match at {
+        Some(t) if t <= now() => Err(DashError::bad_request(
+            "invalid_expiry",
+            "The expiry must be in the future; remove it to keep the key without one.",
+        )
+        .field("expires_at")),
+        other => Ok(other),
+    }
+}
+
+fn verified(ledger: &Ledger, account: AccountId) -> Result<(), DashError> {
+    if ledger.account(account)?.verified {
+        Ok(())
+    } else {
+        Err(DashError::new(
+            StatusCode::FORBIDDEN,
+            "email_not_verified",
+            "Confirm your e-mail address before creating keys.",
+        ))
+    }
+}
+
+/// `POST /api/v1/keys {name, spend_limit_usd?, expires_at?}` -> 201 with the full key, shown
+/// this once.
+pub async fn create(
+    State(state): State<Accounts>,
+    s: Session,
+    Body(b): Body<NewKey>,
+) -> Result<Response, DashError> {
+    let name = check_name(&b.name)?;
+    let limit = check_limit(b.spend_limit_usd.as_deref())?;
+    let expires = check_expiry(b.expires_at)?;
+    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
     let (key, record) = blocking(move || {
-        if !ledger.account(s.principal.account_id)?.verified {
-            return Err(DashError::new(
-                StatusCode::FORBIDDEN,
-                "email_not_verified",
-                "Confirm your e-mail address before creating keys.",
-            ));
+        let account = s.principal.account_id;
+        verified(&ledger, account)?;
+        let (key, mut record) = create_key(&ledger, account, &name)?;
+        if limit.is_some() || expires.is_some() {
+            let update = KeyUpdate {
+                spend_limit_micros: Some(limit),
+                expires_at: Some(expires),
+                ..KeyUpdate::default()
+            };
+            record = auth.update(record.id, &update)?;
         }
-        Ok(create_key(&ledger, s.principal.account_id, &name)?)
+        Ok((key, view(&ledger, &record)?))
     })
     .await?;
     Ok(ok(
         StatusCode::CREATED,
-        json!({"key": key, "record": key_json(&record),
+        json!({"key": key, "record": record,
                "warning": "Copy this key now: it is stored only as a hash and cannot be shown again."}),
     ))
+}
+
+/// The account's key `id`, or 404 (someone else's key is "not found", never "forbidden": no
+/// probing of ids). Blocking.
+fn own_key(ledger: &Ledger, account: AccountId, id: &str) -> Result<KeyId, DashError> {
+    let not_found = || DashError::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.");
+    let id = KeyId(id.parse().map_err(|_| not_found())?);
+    match ledger.key(id) {
+        Ok(k) if k.account_id == account => Ok(id),
+        Ok(_) | Err(crate::ledger::LedgerError::NoSuchKey(_)) => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `PATCH /api/v1/keys/{id} {name?, spend_limit_usd?, expires_at?}`: rename a key, set or
+/// clear its spend limit or expiry. A lower limit applies to the next request; an expiry in
+/// the past is refused (revoke instead).
+pub async fn update(
+    State(state): State<Accounts>,
+    s: Session,
+    Path(id): Path<String>,
+    Body(b): Body<KeyPatch>,
+) -> Result<Response, DashError> {
+    let update = KeyUpdate {
+        name: b.name.as_deref().map(check_name).transpose()?,
+        spend_limit_micros: b
+            .spend_limit_usd
+            .map(|l| check_limit(l.as_deref()))
+            .transpose()?,
+        expires_at: b.expires_at.map(check_expiry).transpose()?,
+    };
+    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
+    let record = blocking(move || {
+        let id = own_key(&ledger, s.principal.account_id, &id)?;
+        let record = auth.update(id, &update)?;
+        view(&ledger, &record)
+    })
+    .await?;
+    Ok(ok(StatusCode::OK, json!({ "record": record })))
 }
 
 /// `DELETE /api/v1/keys/{id}`: revoke one of the account's keys; the next request with it
@@ -87,160 +250,12 @@ pub async fn revoke(
     s: Session,
     Path(id): Path<String>,
 ) -> Result<Response, DashError> {
-    let not_found = || DashError::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.");
-    let id = crate::ledger::KeyId(id.parse().map_err(|_| not_found())?);
     let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
     let record = blocking(move || {
-        // Someone else's key is "not found", never "forbidden" (no probing of ids).
-        match ledger.key(id) {
-            Ok(k) if k.account_id == s.principal.account_id => Ok(auth.revoke(id)?),
-            Ok(_) | Err(crate::ledger::LedgerError::NoSuchKey(_)) => Err(not_found()),
-            Err(e) => Err(e.into()),
-        }
+        let id = own_key(&ledger, s.principal.account_id, &id)?;
+        let record = auth.revoke(id)?;
+        view(&ledger, &record)
     })
     .await?;
-    Ok(ok(StatusCode::OK, json!({"record": key_json(&record)})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Page {
-    limit: Option<usize>,
-    /// Usage only: rows older than this cursor (the previous page's `next_before`).
-    before: Option<i64>,
-}
-
-impl Page {
-    fn limit(&self) -> usize {
-        self.limit.unwrap_or(50).clamp(1, MAX_PAGE)
-    }
-}
-
-/// `GET /api/v1/usage?limit=50&before=CURSOR`: metered requests, newest first (model, tokens,
-/// cost, status, latency, time); `next_before` is the cursor of the next page (null at the end).
-pub async fn usage(
-    State(state): State<Accounts>,
-    s: Session,
-    Query(p): Query<Page>,
-) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let limit = p.limit();
-    let rows =
-        blocking(move || Ok(ledger.usage_page(s.principal.account_id, p.before, limit)?)).await?;
-    let next = (rows.len() == limit)
-        .then(|| rows.last().map(|r| r.0))
-        .flatten();
-    let rows: Vec<_> = rows
-        .iter()
-        .map(|(_, at, u)| {
-            json!({
-                "request_id": u.request_id,
-                "model": u.model,
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "cost_micros": u.cost_micros,
-                "cost_usd": u.cost_micros.usd(),
-                "status": u.status.as_str(),
-                "latency_ms": u.latency_ms,
-                "created_at": at,
-            })
-        })
-        .collect();
-    Ok(ok(
-        StatusCode::OK,
-        json!({"usage": rows, "next_before": next}),
-    ))
-}
-
-/// Most rows in one CSV export.
-const MAX_CSV_ROWS: usize = 100_000;
-
-/// `GET /api/v1/usage.csv`: every metered request of the account (newest first, up to
-/// 100,000) as CSV: `created_at,request_id,model,prompt_tokens,completion_tokens,cost_micros,
-/// cost_usd,status,latency_ms`. Cost in USD is rendered from the integer micros.
-pub async fn usage_csv(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let rows =
-        blocking(move || Ok(ledger.usage_page(s.principal.account_id, None, MAX_CSV_ROWS)?))
-            .await?;
-    let mut out = String::from(
-        "created_at,request_id,model,prompt_tokens,completion_tokens,cost_micros,cost_usd,status,latency_ms\n",
-    );
-    for (_, at, u) in &rows {
-        // Model ids and request ids are [A-Za-z0-9._-]; no field needs quoting.
-        out.push_str(&format!(
-            "{at},{},{},{},{},{},{},{},{}\n",
-            u.request_id,
-            u.model,
-            u.prompt_tokens,
-            u.completion_tokens,
-            u.cost_micros.0,
-            u.cost_micros.usd_decimal(),
-            u.status.as_str(),
-            u.latency_ms
-        ));
-    }
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"usage.csv\"",
-            ),
-        ],
-        out,
-    )
-        .into_response())
-}
-
-/// `GET /api/v1/entries?limit=50`: the newest ledger entries (grants, top-ups, redemptions,
-/// holds, charges, releases).
-pub async fn entries(
-    State(state): State<Accounts>,
-    s: Session,
-    Query(p): Query<Page>,
-) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let rows = blocking(move || Ok(ledger.entries(s.principal.account_id, p.limit())?)).await?;
-    let rows: Vec<_> = rows
-        .iter()
-        .map(|e| {
-            json!({
-                "id": e.id, "kind": e.kind, "amount_micros": e.amount_micros,
-                "request_id": e.request_id, "note": e.note, "created_at": e.created_at,
-            })
-        })
-        .collect();
-    Ok(ok(StatusCode::OK, json!({"entries": rows})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Code {
-    code: String,
-}
-
-/// `POST /api/v1/redeem {code}`: credit a single-use code, atomically; throttled per account.
-pub async fn redeem(
-    State(state): State<Accounts>,
-    s: Session,
-    Body(b): Body<Code>,
-) -> Result<Response, DashError> {
-    let account = s.principal.account_id;
-    state.throttles.check(
-        &state.throttles.redeem_account,
-        &account.to_string(),
-        "redeem",
-    )?;
-    let code = b.code.trim().to_owned();
-    let ledger = state.ledger.clone();
-    let (credited, a) = blocking(move || {
-        let credited = ledger.redeem(account, &code)?;
-        Ok((credited, ledger.account(account)?))
-    })
-    .await?;
-    Ok(ok(
-        StatusCode::OK,
-        json!({"credited_micros": credited, "credited_usd": credited.usd(), "account": account_json(&a)}),
-    ))
+    Ok(ok(StatusCode::OK, json!({ "record": record })))
 }

@@ -3,8 +3,8 @@
 //! `{"ok": false, "error": {"code", "message", ...}}` on failure, with the HTTP status set.
 //!
 //! Owns: sign-up, e-mail verification, sign-in/out (password, or an OpenID Connect provider),
-//! password reset, the account view, key
-//! management, usage and ledger entries, code redemption, top-ups (Stripe Checkout and its
+//! password reset, resending the verification e-mail, the account view, password change and
+//! deletion, key management (names, spend limits, expiry), usage and ledger entries, code redemption, top-ups (Stripe Checkout and its
 //! webhook); the session cookie
 //! (`HttpOnly`, `SameSite=Lax`, `Secure` unless `--insecure-cookies`), CSRF checks on writes
 //! (the `Origin` and `Sec-Fetch-Site` headers, OWASP CSRF cheat sheet "verifying origin with
@@ -16,12 +16,14 @@ mod admin;
 mod common;
 mod keys;
 mod oidc;
+mod profile;
 mod topups;
+mod usage;
 
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use axum::Router;
 
 use super::state::AppState;
@@ -46,16 +48,19 @@ pub fn router() -> Router<AppState> {
             "/auth/signout-everywhere",
             post(account::sign_out_everywhere),
         )
-        .route("/auth/providers", get(oidc::providers))
+        .route("/auth/providers", get(profile::providers))
+        .route("/auth/resend-verification", post(account::resend_verification))
         .route("/auth/password-reset", post(account::request_reset))
         .route("/auth/password-reset/confirm", post(account::confirm_reset))
-        .route("/account", get(account::show))
+        .route("/account", get(profile::show).delete(profile::delete))
+        .route("/account/password", post(profile::change_password))
         .route("/keys", get(keys::list).post(keys::create))
-        .route("/keys/{id}", delete(keys::revoke))
-        .route("/usage", get(keys::usage))
-        .route("/usage.csv", get(keys::usage_csv))
-        .route("/entries", get(keys::entries))
-        .route("/redeem", post(keys::redeem))
+        .route("/keys/{id}", axum::routing::delete(keys::revoke).patch(keys::update))
+        .route("/usage", get(usage::usage))
+        .route("/usage.csv", get(usage::usage_csv))
+        .route("/usage/daily", get(usage::daily))
+        .route("/entries", get(usage::entries))
+        .route("/redeem", post(usage::redeem))
         .route("/topups", post(topups::create))
         .route("/topups/{checkout_id}", get(topups::status))
         .route("/admin/accounts", get(admin::accounts))

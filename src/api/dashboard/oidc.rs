@@ -11,10 +11,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::common::{base_url, normalize_email, start_session};
-use super::common::{blocking, ok, DashError};
+use super::common::{blocking, DashError};
 use crate::api::state::Accounts;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
 use crate::ledger::ExternalIdentity;
@@ -23,16 +22,6 @@ use crate::ledger::ExternalIdentity;
 const STATE_COOKIE: &str = "tollgate_oidc";
 /// Where the state cookie is sent: the callback only.
 const CALLBACK_PATH: &str = "/auth/oidc/callback";
-
-/// `GET /api/v1/auth/providers`: `{"oidc": {"label", "start"}}`, or `{"oidc": null}` when no
-/// identity provider is configured.
-pub async fn providers(State(state): State<Accounts>) -> Response {
-    let oidc = state
-        .oidc
-        .as_ref()
-        .map(|rp| json!({"label": rp.label(), "start": "/auth/oidc/start"}));
-    ok(StatusCode::OK, json!({ "oidc": oidc }))
-}
 
 /// `GET /auth/oidc/start`: 303 to the provider's authorization endpoint. Throttled with
 /// password sign-ins (per client IP).

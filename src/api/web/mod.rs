@@ -1,5 +1,6 @@
-//! The web dashboard's pages: one HTML page, its script and stylesheet, embedded in the binary
-//! at build time (`include_str!`: three files need no asset crate) and served at `/`,
+//! The web dashboard's pages: one HTML page, its ES modules (one per concern, no build step)
+//! and stylesheet, embedded in the binary at build time (`include_str!`: a handful of files
+//! need no asset crate) and served at `/`,
 //! `/reset` (the e-mailed reset link) and `/assets/*`; and the API reference at `/reference`, with a strict Content-Security-Policy
 //! (same-origin scripts, styles and connections only; no framing) and no Referer leakage of
 //! link tokens. The page talks only to `/api/v1` and `/v1`.
@@ -13,8 +14,19 @@ use super::headers::CSP;
 use super::state::AppState;
 
 const INDEX: &str = include_str!("index.html");
-const APP_JS: &str = include_str!("app.js");
 const APP_CSS: &str = include_str!("app.css");
+/// The dashboard's ES modules, served at `/assets/<name>`: `app.js` routes and imports the
+/// others.
+const MODULES: [(&str, &str); 8] = [
+    ("app.js", include_str!("app.js")),
+    ("core.js", include_str!("core.js")),
+    ("models.js", include_str!("models.js")),
+    ("account.js", include_str!("account.js")),
+    ("keys.js", include_str!("keys.js")),
+    ("activity.js", include_str!("activity.js")),
+    ("playground.js", include_str!("playground.js")),
+    ("admin.js", include_str!("admin.js")),
+];
 
 fn asset(body: impl Into<axum::body::Body>, content_type: &'static str) -> Response {
     let mut r = body.into().into_response();
@@ -64,18 +76,23 @@ async fn reference_page() -> Response {
     asset(html, "text/html; charset=utf-8")
 }
 
+/// `GET /assets/{name}`: one of the dashboard's modules or its stylesheet; anything else 404.
+async fn module(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    if name == "app.css" {
+        return asset(APP_CSS, "text/css; charset=utf-8");
+    }
+    match MODULES.iter().find(|(n, _)| *n == name) {
+        Some((_, js)) => asset(*js, "text/javascript; charset=utf-8"),
+        None => (axum::http::StatusCode::NOT_FOUND, "no such asset").into_response(),
+    }
+}
+
 /// The pages' routes.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/reset", get(index))
         .route("/reference", get(reference_page))
-        .route(
-            "/assets/app.js",
-            get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/assets/app.css",
-            get(|| async { asset(APP_CSS, "text/css; charset=utf-8") }),
-        )
+        .route("/assets/{name}", get(module))
+
 }

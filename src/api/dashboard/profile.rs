@@ -1,0 +1,150 @@
+//! The signed-in account's own page: its view, changing the password, deleting the account
+//! (`ledger::profile` says what is kept), and the public facts the pages need before sign-in
+//! (sign-in providers, whether card top-ups are configured, the starter credit).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum_extra::extract::cookie::CookieJar;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::common::{account_json, blocking, ok, removal_cookie, Body, DashError, Session};
+use crate::api::state::Accounts;
+use crate::auth::password;
+use crate::ledger::sha256;
+use crate::money::Micros;
+
+/// Below this available balance (micros, $0.05) the dashboard shows a low-balance notice.
+pub const LOW_BALANCE_MICROS: i64 = 50_000;
+
+/// What the pages need to know before anyone signs in.
+#[derive(Serialize)]
+pub struct Providers {
+    /// The single sign-on provider, if configured: its label and start URL.
+    oidc: Option<Oidc>,
+    /// Card top-ups (Stripe Checkout) are configured.
+    payments: bool,
+    /// Credit granted once when a new account confirms its address.
+    starter_micros: Micros,
+    /// The low-balance notice threshold (`LOW_BALANCE_MICROS`).
+    low_balance_micros: Micros,
+}
+
+#[derive(Serialize)]
+struct Oidc {
+    label: String,
+    start: &'static str,
+}
+
+/// `GET /api/v1/auth/providers`: sign-in providers, payments, starter credit (public).
+pub async fn providers(State(state): State<Accounts>) -> Response {
+    let body = Providers {
+        oidc: state.oidc.as_ref().map(|rp| Oidc {
+            label: rp.label().to_owned(),
+            start: "/auth/oidc/start",
+        }),
+        payments: state.payments.is_some(),
+        starter_micros: state.dashboard.starter_micros,
+        low_balance_micros: Micros(LOW_BALANCE_MICROS),
+    };
+    ok(StatusCode::OK, json!(body))
+}
+
+/// `GET /api/v1/account`: e-mail, verification, whether it has a password, balance, reserved
+/// and available micros.
+pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
+    let ledger = state.ledger.clone();
+    let a = blocking(move || Ok(ledger.account(s.principal.account_id)?)).await?;
+    Ok(ok(StatusCode::OK, account_json(&a)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewPassword {
+    /// Required when the account has a password.
+    #[serde(default)]
+    current_password: Option<String>,
+    new_password: String,
+}
+
+/// `POST /api/v1/account/password {current_password, new_password}`: sets a new password;
+/// this session stays signed in and every other session ends. An account without a
+/// password (single sign-on) sets its first one without `current_password`.
+pub async fn change_password(
+    State(state): State<Accounts>,
+    s: Session,
+    Body(b): Body<NewPassword>,
+) -> Result<Response, DashError> {
+    password::check_policy(&b.new_password).map_err(|e| {
+        DashError::bad_request("weak_password", format!("The new password is too weak: {e}."))
+            .field("new_password")
+    })?;
+    let account = s.principal.account_id;
+    state
+        .throttles
+        .check(&state.throttles.sign_in_email, &account.to_string(), "password change")?;
+    let ledger = state.ledger.clone();
+    let ended = blocking(move || {
+        let a = ledger.account(account)?;
+        let phc = ledger.login(&a.email)?.and_then(|l| l.password_hash);
+        if let Some(phc) = phc {
+            let given = b.current_password.as_deref().unwrap_or("");
+            if !password::verify(given, &phc) {
+                return Err(DashError::bad_request(
+                    "wrong_password",
+                    "The current password is not right.",
+                )
+                .field("current_password"));
+            }
+        }
+        let hash = password::hash(&b.new_password).map_err(|e| {
+            DashError::bad_request("weak_password", e.to_string()).field("new_password")
+        })?;
+        Ok(ledger.change_password(account, &hash, &sha256(&s.cookie))?)
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"password_changed": true, "other_sessions_ended": ended}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteAccount {
+    /// The account's e-mail address, typed again as confirmation (any case).
+    confirm_email: String,
+}
+
+/// What a deleted account leaves behind, as the answer states it.
+const KEPT: &str = "Kept, as bookkeeping and tax law require: the ledger entries, usage records and top-ups of the account, under a pseudonymous id. Removed: your e-mail address, password, sessions, single sign-on links; every API key is revoked. The remaining balance is not paid out.";
+
+/// `DELETE /api/v1/account {confirm_email}`: delete the signed-in account (`ledger::profile`);
+/// the session cookie is removed.
+pub async fn delete(
+    State(state): State<Accounts>,
+    jar: CookieJar,
+    s: Session,
+    Body(b): Body<DeleteAccount>,
+) -> Result<Response, DashError> {
+    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
+    blocking(move || {
+        let account = s.principal.account_id;
+        let a = ledger.account(account)?;
+        if !b.confirm_email.trim().eq_ignore_ascii_case(&a.email) {
+            return Err(DashError::bad_request(
+                "confirmation_mismatch",
+                "Type the account's e-mail address exactly to confirm.",
+            )
+            .field("confirm_email"));
+        }
+        ledger.delete_account(account)?;
+        // Revoked keys must fail on this server's very next request too.
+        auth.sync_revocations()?;
+        Ok(())
+    })
+    .await?;
+    let jar = jar.remove(removal_cookie());
+    Ok((jar, ok(StatusCode::OK, json!({"deleted": true, "kept": KEPT}))).into_response())
+}

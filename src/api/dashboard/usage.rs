@@ -1,0 +1,300 @@
+//! The balance page's data: metered requests (filtered by key, model, status and time, paged,
+//! or as CSV), spend per day and model for the chart, ledger entries, and redeem codes.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::common::account_json;
+use super::common::{blocking, ok, Body, DashError, Session};
+use crate::api::state::Accounts;
+use crate::ledger::{now, AccountId, KeyFilter, KeyId, Ledger, UsageFilter, UsageRecord};
+use crate::money::Micros;
+
+/// Most rows one page of usage or entries returns.
+const MAX_PAGE: usize = 500;
+/// Most rows in one CSV export.
+const MAX_CSV_ROWS: usize = 100_000;
+/// Most days the spend chart may ask for.
+const MAX_DAYS: i64 = 90;
+/// The statuses a usage record can have (`ledger::UsageStatus`).
+const STATUSES: [&str; 4] = ["ok", "cancelled", "failed", "undelivered"];
+
+/// Query of `/usage` and `/usage.csv`: page and filters.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    limit: Option<usize>,
+    /// Rows older than this cursor (the previous page's `next_before`).
+    before: Option<i64>,
+    /// A key id, or `playground` for requests made from the dashboard.
+    key_id: Option<String>,
+    model: Option<String>,
+    status: Option<String>,
+    /// Unix seconds, inclusive.
+    since: Option<i64>,
+    /// Unix seconds, exclusive.
+    until: Option<i64>,
+}
+
+impl UsageQuery {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(50).clamp(1, MAX_PAGE)
+    }
+
+    fn filter(&self) -> Result<UsageFilter, DashError> {
+        let key = match self.key_id.as_deref().filter(|k| !k.is_empty()) {
+            None => None,
+            Some("playground") => Some(KeyFilter::Playground),
+            Some(k) => Some(KeyFilter::Key(KeyId(k.parse().map_err(|_| {
+                DashError::bad_request("invalid_filter", "key_id is a key's id or `playground`.")
+                    .field("key_id")
+            })?))),
+        };
+        let status = self.status.clone().filter(|s| !s.is_empty());
+        if status.as_deref().is_some_and(|s| !STATUSES.contains(&s)) {
+            return Err(DashError::bad_request(
+                "invalid_filter",
+                format!("status is one of {}.", STATUSES.join(", ")),
+            )
+            .field("status"));
+        }
+        Ok(UsageFilter {
+            key,
+            model: self.model.clone().filter(|m| !m.is_empty()),
+            status,
+            since: self.since,
+            until: self.until,
+        })
+    }
+}
+
+/// One metered request as the activity table shows it.
+#[derive(Serialize)]
+pub struct UsageRow {
+    request_id: String,
+    model: String,
+    /// The API key that made it, or null for the dashboard playground.
+    key_id: Option<KeyId>,
+    key_name: Option<String>,
+    prompt_tokens: i64,
+    cached_tokens: i64,
+    completion_tokens: i64,
+    cost_micros: Micros,
+    /// Rendering of `cost_micros` only.
+    cost_usd: f64,
+    status: &'static str,
+    latency_ms: i64,
+    /// Unix seconds.
+    created_at: i64,
+}
+
+fn row(names: &HashMap<KeyId, String>, at: i64, u: &UsageRecord) -> UsageRow {
+    UsageRow {
+        request_id: u.request_id.clone(),
+        model: u.model.clone(),
+        key_id: u.key_id,
+        key_name: u.key_id.and_then(|k| names.get(&k).cloned()),
+        prompt_tokens: u.prompt_tokens,
+        cached_tokens: u.cached_tokens,
+        completion_tokens: u.completion_tokens,
+        cost_micros: u.cost_micros,
+        cost_usd: u.cost_micros.usd(),
+        status: u.status.as_str(),
+        latency_ms: u.latency_ms,
+        created_at: at,
+    }
+}
+
+/// Rows of `account` matching `q`, with key names. Blocking.
+fn rows(
+    ledger: &Ledger,
+    account: AccountId,
+    filter: &UsageFilter,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<(Vec<UsageRow>, Option<i64>), DashError> {
+    let names: HashMap<KeyId, String> = ledger
+        .keys(account)?
+        .into_iter()
+        .map(|k| (k.id, k.name))
+        .collect();
+    let page = ledger.usage_page(account, filter, before, limit)?;
+    let next = (page.len() == limit).then(|| page.last().map(|r| r.0)).flatten();
+    Ok((page.iter().map(|(_, at, u)| row(&names, *at, u)).collect(), next))
+}
+
+/// `GET /api/v1/usage?limit=50&before=CURSOR&key_id=&model=&status=&since=&until=`: metered
+/// requests matching every filter given, newest first; `next_before` is the cursor of the
+/// next page (null at the end).
+pub async fn usage(
+    State(state): State<Accounts>,
+    s: Session,
+    Query(q): Query<UsageQuery>,
+) -> Result<Response, DashError> {
+    let (filter, limit, before) = (q.filter()?, q.limit(), q.before);
+    let ledger = state.ledger.clone();
+    let (rows, next) =
+        blocking(move || rows(&ledger, s.principal.account_id, &filter, before, limit)).await?;
+    Ok(ok(StatusCode::OK, json!({"usage": rows, "next_before": next})))
+}
+
+/// RFC 4180 quoting for a key name (the one free-text field).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `GET /api/v1/usage.csv` (filters as `/usage`): matching requests, newest first, up to
+/// 100,000, as CSV: `created_at,created_at_iso,request_id,key_id,key_name,model,
+/// prompt_tokens,completion_tokens,cost_micros,cost_usd,status,latency_ms`. `created_at` is
+/// Unix seconds and `created_at_iso` the same instant in RFC 3339 (UTC); the cost in USD is
+/// rendered from the integer micros.
+pub async fn usage_csv(
+    State(state): State<Accounts>,
+    s: Session,
+    Query(q): Query<UsageQuery>,
+) -> Result<Response, DashError> {
+    let filter = q.filter()?;
+    let ledger = state.ledger.clone();
+    let (rows, _) =
+        blocking(move || rows(&ledger, s.principal.account_id, &filter, None, MAX_CSV_ROWS))
+            .await?;
+    let mut out = String::from(
+        "created_at,created_at_iso,request_id,key_id,key_name,model,prompt_tokens,completion_tokens,cost_micros,cost_usd,status,latency_ms\n",
+    );
+    for r in &rows {
+        let iso = chrono::DateTime::from_timestamp(r.created_at, 0)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        // Model ids and request ids are [A-Za-z0-9._-]; only the key name may need quoting.
+        out.push_str(&format!(
+            "{},{iso},{},{},{},{},{},{},{},{},{},{}\n",
+            r.created_at,
+            r.request_id,
+            r.key_id.map(|k| k.to_string()).unwrap_or_default(),
+            csv_field(r.key_name.as_deref().unwrap_or("")),
+            r.model,
+            r.prompt_tokens,
+            r.completion_tokens,
+            r.cost_micros.0,
+            r.cost_micros.usd_decimal(),
+            r.status,
+            r.latency_ms
+        ));
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (header::CONTENT_DISPOSITION, "attachment; filename=\"usage.csv\""),
+        ],
+        out,
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaysQuery {
+    days: Option<i64>,
+}
+
+/// One UTC day of the spend chart.
+#[derive(Serialize)]
+pub struct DayView {
+    /// `YYYY-MM-DD`, UTC.
+    day: String,
+    total_micros: Micros,
+    /// Micros per model id (models without spend that day are absent).
+    models: std::collections::BTreeMap<String, Micros>,
+}
+
+/// `GET /api/v1/usage/daily?days=14` (1 to 90): settled spend per UTC day, split by model,
+/// oldest first, every day present.
+pub async fn daily(
+    State(state): State<Accounts>,
+    s: Session,
+    Query(q): Query<DaysQuery>,
+) -> Result<Response, DashError> {
+    let days = q.days.unwrap_or(14).clamp(1, MAX_DAYS);
+    let ledger = state.ledger.clone();
+    let spend =
+        blocking(move || Ok(ledger.daily_spend(s.principal.account_id, now(), days)?)).await?;
+    let out: Vec<DayView> = spend
+        .into_iter()
+        .map(|d| DayView {
+            day: chrono::DateTime::from_timestamp(d.day * 86_400, 0)
+                .map(|t| t.date_naive().to_string())
+                .unwrap_or_default(),
+            total_micros: d.total_micros,
+            models: d.by_model,
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, json!({ "days": out })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntriesQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /api/v1/entries?limit=50`: the newest ledger entries (grants, top-ups, redemptions,
+/// holds, charges, releases).
+pub async fn entries(
+    State(state): State<Accounts>,
+    s: Session,
+    Query(p): Query<EntriesQuery>,
+) -> Result<Response, DashError> {
+    let limit = p.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+    let ledger = state.ledger.clone();
+    let rows = blocking(move || Ok(ledger.entries(s.principal.account_id, limit)?)).await?;
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|e| {
+            json!({
+                "id": e.id, "kind": e.kind, "amount_micros": e.amount_micros,
+                "request_id": e.request_id, "note": e.note, "created_at": e.created_at,
+            })
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, json!({"entries": rows})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Code {
+    code: String,
+}
+
+/// `POST /api/v1/redeem {code}`: credit a single-use code (any case, surrounding spaces
+/// ignored), atomically; throttled per account.
+pub async fn redeem(
+    State(state): State<Accounts>,
+    s: Session,
+    Body(b): Body<Code>,
+) -> Result<Response, DashError> {
+    let account = s.principal.account_id;
+    state.throttles.check(
+        &state.throttles.redeem_account,
+        &account.to_string(),
+        "redeem",
+    )?;
+    let ledger = state.ledger.clone();
+    let (credited, a) = blocking(move || {
+        let credited = ledger.redeem(account, &b.code)?;
+        Ok((credited, ledger.account(account)?))
+    })
+    .await?;
+    Ok(ok(
+        StatusCode::OK,
+        json!({"credited_micros": credited, "credited_usd": credited.usd(), "account": account_json(&a)}),
+    ))
+}

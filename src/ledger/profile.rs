@@ -1,0 +1,120 @@
+//! Account self-service on the dashboard: changing the password and deleting the account.
+//!
+//! Deletion keeps the books: ledger entries, usage records, holds and top-ups stay under the
+//! account's id (bookkeeping and tax law require payment records to be kept, e.g. 6-10 years
+//! in the EU member states and the US IRS's record-keeping rules; GDPR Art. 17(3)(b) exempts
+//! data kept to meet such a legal obligation). Everything that identifies or authenticates
+//! the person goes: the e-mail address (replaced by `deleted-<id>@deleted.invalid`), the
+//! password hash, sessions, e-mailed tokens, single sign-on identities; every API key is
+//! revoked. The remaining balance stays on the closed account and is not paid out.
+
+use r2d2_sqlite::rusqlite::params;
+
+use super::{now, AccountId, Ledger, LedgerError};
+
+/// The e-mail address a deleted account keeps (`.invalid` is reserved by RFC 2606).
+pub fn deleted_email(account: AccountId) -> String {
+    format!("deleted-{account}@deleted.invalid")
+}
+
+impl Ledger {
+    /// Set a new password hash for `account` and end its other sessions (all but the one
+    /// whose hash is `keep_session`). Returns how many sessions ended.
+    ///
+    /// # Errors
+    /// `NoSuchAccount`, database errors.
+    pub fn change_password(
+        &self,
+        account: AccountId,
+        password_hash: &str,
+        keep_session: &[u8],
+    ) -> Result<usize, LedgerError> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE accounts SET password_hash = ?1 WHERE id = ?2 AND deleted_at IS NULL",
+                params![password_hash, account],
+            )?;
+            if n == 0 {
+                return Err(LedgerError::NoSuchAccount(account.to_string()));
+            }
+            Ok(tx.execute(
+                "DELETE FROM sessions WHERE account_id = ?1 AND id_hash != ?2",
+                params![account, keep_session],
+            )?)
+        })
+    }
+
+    /// Delete `account` as the module doc says, in one transaction; running servers drop
+    /// their cached keys (the key epoch is bumped).
+    ///
+    /// # Errors
+    /// `NoSuchAccount` (unknown or already deleted), database errors.
+    pub fn delete_account(&self, account: AccountId) -> Result<(), LedgerError> {
+        self.write(|tx| {
+            let t = now();
+            let n = tx.execute(
+                "UPDATE accounts SET email = ?1, password_hash = NULL, role = 'user', deleted_at = ?2
+                 WHERE id = ?3 AND deleted_at IS NULL",
+                params![deleted_email(account), t, account],
+            )?;
+            if n == 0 {
+                return Err(LedgerError::NoSuchAccount(account.to_string()));
+            }
+            tx.execute(
+                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE account_id = ?2",
+                params![t, account],
+            )?;
+            for table in ["sessions", "email_tokens", "identities"] {
+                tx.execute(&format!("DELETE FROM {table} WHERE account_id = ?1"), [account])?;
+            }
+            tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{sha256, temp_ledger, test_usage, KeyState};
+    use crate::money::Micros;
+
+    #[test]
+    fn deletion_keeps_the_books_and_removes_the_person() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("gone@example.com", Micros(1_000)).unwrap();
+        let k = l.insert_key(a.id, "k", b"hash", "sk-svc-abcd").unwrap();
+        l.reserve("r1", a.id, Micros(100)).unwrap();
+        l.settle(&test_usage("r1", a.id, 40)).unwrap();
+        l.insert_session(&sha256("s1"), a.id).unwrap();
+        l.delete_account(a.id).unwrap();
+        let after = l.account(a.id).unwrap();
+        assert_eq!(after.email, deleted_email(a.id));
+        assert_eq!(after.balance_micros, 960, "the balance is not moved");
+        assert!(l.login("gone@example.com").unwrap().is_none());
+        assert!(l.session(&sha256("s1")).unwrap().is_none());
+        assert_eq!(l.key(k.id).unwrap().state, KeyState::Revoked);
+        assert!(l.usage("r1").unwrap().is_some(), "usage kept");
+        assert_eq!(l.entries(a.id, 10).unwrap().len(), 4, "grant, hold, settle, release kept");
+        assert!(matches!(l.delete_account(a.id), Err(LedgerError::NoSuchAccount(_))));
+        // The address is free for a new account.
+        l.create_account("gone@example.com", Micros(0)).unwrap();
+        assert!(l.check().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_password_change_ends_the_other_sessions_only() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("pw@example.com", Micros(0)).unwrap();
+        for s in ["mine", "other1", "other2"] {
+            l.insert_session(&sha256(s), a.id).unwrap();
+        }
+        assert_eq!(l.change_password(a.id, "$argon2id$x", &sha256("mine")).unwrap(), 2);
+        assert!(l.session(&sha256("mine")).unwrap().is_some());
+        assert!(l.session(&sha256("other1")).unwrap().is_none());
+        assert_eq!(
+            l.login("pw@example.com").unwrap().unwrap().password_hash.as_deref(),
+            Some("$argon2id$x")
+        );
+    }
+}
