@@ -174,8 +174,15 @@ pub enum KeysCommand {
         account: String,
         #[arg(long, default_value = "default")]
         name: String,
+        /// The most the key may spend in its life, in USD (requests past it get 402
+        /// `KEY_SPEND_LIMIT`); default: only the balance limits it.
+        #[arg(long)]
+        spend_limit_usd: Option<String>,
+        /// Days until the key expires (401 `expired_api_key` after); default: never.
+        #[arg(long)]
+        expires_in_days: Option<u32>,
     },
-    /// List an account's keys (prefix, name, created, last used, state).
+    /// List an account's keys (prefix, name, created, last used, state, limit, expiry).
     List {
         #[arg(long)]
         account: String,
@@ -279,11 +286,28 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             }
         }
         Command::Keys {
-            command: KeysCommand::Create { account, name },
+            command:
+                KeysCommand::Create {
+                    account,
+                    name,
+                    spend_limit_usd,
+                    expires_in_days,
+                },
         } => {
             let l = open(db)?;
             let a = l.find_account(&account)?;
-            let (key, rec) = crate::auth::create_key(&l, a.id, &name)?;
+            let limit = spend_limit_usd.as_deref().map(usd_to_micros).transpose()?;
+            let (key, mut rec) = crate::auth::create_key(&l, a.id, &name)?;
+            if limit.is_some() || expires_in_days.is_some() {
+                let update = crate::ledger::KeyUpdate {
+                    spend_limit_micros: Some(limit),
+                    expires_at: Some(
+                        expires_in_days.map(|d| crate::ledger::now() + i64::from(d) * 86_400),
+                    ),
+                    ..Default::default()
+                };
+                rec = l.update_key(rec.id, &update)?;
+            }
             writeln!(out, "{key}")?;
             eprintln!(
                 "key {} ({}) for account {}: shown once, store it now",
@@ -298,14 +322,18 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             for k in l.keys(a.id)? {
                 writeln!(
                     out,
-                    "{:>5} {}… {:<20} created {} last used {} {:?}",
+                    "{:>5} {}… {:<20} created {} last used {} {:?} limit {} expires {}",
                     k.id,
                     k.prefix,
                     k.name,
                     k.created_at,
                     k.last_used_at
                         .map_or_else(|| "never".to_owned(), |t| t.to_string()),
-                    k.state
+                    k.state,
+                    k.spend_limit_micros
+                        .map_or_else(|| "none".to_owned(), |m| m.to_string()),
+                    k.expires_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
                 )?;
             }
         }
