@@ -61,6 +61,7 @@ fn main() {
             .admit_request(
                 &rid,
                 account.id,
+                None,
                 tollgate::billing::hold_micros(&pricing, 30, 100),
                 None,
             )

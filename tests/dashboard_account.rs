@@ -36,11 +36,7 @@ async fn a_key_over_its_spend_limit_gets_its_own_402_while_another_key_works() {
             "test credit",
         )
         .unwrap();
-    let (limited, rec) = new_key(
-        &mut b,
-        json!({"name": "ci", "spend_limit_usd": "0.0001"}),
-    )
-    .await;
+    let (limited, rec) = new_key(&mut b, json!({"name": "ci", "spend_limit_usd": "0.0001"})).await;
     assert_eq!(rec["spend_limit_micros"], 100);
     let (free, _) = new_key(&mut b, json!({"name": "laptop"})).await;
 
@@ -81,14 +77,22 @@ async fn a_key_over_its_spend_limit_gets_its_own_402_while_another_key_works() {
     let (_, _, v) = b.get(&format!("/api/v1/usage?key_id={id}")).await;
     let rows = v["data"]["usage"].as_array().unwrap();
     assert_eq!(rows.len(), ok as usize);
-    assert!(rows.iter().all(|r| r["key_name"] == "ci" && r["key_id"] == id));
-    let sum: i64 = rows.iter().map(|r| r["cost_micros"].as_i64().unwrap()).sum();
+    assert!(rows
+        .iter()
+        .all(|r| r["key_name"] == "ci" && r["key_id"] == id));
+    let sum: i64 = rows
+        .iter()
+        .map(|r| r["cost_micros"].as_i64().unwrap())
+        .sum();
     assert_eq!(sum, used);
     let (_, _, v) = b.get("/api/v1/usage?limit=2&status=ok").await;
     assert_eq!(v["data"]["usage"].as_array().unwrap().len(), 2);
     let next = v["data"]["next_before"].as_i64().unwrap();
     let (_, _, v2) = b.get(&format!("/api/v1/usage?limit=2&before={next}")).await;
-    assert_ne!(v2["data"]["usage"][0]["request_id"], v["data"]["usage"][0]["request_id"]);
+    assert_ne!(
+        v2["data"]["usage"][0]["request_id"],
+        v["data"]["usage"][0]["request_id"]
+    );
     let (st, _, v) = b.get("/api/v1/usage?status=bogus").await;
     assert_eq!((st, v["error"]["field"].as_str()), (400, Some("status")));
 
@@ -108,7 +112,12 @@ async fn a_key_over_its_spend_limit_gets_its_own_402_while_another_key_works() {
 
     // Raising the limit lets the key spend again, at once.
     let (st, _, v) = b
-        .call("PATCH", &format!("/api/v1/keys/{id}"), Some(json!({"spend_limit_usd": null})), &[])
+        .call(
+            "PATCH",
+            &format!("/api/v1/keys/{id}"),
+            Some(json!({"spend_limit_usd": null})),
+            &[],
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["record"]["spend_limit_micros"], Value::Null);
@@ -122,7 +131,10 @@ async fn keys_are_renamed_and_expire() {
     let mut b = signed_in(&s, "expiry@example.com").await;
     let in_a_day = tollgate::ledger::now() + 86_400;
     let (key, rec) = new_key(&mut b, json!({"name": "temp", "expires_at": in_a_day})).await;
-    assert_eq!((rec["expires_at"].as_i64(), rec["state"].as_str()), (Some(in_a_day), Some("active")));
+    assert_eq!(
+        (rec["expires_at"].as_i64(), rec["state"].as_str()),
+        (Some(in_a_day), Some("active"))
+    );
     let id = rec["id"].as_i64().unwrap();
     let path = format!("/api/v1/keys/{id}");
     let (st, _, v) = b
@@ -130,7 +142,10 @@ async fn keys_are_renamed_and_expire() {
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["record"]["name"], "renamed");
-    assert_eq!(v["data"]["record"]["expires_at"], in_a_day, "absent fields stay");
+    assert_eq!(
+        v["data"]["record"]["expires_at"], in_a_day,
+        "absent fields stay"
+    );
     for (body, field) in [
         (json!({"expires_at": 1}), "expires_at"),
         (json!({"name": ""}), "name"),
@@ -138,7 +153,11 @@ async fn keys_are_renamed_and_expire() {
         (json!({"spend_limit_usd": "lots"}), "spend_limit_usd"),
     ] {
         let (st, _, v) = b.call("PATCH", &path, Some(body), &[]).await;
-        assert_eq!((st, v["error"]["field"].as_str()), (400, Some(field)), "{v}");
+        assert_eq!(
+            (st, v["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{v}"
+        );
     }
     assert_eq!(chat(&s, &key).await.0, 200);
     // Time passes (the expiry is moved into the past in the ledger, as the clock would).
@@ -154,7 +173,11 @@ async fn keys_are_renamed_and_expire() {
         )
         .unwrap();
     let (st, v) = chat(&s, &key).await;
-    assert_eq!((st, v["error"]["code"].as_str()), (401, Some("expired_api_key")), "{v}");
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (401, Some("expired_api_key")),
+        "{v}"
+    );
     let (_, _, v) = b.get("/api/v1/keys").await;
     assert_eq!(v["data"]["keys"][0]["state"], "expired");
     // Someone else's key is not found.
@@ -172,15 +195,24 @@ async fn verification_can_be_resent_and_every_path_grants_the_starter_credit() {
     let starter = s.state.accounts.dashboard.starter_micros;
     let mut b = Browser::new(&s);
     let (st, _, _) = b
-        .post("/api/v1/auth/signup", json!({"email": "slow@example.com", "password": "hunter2hunter2"}))
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "slow@example.com", "password": "hunter2hunter2"}),
+        )
         .await;
     assert_eq!(st, 201);
     let (st, _, v) = b
-        .post("/api/v1/auth/resend-verification", json!({"email": "SLOW@example.com"}))
+        .post(
+            "/api/v1/auth/resend-verification",
+            json!({"email": "SLOW@example.com"}),
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     let (_, _, unknown) = b
-        .post("/api/v1/auth/resend-verification", json!({"email": "nobody@example.com"}))
+        .post(
+            "/api/v1/auth/resend-verification",
+            json!({"email": "nobody@example.com"}),
+        )
         .await;
     assert_eq!(unknown, v, "the same answer for an unknown address");
     assert_eq!(s.state.accounts.mail.sent_to("slow@example.com").len(), 2);
@@ -192,19 +224,31 @@ async fn verification_can_be_resent_and_every_path_grants_the_starter_credit() {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("/assets/app.css") && page.contains("href=\"/#/signin\""), "{page}");
+    assert!(
+        page.contains("/assets/app.css") && page.contains("href=\"/#/signin\""),
+        "{page}"
+    );
     assert!(page.contains(&starter.usd_decimal()), "{page}");
 
     // An address confirmed through a password reset gets the starter credit too.
     let (st, _, _) = b
-        .post("/api/v1/auth/signup", json!({"email": "reset-first@example.com", "password": "hunter2hunter2"}))
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "reset-first@example.com", "password": "hunter2hunter2"}),
+        )
         .await;
     assert_eq!(st, 201);
-    b.post("/api/v1/auth/password-reset", json!({"email": "reset-first@example.com"}))
-        .await;
+    b.post(
+        "/api/v1/auth/password-reset",
+        json!({"email": "reset-first@example.com"}),
+    )
+    .await;
     let token = link_token(&s, "reset-first@example.com", "/reset");
     let (st, _, v) = b
-        .post("/api/v1/auth/password-reset/confirm", json!({"token": token, "password": "a new passphrase"}))
+        .post(
+            "/api/v1/auth/password-reset/confirm",
+            json!({"token": token, "password": "a new passphrase"}),
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     let a = s.ledger.find_account("reset-first@example.com").unwrap();
@@ -213,10 +257,16 @@ async fn verification_can_be_resent_and_every_path_grants_the_starter_credit() {
 
     // Codes are case-insensitive.
     let mut u = signed_in(&s, "codes@example.com").await;
-    s.ledger.insert_code("TG-Mixed-Case", Micros(1_000)).unwrap();
-    let (st, _, v) = u.post("/api/v1/redeem", json!({"code": " tg-mixed-case "})).await;
+    s.ledger
+        .insert_code("TG-Mixed-Case", Micros(1_000))
+        .unwrap();
+    let (st, _, v) = u
+        .post("/api/v1/redeem", json!({"code": " tg-mixed-case "}))
+        .await;
     assert_eq!(st, 200, "{v}");
-    let (st, _, v) = u.post("/api/v1/redeem", json!({"code": "TG-MIXED-CASE"})).await;
+    let (st, _, v) = u
+        .post("/api/v1/redeem", json!({"code": "TG-MIXED-CASE"}))
+        .await;
     assert_eq!((st, v["error"]["field"].as_str()), (400, Some("code")));
 
     let (_, _, p) = b.get("/api/v1/auth/providers").await;
@@ -231,16 +281,28 @@ async fn the_password_changes_and_the_account_is_deleted_with_its_books_kept() {
     let mut b = signed_in(&s, "me@example.com").await;
     let mut elsewhere = Browser::new(&s);
     elsewhere
-        .post("/api/v1/auth/signin", json!({"email": "me@example.com", "password": "hunter2hunter2"}))
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "me@example.com", "password": "hunter2hunter2"}),
+        )
         .await;
     let (_, _, v) = b.get("/api/v1/account").await;
     assert_eq!(v["data"]["has_password"], true);
     let (st, _, v) = b
-        .post("/api/v1/account/password", json!({"current_password": "wrong one!", "new_password": "another passphrase"}))
+        .post(
+            "/api/v1/account/password",
+            json!({"current_password": "wrong one!", "new_password": "another passphrase"}),
+        )
         .await;
-    assert_eq!((st, v["error"]["field"].as_str()), (400, Some("current_password")));
+    assert_eq!(
+        (st, v["error"]["field"].as_str()),
+        (400, Some("current_password"))
+    );
     let (st, _, v) = b
-        .post("/api/v1/account/password", json!({"current_password": "hunter2hunter2", "new_password": "another passphrase"}))
+        .post(
+            "/api/v1/account/password",
+            json!({"current_password": "hunter2hunter2", "new_password": "another passphrase"}),
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["other_sessions_ended"], 1);
@@ -250,22 +312,41 @@ async fn the_password_changes_and_the_account_is_deleted_with_its_books_kept() {
     let (key, _) = new_key(&mut b, json!({"name": "k"})).await;
     assert_eq!(chat(&s, &key).await.0, 200);
     let (st, _, v) = b
-        .call("DELETE", "/api/v1/account", Some(json!({"confirm_email": "not-me@example.com"})), &[])
+        .call(
+            "DELETE",
+            "/api/v1/account",
+            Some(json!({"confirm_email": "not-me@example.com"})),
+            &[],
+        )
         .await;
-    assert_eq!((st, v["error"]["field"].as_str()), (400, Some("confirm_email")));
+    assert_eq!(
+        (st, v["error"]["field"].as_str()),
+        (400, Some("confirm_email"))
+    );
     let id = s.ledger.find_account("me@example.com").unwrap().id;
     let (st, _, v) = b
-        .call("DELETE", "/api/v1/account", Some(json!({"confirm_email": "ME@example.com"})), &[])
+        .call(
+            "DELETE",
+            "/api/v1/account",
+            Some(json!({"confirm_email": "ME@example.com"})),
+            &[],
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     assert!(b.session.is_none(), "the cookie is removed");
     assert_eq!(chat(&s, &key).await.0, 401, "keys are revoked at once");
     let (st, _, _) = Browser::new(&s)
-        .post("/api/v1/auth/signin", json!({"email": "me@example.com", "password": "another passphrase"}))
+        .post(
+            "/api/v1/auth/signin",
+            json!({"email": "me@example.com", "password": "another passphrase"}),
+        )
         .await;
     assert_eq!(st, 401);
     let kept = s.ledger.account(id).unwrap();
     assert_eq!(kept.email, tollgate::ledger::deleted_email(id));
-    assert!(!s.ledger.entries(id, 10).unwrap().is_empty(), "the ledger is kept");
+    assert!(
+        !s.ledger.entries(id, 10).unwrap().is_empty(),
+        "the ledger is kept"
+    );
     assert!(s.ledger.check().unwrap().is_empty());
 }

@@ -46,7 +46,9 @@ pub enum AuthError {
     #[error("This API key has been revoked.")]
     Revoked,
     /// The key passed the expiry its owner set in the dashboard.
-    #[error("This API key has expired; create a new key or extend this one's expiry in the dashboard.")]
+    #[error(
+        "This API key has expired; create a new key or extend this one's expiry in the dashboard."
+    )]
     Expired,
     #[error(transparent)]
     Ledger(#[from] LedgerError),

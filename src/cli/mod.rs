@@ -222,16 +222,86 @@ pub fn set_compute_threads(threads: Option<usize>) {
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
 }
 
+/// Open the ledger at `db`, naming the file in the error.
+fn open(db: &std::path::Path) -> anyhow::Result<crate::ledger::Ledger> {
+    crate::ledger::Ledger::open(db)
+        .map_err(|e| anyhow::anyhow!("failed to open `{}`: {e}", db.display()))
+}
+
+/// The `keys` commands: create (with an optional spend limit and expiry), list, revoke. Output
+/// goes to `out`; the full new key is its only line, the rest goes to stderr.
+fn keys_command(
+    command: KeysCommand,
+    db: &std::path::Path,
+    out: &mut String,
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    match command {
+        KeysCommand::Create {
+            account,
+            name,
+            spend_limit_usd,
+            expires_in_days,
+        } => {
+            let l = open(db)?;
+            let a = l.find_account(&account)?;
+            let limit = spend_limit_usd.as_deref().map(usd_to_micros).transpose()?;
+            // Checked before the key exists, so a refused limit leaves no key behind.
+            if limit.is_some_and(|m| m < crate::money::Micros::ZERO) {
+                anyhow::bail!("--spend-limit-usd must not be negative");
+            }
+            let (key, mut rec) = crate::auth::create_key(&l, a.id, &name)?;
+            if limit.is_some() || expires_in_days.is_some() {
+                let update = crate::ledger::KeyUpdate {
+                    spend_limit_micros: Some(limit),
+                    expires_at: Some(
+                        expires_in_days.map(|d| crate::ledger::now() + i64::from(d) * 86_400),
+                    ),
+                    ..Default::default()
+                };
+                rec = l.update_key(rec.id, &update)?;
+            }
+            writeln!(out, "{key}")?;
+            eprintln!(
+                "key {} ({}) for account {}: shown once, store it now",
+                rec.id, rec.prefix, a.id
+            );
+        }
+        KeysCommand::List { account } => {
+            let l = open(db)?;
+            let a = l.find_account(&account)?;
+            for k in l.keys(a.id)? {
+                writeln!(
+                    out,
+                    "{:>5} {}… {:<20} created {} last used {} {:?} limit {} expires {}",
+                    k.id,
+                    k.prefix,
+                    k.name,
+                    k.created_at,
+                    k.last_used_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
+                    k.state,
+                    k.spend_limit_micros
+                        .map_or_else(|| "none".to_owned(), |m| m.to_string()),
+                    k.expires_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
+                )?;
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let k = open(db)?.revoke_key(crate::ledger::KeyId(id))?;
+            writeln!(out, "revoked key {} ({}…)", k.id, k.prefix)?;
+        }
+    }
+    Ok(())
+}
+
 /// Run an operator command against the ledger; returns what to print.
 ///
 /// # Errors
 /// Ledger errors and bad arguments; `ledger check` fails when an invariant is broken.
 pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<String> {
-    use crate::ledger::Ledger;
     use std::fmt::Write as _;
-    let open = |db: &std::path::Path| {
-        Ledger::open(db).map_err(|e| anyhow::anyhow!("failed to open `{}`: {e}", db.display()))
-    };
     let mut out = String::new();
     match command {
         Command::Accounts {
@@ -285,64 +355,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 )?;
             }
         }
-        Command::Keys {
-            command:
-                KeysCommand::Create {
-                    account,
-                    name,
-                    spend_limit_usd,
-                    expires_in_days,
-                },
-        } => {
-            let l = open(db)?;
-            let a = l.find_account(&account)?;
-            let limit = spend_limit_usd.as_deref().map(usd_to_micros).transpose()?;
-            let (key, mut rec) = crate::auth::create_key(&l, a.id, &name)?;
-            if limit.is_some() || expires_in_days.is_some() {
-                let update = crate::ledger::KeyUpdate {
-                    spend_limit_micros: Some(limit),
-                    expires_at: Some(
-                        expires_in_days.map(|d| crate::ledger::now() + i64::from(d) * 86_400),
-                    ),
-                    ..Default::default()
-                };
-                rec = l.update_key(rec.id, &update)?;
-            }
-            writeln!(out, "{key}")?;
-            eprintln!(
-                "key {} ({}) for account {}: shown once, store it now",
-                rec.id, rec.prefix, a.id
-            );
-        }
-        Command::Keys {
-            command: KeysCommand::List { account },
-        } => {
-            let l = open(db)?;
-            let a = l.find_account(&account)?;
-            for k in l.keys(a.id)? {
-                writeln!(
-                    out,
-                    "{:>5} {}… {:<20} created {} last used {} {:?} limit {} expires {}",
-                    k.id,
-                    k.prefix,
-                    k.name,
-                    k.created_at,
-                    k.last_used_at
-                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
-                    k.state,
-                    k.spend_limit_micros
-                        .map_or_else(|| "none".to_owned(), |m| m.to_string()),
-                    k.expires_at
-                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
-                )?;
-            }
-        }
-        Command::Keys {
-            command: KeysCommand::Revoke { id },
-        } => {
-            let k = open(db)?.revoke_key(crate::ledger::KeyId(id))?;
-            writeln!(out, "revoked key {} ({}…)", k.id, k.prefix)?;
-        }
+        Command::Keys { command } => keys_command(command, db, &mut out)?,
         Command::Credit {
             account,
             usd: amount,

@@ -39,8 +39,11 @@ impl ApiKeyRecord {
 /// What a key has spent: settled charges and open holds (micros) and requests recorded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KeySpend {
+    /// Settled charges of the key's requests.
     pub spent_micros: Micros,
+    /// Holds of the key's requests still running.
     pub reserved_micros: Micros,
+    /// Usage records with the key.
     pub requests: i64,
 }
 
@@ -48,8 +51,11 @@ pub struct KeySpend {
 /// or an expiry.
 #[derive(Debug, Clone, Default)]
 pub struct KeyUpdate {
+    /// A new display name.
     pub name: Option<String>,
+    /// A new lifetime spend limit (micros), or `Some(None)` to remove it.
     pub spend_limit_micros: Option<Option<Micros>>,
+    /// A new expiry (Unix seconds), or `Some(None)` to remove it.
     pub expires_at: Option<Option<i64>>,
 }
 
@@ -86,26 +92,33 @@ pub(super) fn check_key_limit(
     key: KeyId,
     amount: Micros,
 ) -> Result<(), LedgerError> {
-    let row: Option<(Option<Micros>, Micros)> = tx
+    // Most keys have no limit: one indexed row read, and no sums, for them.
+    let limit: Option<Micros> = tx
         .query_row(
-            "SELECT spend_limit_micros,
-                    COALESCE((SELECT SUM(cost_micros) FROM usage WHERE key_id = ?1), 0)
-                  + COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE key_id = ?1 AND state = 'open'), 0)
-             FROM api_keys WHERE id = ?1",
+            "SELECT spend_limit_micros FROM api_keys WHERE id = ?1",
             [key],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| r.get(0),
         )
-        .optional()?;
-    match row {
-        Some((Some(limit), used)) if used.0.saturating_add(amount.0) > limit.0 => {
-            Err(LedgerError::KeySpendLimit {
-                limit,
-                used,
-                required: amount,
-            })
-        }
-        _ => Ok(()),
+        .optional()?
+        .flatten();
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    // Both sums read the key's own rows through the `usage_key` and `holds_open_key` indexes.
+    let used: Micros = tx.query_row(
+        "SELECT COALESCE((SELECT SUM(cost_micros) FROM usage WHERE key_id = ?1), 0)
+              + COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE key_id = ?1 AND state = 'open'), 0)",
+        [key],
+        |r| r.get(0),
+    )?;
+    if used.0.saturating_add(amount.0) > limit.0 {
+        return Err(LedgerError::KeySpendLimit {
+            limit,
+            used,
+            required: amount,
+        });
     }
+    Ok(())
 }
 
 impl Ledger {
@@ -144,7 +157,10 @@ impl Ledger {
         self.write(|tx| {
             let mut n = tx.execute("UPDATE api_keys SET id = id WHERE id = ?1", [id])?;
             if let Some(name) = &u.name {
-                n = tx.execute("UPDATE api_keys SET name = ?1 WHERE id = ?2", params![name, id])?;
+                n = tx.execute(
+                    "UPDATE api_keys SET name = ?1 WHERE id = ?2",
+                    params![name, id],
+                )?;
             }
             if let Some(limit) = u.spend_limit_micros {
                 n = tx.execute(
@@ -340,8 +356,60 @@ pub fn canonical_code(code: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::ledger::{temp_ledger, LedgerError};
+    use super::KeyUpdate;
+    use crate::ledger::{temp_ledger, test_usage, LedgerError};
     use crate::money::Micros;
+
+    #[test]
+    fn open_holds_and_charges_count_against_a_key_limit() {
+        let (_d, l) = temp_ledger();
+        let a = l
+            .create_account("k@example.com", Micros(1_000_000))
+            .unwrap();
+        let k = l.insert_key(a.id, "k", b"hash", "sk-svc-abcd").unwrap();
+        let other = l
+            .insert_key(a.id, "other", b"hash2", "sk-svc-ef01")
+            .unwrap();
+        let limit = KeyUpdate {
+            spend_limit_micros: Some(Some(Micros(100))),
+            ..KeyUpdate::default()
+        };
+        l.update_key(k.id, &limit).unwrap();
+        l.admit_request("r1", a.id, Some(k.id), Micros(60), None)
+            .unwrap();
+        // 60 held + 60 > 100: refused while the first hold is open, nothing written.
+        let e = l
+            .admit_request("r2", a.id, Some(k.id), Micros(60), None)
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            LedgerError::KeySpendLimit { limit, used, required }
+                if limit == 100 && used == 60 && required == 60
+        ));
+        // Another key of the account is not limited by it.
+        l.admit_request("r3", a.id, Some(other.id), Micros(500), None)
+            .unwrap();
+        // The first request settles at 30: 30 spent, so 60 more fits, 71 would not.
+        let mut u = test_usage("r1", a.id, 30);
+        u.key_id = Some(k.id);
+        l.settle(&u).unwrap();
+        assert!(l
+            .admit_request("r4", a.id, Some(k.id), Micros(71), None)
+            .is_err());
+        l.admit_request("r5", a.id, Some(k.id), Micros(70), None)
+            .unwrap();
+        let spend = l.key_spend(a.id).unwrap()[&k.id];
+        assert_eq!(
+            (spend.spent_micros, spend.reserved_micros, spend.requests),
+            (Micros(30), Micros(70), 1)
+        );
+        for (r, key) in [("r3", other.id), ("r5", k.id)] {
+            let mut u = test_usage(r, a.id, 0);
+            u.key_id = Some(key);
+            l.release(&u).unwrap();
+        }
+        assert!(l.check().unwrap().is_empty());
+    }
 
     #[test]
     fn codes_redeem_once_and_atomically() {

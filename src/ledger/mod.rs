@@ -35,13 +35,13 @@ pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
-pub use profile::deleted_email;
-pub use usage::{DaySpend, KeyFilter, UsageFilter};
 pub use keys::{canonical_code, ApiKeyRecord, KeySpend, KeyState, KeyUpdate};
+pub use profile::deleted_email;
 pub use requests::{Admitted, IdempotencyScope, StoredResponse};
 pub use responses::{SavedResponse, RESPONSE_TTL_S};
 pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
+pub use usage::{DaySpend, KeyFilter, UsageFilter};
 
 /// Migrations in order; `PRAGMA user_version` = how many are applied.
 const MIGRATIONS: [&str; 10] = [
@@ -96,6 +96,9 @@ pub enum LedgerError {
     },
     #[error("no such account `{0}`")]
     NoSuchAccount(String),
+    /// The account has a card payment started in the last day and not yet confirmed.
+    #[error("a top-up of the account is still pending")]
+    TopupPending,
     #[error("no such API key `{0}`")]
     NoSuchKey(String),
     #[error("an account with e-mail `{0}` already exists")]

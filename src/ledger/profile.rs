@@ -6,11 +6,16 @@
 //! data kept to meet such a legal obligation). Everything that identifies or authenticates
 //! the person goes: the e-mail address (replaced by `deleted-<id>@deleted.invalid`), the
 //! password hash, sessions, e-mailed tokens, single sign-on identities; every API key is
-//! revoked. The remaining balance stays on the closed account and is not paid out.
+//! revoked. The remaining balance stays on the closed account and is not paid out. An account
+//! with a card payment started in the last 24 hours and not confirmed yet cannot be deleted
+//! (the payment would credit a closed account): Stripe Checkout sessions expire after 24 hours.
 
 use r2d2_sqlite::rusqlite::params;
 
 use super::{now, AccountId, Ledger, LedgerError};
+
+/// How long a pending top-up blocks deletion (Stripe Checkout's session lifetime), seconds.
+const PENDING_TOPUP_SECS: i64 = 86_400;
 
 /// The e-mail address a deleted account keeps (`.invalid` is reserved by RFC 2606).
 pub fn deleted_email(account: AccountId) -> String {
@@ -48,10 +53,18 @@ impl Ledger {
     /// their cached keys (the key epoch is bumped).
     ///
     /// # Errors
-    /// `NoSuchAccount` (unknown or already deleted), database errors.
+    /// `NoSuchAccount` (unknown or already deleted), `TopupPending`, database errors.
     pub fn delete_account(&self, account: AccountId) -> Result<(), LedgerError> {
         self.write(|tx| {
             let t = now();
+            let pending: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM topups WHERE account_id = ?1 AND state = 'pending' AND created_at > ?2",
+                params![account, t - PENDING_TOPUP_SECS],
+                |r| r.get(0),
+            )?;
+            if pending > 0 {
+                return Err(LedgerError::TopupPending);
+            }
             let n = tx.execute(
                 "UPDATE accounts SET email = ?1, password_hash = NULL, role = 'user', deleted_at = ?2
                  WHERE id = ?3 AND deleted_at IS NULL",
@@ -87,6 +100,22 @@ mod tests {
         l.reserve("r1", a.id, Micros(100)).unwrap();
         l.settle(&test_usage("r1", a.id, 40)).unwrap();
         l.insert_session(&sha256("s1"), a.id).unwrap();
+        l.insert_topup(&crate::ledger::NewTopup {
+            account_id: a.id,
+            provider: "stripe".into(),
+            provider_ref: "cs_pending".into(),
+            currency: "usd".into(),
+            amount_minor: 500,
+            usd_micros: Micros(5_000_000),
+            rate: "1".into(),
+        })
+        .unwrap();
+        assert!(
+            matches!(l.delete_account(a.id), Err(LedgerError::TopupPending)),
+            "a card payment under way would credit a closed account"
+        );
+        l.write(|tx| Ok(tx.execute("UPDATE topups SET created_at = created_at - 90000", [])?))
+            .unwrap();
         l.delete_account(a.id).unwrap();
         let after = l.account(a.id).unwrap();
         assert_eq!(after.email, deleted_email(a.id));
@@ -95,8 +124,15 @@ mod tests {
         assert!(l.session(&sha256("s1")).unwrap().is_none());
         assert_eq!(l.key(k.id).unwrap().state, KeyState::Revoked);
         assert!(l.usage("r1").unwrap().is_some(), "usage kept");
-        assert_eq!(l.entries(a.id, 10).unwrap().len(), 4, "grant, hold, settle, release kept");
-        assert!(matches!(l.delete_account(a.id), Err(LedgerError::NoSuchAccount(_))));
+        assert_eq!(
+            l.entries(a.id, 10).unwrap().len(),
+            4,
+            "grant, hold, settle, release kept"
+        );
+        assert!(matches!(
+            l.delete_account(a.id),
+            Err(LedgerError::NoSuchAccount(_))
+        ));
         // The address is free for a new account.
         l.create_account("gone@example.com", Micros(0)).unwrap();
         assert!(l.check().unwrap().is_empty());
@@ -109,11 +145,19 @@ mod tests {
         for s in ["mine", "other1", "other2"] {
             l.insert_session(&sha256(s), a.id).unwrap();
         }
-        assert_eq!(l.change_password(a.id, "$argon2id$x", &sha256("mine")).unwrap(), 2);
+        assert_eq!(
+            l.change_password(a.id, "$argon2id$x", &sha256("mine"))
+                .unwrap(),
+            2
+        );
         assert!(l.session(&sha256("mine")).unwrap().is_some());
         assert!(l.session(&sha256("other1")).unwrap().is_none());
         assert_eq!(
-            l.login("pw@example.com").unwrap().unwrap().password_hash.as_deref(),
+            l.login("pw@example.com")
+                .unwrap()
+                .unwrap()
+                .password_hash
+                .as_deref(),
             Some("$argon2id$x")
         );
     }

@@ -358,7 +358,11 @@ mod tests {
         l.insert_email_token(a.id, TokenPurpose::Reset, &t, 3600)
             .unwrap();
         l.reset_password(&t, "$argon2id$new", Micros(7)).unwrap();
-        assert_eq!(l.account(a.id).unwrap().balance_micros, 0, "already verified: no grant");
+        assert_eq!(
+            l.account(a.id).unwrap().balance_micros,
+            0,
+            "already verified: no grant"
+        );
         assert!(l.session(&sha256("s1")).unwrap().is_none());
         assert!(l.session(&sha256("s2")).unwrap().is_none());
         assert_eq!(

@@ -22,11 +22,15 @@ pub enum KeyFilter {
 /// `since` inclusive, `until` exclusive.
 #[derive(Debug, Clone, Default)]
 pub struct UsageFilter {
+    /// Requests of one key, or of the playground.
     pub key: Option<KeyFilter>,
+    /// Catalogue id of the model.
     pub model: Option<String>,
     /// A `UsageStatus` name: `ok`, `cancelled`, `failed`, `undelivered`.
     pub status: Option<String>,
+    /// Unix seconds, inclusive.
     pub since: Option<i64>,
+    /// Unix seconds, exclusive.
     pub until: Option<i64>,
 }
 
@@ -68,7 +72,9 @@ impl UsageFilter {
 pub struct DaySpend {
     /// Days since 1970-01-01 (UTC).
     pub day: i64,
+    /// Settled charges of the day.
     pub total_micros: Micros,
+    /// The same, per model id (models without spend are absent).
     pub by_model: BTreeMap<String, Micros>,
 }
 
@@ -133,15 +139,17 @@ impl Ledger {
                  WHERE account_id = ?1 AND created_at >= ?2 AND created_at < ?3 AND cost_micros > 0
                  GROUP BY 1, 2",
             )?;
-            let rows = st.query_map(
-                [account.0, first * DAY_SECS, (last + 1) * DAY_SECS],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )?;
+            let rows = st.query_map([account.0, first * DAY_SECS, (last + 1) * DAY_SECS], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
             Ok(rows.collect::<Result<_, _>>()?)
         })?;
         for (day, model, micros) in rows {
-            if let Some(d) = usize::try_from(day - first).ok().and_then(|i| out.get_mut(i)) {
-                d.total_micros = d.total_micros + micros;
+            if let Some(d) = usize::try_from(day - first)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+            {
+                d.total_micros += micros;
                 d.by_model.insert(model, micros);
             }
         }
@@ -157,7 +165,9 @@ mod tests {
     #[test]
     fn pages_filter_by_key_model_and_status_and_days_split_by_model() {
         let (_d, l) = temp_ledger();
-        let a = l.create_account("u@example.com", Micros(1_000_000)).unwrap();
+        let a = l
+            .create_account("u@example.com", Micros(1_000_000))
+            .unwrap();
         let k = l.insert_key(a.id, "k", b"h1", "sk-svc-aaaa").unwrap();
         for (i, key) in [(0, Some(k.id)), (1, None), (2, Some(k.id))] {
             let id = format!("r{i}");
@@ -167,20 +177,32 @@ mod tests {
             u.model = if i == 2 { "other".into() } else { u.model };
             l.settle(&u).unwrap();
         }
-        let all = l.usage_page(a.id, &UsageFilter::default(), None, 10).unwrap();
+        let all = l
+            .usage_page(a.id, &UsageFilter::default(), None, 10)
+            .unwrap();
         assert_eq!(all.len(), 3);
         let by_key = UsageFilter {
             key: Some(KeyFilter::Key(k.id)),
             ..UsageFilter::default()
         };
         let rows = l.usage_page(a.id, &by_key, None, 10).unwrap();
-        assert_eq!(rows.iter().map(|r| r.2.request_id.as_str()).collect::<Vec<_>>(), ["r2", "r0"]);
+        assert_eq!(
+            rows.iter()
+                .map(|r| r.2.request_id.as_str())
+                .collect::<Vec<_>>(),
+            ["r2", "r0"]
+        );
         let playground = UsageFilter {
             key: Some(KeyFilter::Playground),
             status: Some("ok".into()),
             ..UsageFilter::default()
         };
-        assert_eq!(l.usage_page(a.id, &playground, None, 10).unwrap()[0].2.request_id, "r1");
+        assert_eq!(
+            l.usage_page(a.id, &playground, None, 10).unwrap()[0]
+                .2
+                .request_id,
+            "r1"
+        );
         let page = l.usage_page(a.id, &by_key, None, 1).unwrap();
         let next = l.usage_page(a.id, &by_key, Some(page[0].0), 1).unwrap();
         assert_eq!(next[0].2.request_id, "r0");

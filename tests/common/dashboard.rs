@@ -124,4 +124,3 @@ pub async fn chat(s: &TestServer, key: &str) -> (u16, Value) {
         .await;
     (st, v)
 }
-

@@ -169,7 +169,10 @@ pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQu
     match verify_token(&state, q.token).await {
         Ok(()) => {
             let credit = if starter > crate::money::Micros::ZERO {
-                format!(" Your account has ${} of starter credit to try the models.", starter.usd_decimal())
+                format!(
+                    " Your account has ${} of starter credit to try the models.",
+                    starter.usd_decimal()
+                )
             } else {
                 String::new()
             };
@@ -184,7 +187,10 @@ pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQu
             e.status,
             Html(link_page(
                 "Link not valid",
-                &format!("{} You can ask for a new confirmation e-mail on the sign-in page.", e.message),
+                &format!(
+                    "{} You can ask for a new confirmation e-mail on the sign-in page.",
+                    e.message
+                ),
                 ("/#/signin", "Go to sign in"),
             )),
         )
@@ -213,7 +219,14 @@ pub async fn resend_verification(
     let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
     blocking(move || {
         if let Some(login) = ledger.login(&email)?.filter(|l| !l.verified) {
-            send_link(&ledger, &outbox, login.account_id, email, TokenPurpose::Verify, &base)?;
+            send_link(
+                &ledger,
+                &outbox,
+                login.account_id,
+                email,
+                TokenPurpose::Verify,
+                &base,
+            )?;
         }
         Ok(())
     })

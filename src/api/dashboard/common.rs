@@ -4,7 +4,7 @@
 //! e-mail normalization, the account as JSON, the base URL of e-mailed links, and starting a
 //! session with its cookie.
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -80,6 +80,11 @@ impl From<LedgerError> for DashError {
                 "This code is unknown or has already been redeemed.",
             )
             .field("code"),
+            LedgerError::TopupPending => Self::new(
+                StatusCode::CONFLICT,
+                "topup_pending",
+                "A card payment you started in the last 24 hours is not confirmed yet; delete the account once it is confirmed or has expired.",
+            ),
             LedgerError::NoSuchKey(_) => {
                 Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.")
             }
@@ -117,6 +122,18 @@ impl IntoResponse for DashError {
         resp
     }
 }
+
+impl From<QueryRejection> for DashError {
+    fn from(r: QueryRejection) -> Self {
+        Self::new(r.status(), "invalid_query", r.body_text())
+    }
+}
+
+/// A query string whose rejections (a wrong type, an unknown parameter) use the dashboard
+/// envelope with code `invalid_query`.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(DashError))]
+pub struct Q<T>(pub T);
 
 /// A JSON request body whose rejections use the dashboard envelope.
 #[derive(FromRequest)]
@@ -206,7 +223,8 @@ impl From<Throttled> for DashError {
 }
 
 /// Trimmed, lower-cased address with one `@`, a dot in the domain, no spaces, at most 254
-/// bytes (RFC 5321's path limit); a deliberately plain check, the link proves the rest.
+/// bytes (RFC 5321's path limit), not under the reserved `.invalid` domain (RFC 2606; deleted
+/// accounts keep such a placeholder); a deliberately plain check, the link proves the rest.
 pub fn normalize_email(raw: &str) -> Result<String, DashError> {
     let e = raw.trim().to_lowercase();
     let valid = e.len() <= 254
@@ -217,6 +235,7 @@ pub fn normalize_email(raw: &str) -> Result<String, DashError> {
                 && domain.contains('.')
                 && !domain.starts_with('.')
                 && !domain.ends_with('.')
+                && !domain.ends_with(".invalid")
         });
     if valid {
         Ok(e)
@@ -224,7 +243,8 @@ pub fn normalize_email(raw: &str) -> Result<String, DashError> {
         Err(DashError::bad_request(
             "invalid_email",
             "Enter an e-mail address like name@example.com.",
-        ))
+        )
+        .field("email"))
     }
 }
 

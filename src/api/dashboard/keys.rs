@@ -68,7 +68,10 @@ impl KeyView {
 /// The view of `k` with its spend, read now. Blocking.
 fn view(ledger: &Ledger, k: &ApiKeyRecord) -> Result<KeyView, DashError> {
     let spend = ledger.key_spend(k.account_id)?;
-    Ok(KeyView::of(k, spend.get(&k.id).copied().unwrap_or_default()))
+    Ok(KeyView::of(
+        k,
+        spend.get(&k.id).copied().unwrap_or_default(),
+    ))
 }
 
 /// `GET /api/v1/keys`: the account's keys, newest first, with what each spent.
@@ -89,10 +92,13 @@ pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response,
 
 /// `Some(v)` for a field that is present (`v` may be null), `None` (via `default`) when
 /// absent: tells "clear the limit" from "leave it".
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// Body of `POST /keys`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {

@@ -49,13 +49,19 @@ pub fn router() -> Router<AppState> {
             post(account::sign_out_everywhere),
         )
         .route("/auth/providers", get(profile::providers))
-        .route("/auth/resend-verification", post(account::resend_verification))
+        .route(
+            "/auth/resend-verification",
+            post(account::resend_verification),
+        )
         .route("/auth/password-reset", post(account::request_reset))
         .route("/auth/password-reset/confirm", post(account::confirm_reset))
         .route("/account", get(profile::show).delete(profile::delete))
         .route("/account/password", post(profile::change_password))
         .route("/keys", get(keys::list).post(keys::create))
-        .route("/keys/{id}", axum::routing::delete(keys::revoke).patch(keys::update))
+        .route(
+            "/keys/{id}",
+            axum::routing::delete(keys::revoke).patch(keys::update),
+        )
         .route("/usage", get(usage::usage))
         .route("/usage.csv", get(usage::usage_csv))
         .route("/usage/daily", get(usage::daily))

@@ -59,6 +59,7 @@ pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response,
     Ok(ok(StatusCode::OK, account_json(&a)))
 }
 
+/// Body of `POST /account/password`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewPassword {
@@ -77,13 +78,18 @@ pub async fn change_password(
     Body(b): Body<NewPassword>,
 ) -> Result<Response, DashError> {
     password::check_policy(&b.new_password).map_err(|e| {
-        DashError::bad_request("weak_password", format!("The new password is too weak: {e}."))
-            .field("new_password")
+        DashError::bad_request(
+            "weak_password",
+            format!("The new password is too weak: {e}."),
+        )
+        .field("new_password")
     })?;
     let account = s.principal.account_id;
-    state
-        .throttles
-        .check(&state.throttles.sign_in_email, &account.to_string(), "password change")?;
+    state.throttles.check(
+        &state.throttles.sign_in_email,
+        &account.to_string(),
+        "password change",
+    )?;
     let ledger = state.ledger.clone();
     let ended = blocking(move || {
         let a = ledger.account(account)?;
@@ -110,6 +116,7 @@ pub async fn change_password(
     ))
 }
 
+/// Body of `DELETE /account`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteAccount {
@@ -146,5 +153,9 @@ pub async fn delete(
     })
     .await?;
     let jar = jar.remove(removal_cookie());
-    Ok((jar, ok(StatusCode::OK, json!({"deleted": true, "kept": KEPT}))).into_response())
+    Ok((
+        jar,
+        ok(StatusCode::OK, json!({"deleted": true, "kept": KEPT})),
+    )
+        .into_response())
 }

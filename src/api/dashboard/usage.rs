@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::common::account_json;
-use super::common::{blocking, ok, Body, DashError, Session};
+use super::common::{blocking, ok, Body, DashError, Session, Q};
 use crate::api::state::Accounts;
 use crate::ledger::{now, AccountId, KeyFilter, KeyId, Ledger, UsageFilter, UsageRecord};
 use crate::money::Micros;
@@ -124,8 +124,13 @@ fn rows(
         .map(|k| (k.id, k.name))
         .collect();
     let page = ledger.usage_page(account, filter, before, limit)?;
-    let next = (page.len() == limit).then(|| page.last().map(|r| r.0)).flatten();
-    Ok((page.iter().map(|(_, at, u)| row(&names, *at, u)).collect(), next))
+    let next = (page.len() == limit)
+        .then(|| page.last().map(|r| r.0))
+        .flatten();
+    Ok((
+        page.iter().map(|(_, at, u)| row(&names, *at, u)).collect(),
+        next,
+    ))
 }
 
 /// `GET /api/v1/usage?limit=50&before=CURSOR&key_id=&model=&status=&since=&until=`: metered
@@ -134,21 +139,31 @@ fn rows(
 pub async fn usage(
     State(state): State<Accounts>,
     s: Session,
-    Query(q): Query<UsageQuery>,
+    Q(q): Q<UsageQuery>,
 ) -> Result<Response, DashError> {
     let (filter, limit, before) = (q.filter()?, q.limit(), q.before);
     let ledger = state.ledger.clone();
     let (rows, next) =
         blocking(move || rows(&ledger, s.principal.account_id, &filter, before, limit)).await?;
-    Ok(ok(StatusCode::OK, json!({"usage": rows, "next_before": next})))
+    Ok(ok(
+        StatusCode::OK,
+        json!({"usage": rows, "next_before": next}),
+    ))
 }
 
-/// RFC 4180 quoting for a key name (the one free-text field).
+/// A key name (the one free-text field) as a CSV field: a name a spreadsheet would run as a
+/// formula (starting with `=`, `+`, `-`, `@`, tab or CR) gets a leading `'` (OWASP "CSV
+/// injection"), then RFC 4180 quoting where needed.
 fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_owned()
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_owned()
+        s
     }
 }
 
@@ -160,7 +175,7 @@ fn csv_field(s: &str) -> String {
 pub async fn usage_csv(
     State(state): State<Accounts>,
     s: Session,
-    Query(q): Query<UsageQuery>,
+    Q(q): Q<UsageQuery>,
 ) -> Result<Response, DashError> {
     let filter = q.filter()?;
     let ledger = state.ledger.clone();
@@ -193,13 +208,17 @@ pub async fn usage_csv(
     Ok((
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
-            (header::CONTENT_DISPOSITION, "attachment; filename=\"usage.csv\""),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"usage.csv\"",
+            ),
         ],
         out,
     )
         .into_response())
 }
 
+/// Query of `/usage/daily`: how many days (1 to 90, default 14).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaysQuery {
@@ -221,7 +240,7 @@ pub struct DayView {
 pub async fn daily(
     State(state): State<Accounts>,
     s: Session,
-    Query(q): Query<DaysQuery>,
+    Q(q): Q<DaysQuery>,
 ) -> Result<Response, DashError> {
     let days = q.days.unwrap_or(14).clamp(1, MAX_DAYS);
     let ledger = state.ledger.clone();
@@ -240,6 +259,7 @@ pub async fn daily(
     Ok(ok(StatusCode::OK, json!({ "days": out })))
 }
 
+/// Query of `/entries`: how many rows (1 to 500, default 50).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntriesQuery {
@@ -251,7 +271,7 @@ pub struct EntriesQuery {
 pub async fn entries(
     State(state): State<Accounts>,
     s: Session,
-    Query(p): Query<EntriesQuery>,
+    Q(p): Q<EntriesQuery>,
 ) -> Result<Response, DashError> {
     let limit = p.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let ledger = state.ledger.clone();
@@ -268,6 +288,7 @@ pub async fn entries(
     Ok(ok(StatusCode::OK, json!({"entries": rows})))
 }
 
+/// Body of `/redeem`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Code {

@@ -10,7 +10,7 @@ const resend = (email) => api("POST", "/api/v1/auth/resend-verification", { emai
 function resendButton(email, label = "Resend the link") {
   return actionButton(label, { class: "secondary" }, async (b) => {
     await resend(email);
-    feedback(b, `Sent again: if ${email} has an unconfirmed account, a new link is on its way (the old one stops working).`);
+    feedback(b, `Sent again: if ${email} has an unconfirmed account, a new link is on its way (an earlier link keeps working until it expires).`);
   });
 }
 

@@ -94,5 +94,4 @@ pub fn router() -> Router<AppState> {
         .route("/reset", get(index))
         .route("/reference", get(reference_page))
         .route("/assets/{name}", get(module))
-
 }
