@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::schema::{ErrorBody, ErrorObject};
+use crate::ledger::KeyLimitBreach;
 use crate::metering::MeterError;
 use crate::money::Micros;
 
@@ -44,12 +45,8 @@ pub enum ApiError {
     InsufficientBalance { required: Micros, available: Micros },
     /// 402 `KEY_SPEND_LIMIT`: the API key's spend limit (set in the dashboard) does not cover
     /// the request's hold, though the balance may; other keys of the account keep working.
-    #[error("This API key's spend limit of {limit} would be passed: it has used {used} and this request needs up to {required}. Raise the key's limit in the dashboard, use another key, or lower `max_tokens`.")]
-    KeySpendLimit {
-        limit: Micros,
-        used: Micros,
-        required: Micros,
-    },
+    #[error("This API key's spend limit of {} would be passed: it has used {} and this request needs up to {}. Raise the key's limit in the dashboard, use another key, or lower `max_tokens`.", .0.limit, .0.used, .0.required)]
+    KeySpendLimit(KeyLimitBreach),
     /// 403 `model_license_forbids_commercial_use`: the licence forbids commercial serving.
     #[error("The model `{0}` exists but its licence does not allow commercial serving.")]
     NotLicensed(String),
@@ -137,7 +134,7 @@ impl ApiError {
             E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_request", errs.first().map(|e| e.param.clone())),
             E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", code, None),
             E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "INSUFFICIENT_BALANCE", None),
-            E::KeySpendLimit { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "KEY_SPEND_LIMIT", None),
+            E::KeySpendLimit(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "KEY_SPEND_LIMIT", None),
             E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", "model_license_forbids_commercial_use", model()),
             E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "model_not_found", model()),
             E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", "response_not_found", param.map(str::to_owned)),
@@ -176,11 +173,11 @@ impl ApiError {
                 "required_micros": required, "required_usd": required.usd(),
                 "available_micros": available, "available_usd": available.usd(),
             })),
-            ApiError::KeySpendLimit {
+            ApiError::KeySpendLimit(KeyLimitBreach {
                 limit,
                 used,
                 required,
-            } => Some(json!({
+            }) => Some(json!({
                 "limit_micros": limit, "limit_usd": limit.usd(),
                 "used_micros": used, "used_usd": used.usd(),
                 "required_micros": required, "required_usd": required.usd(),
@@ -224,15 +221,7 @@ impl From<MeterError> for ApiError {
                 required,
                 available,
             },
-            MeterError::KeySpendLimit {
-                limit,
-                used,
-                required,
-            } => Self::KeySpendLimit {
-                limit,
-                used,
-                required,
-            },
+            MeterError::KeySpendLimit(b) => Self::KeySpendLimit(b),
             MeterError::IdempotencyInFlight { retry_after_s } => {
                 Self::IdempotencyInFlight { retry_after_s }
             }
@@ -282,7 +271,7 @@ impl IntoResponse for ApiError {
                 h.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
             }
             ApiError::InsufficientBalance { .. }
-            | ApiError::KeySpendLimit { .. }
+            | ApiError::KeySpendLimit(_)
             | ApiError::ModelNotAvailable { .. } => {
                 h.insert("x-should-retry", HeaderValue::from_static("false"));
             }

@@ -1,6 +1,6 @@
 //! API keys (stored only as SHA-256 plus a display prefix) and redeem codes (stored hashed).
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use r2d2_sqlite::rusqlite::{params, Connection, OptionalExtension};
 
 use super::accounts::{add_balance, insert_entry};
 use super::{now, sha256, AccountId, KeyId, Ledger, LedgerError, Micros};
@@ -81,6 +81,50 @@ fn row_to_key(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Resu
 const KEY_SELECT: &str =
     "SELECT id, account_id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_micros, expires_at FROM api_keys";
 
+/// Key `k.id`'s settled charges, open holds and usage records, as three columns (`row_to_spend`);
+/// each reads only the key's rows, through the `usage_key` and `holds_open_key` indexes.
+const SPEND_COLUMNS: &str =
+    "COALESCE((SELECT SUM(cost_micros) FROM usage u WHERE u.key_id = k.id), 0),
+     COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
+     (SELECT COUNT(*) FROM usage u WHERE u.key_id = k.id)";
+
+fn row_to_spend(
+    r: &r2d2_sqlite::rusqlite::Row<'_>,
+    at: usize,
+) -> r2d2_sqlite::rusqlite::Result<KeySpend> {
+    Ok(KeySpend {
+        spent_micros: r.get(at)?,
+        reserved_micros: r.get(at + 1)?,
+        requests: r.get(at + 2)?,
+    })
+}
+
+/// What key `key` has spent, holds open and recorded, read on `c` (a transaction too).
+fn spend_in(c: &Connection, key: KeyId) -> Result<KeySpend, LedgerError> {
+    Ok(c.query_row(
+        &format!("SELECT {SPEND_COLUMNS} FROM api_keys k WHERE k.id = ?1"),
+        [key],
+        |r| row_to_spend(r, 0),
+    )
+    .optional()?
+    .unwrap_or_default())
+}
+
+/// Bump the key epoch inside `tx`: running servers purge their cached keys within a second.
+pub(super) fn bump_key_epoch(tx: &Connection) -> Result<(), LedgerError> {
+    tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
+    Ok(())
+}
+
+/// A request its key's spend limit refuses: the key's settled charges and open holds (`used`)
+/// plus the request's hold (`required`) would pass `limit` (all micros).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyLimitBreach {
+    pub limit: Micros,
+    pub used: Micros,
+    pub required: Micros,
+}
+
 /// Check inside the admission transaction that `key` may take a hold of `amount` more: its
 /// settled charges plus open holds plus `amount` stay within its spend limit (a key without
 /// a limit always may). Same transaction as the hold, so concurrent requests cannot both pass.
@@ -104,19 +148,14 @@ pub(super) fn check_key_limit(
     let Some(limit) = limit else {
         return Ok(());
     };
-    // Both sums read the key's own rows through the `usage_key` and `holds_open_key` indexes.
-    let used: Micros = tx.query_row(
-        "SELECT COALESCE((SELECT SUM(cost_micros) FROM usage WHERE key_id = ?1), 0)
-              + COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE key_id = ?1 AND state = 'open'), 0)",
-        [key],
-        |r| r.get(0),
-    )?;
+    let spend = spend_in(tx, key)?;
+    let used = spend.spent_micros + spend.reserved_micros;
     if used.0.saturating_add(amount.0) > limit.0 {
-        return Err(LedgerError::KeySpendLimit {
+        return Err(LedgerError::KeySpendLimit(KeyLimitBreach {
             limit,
             used,
             required: amount,
-        });
+        }));
     }
     Ok(())
 }
@@ -155,30 +194,26 @@ impl Ledger {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
-            let mut n = tx.execute("UPDATE api_keys SET id = id WHERE id = ?1", [id])?;
-            if let Some(name) = &u.name {
-                n = tx.execute(
-                    "UPDATE api_keys SET name = ?1 WHERE id = ?2",
-                    params![name, id],
-                )?;
-            }
-            if let Some(limit) = u.spend_limit_micros {
-                n = tx.execute(
-                    "UPDATE api_keys SET spend_limit_micros = ?1 WHERE id = ?2",
-                    params![limit, id],
-                )?;
-            }
-            if let Some(at) = u.expires_at {
-                n = tx.execute(
-                    "UPDATE api_keys SET expires_at = ?1 WHERE id = ?2",
-                    params![at, id],
-                )?;
-            }
+            // Each `IIF(given, new, old)` leaves a field alone when the update does not set it.
+            let n = tx.execute(
+                "UPDATE api_keys SET name = IIF(?1, ?2, name),
+                        spend_limit_micros = IIF(?3, ?4, spend_limit_micros),
+                        expires_at = IIF(?5, ?6, expires_at)
+                 WHERE id = ?7",
+                params![
+                    u.name.is_some(),
+                    u.name,
+                    u.spend_limit_micros.is_some(),
+                    u.spend_limit_micros.flatten(),
+                    u.expires_at.is_some(),
+                    u.expires_at.flatten(),
+                    id
+                ],
+            )?;
             if n == 0 {
                 return Err(LedgerError::NoSuchKey(id.to_string()));
             }
-            tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
-            Ok(())
+            bump_key_epoch(tx)
         })?;
         self.key(id)
     }
@@ -193,25 +228,23 @@ impl Ledger {
         account: AccountId,
     ) -> Result<std::collections::HashMap<KeyId, KeySpend>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(
-                "SELECT k.id,
-                        COALESCE((SELECT SUM(cost_micros) FROM usage u WHERE u.key_id = k.id), 0),
-                        COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
-                        (SELECT COUNT(*) FROM usage u WHERE u.key_id = k.id)
-                 FROM api_keys k WHERE k.account_id = ?1",
-            )?;
+            let mut st = c.prepare(&format!(
+                "SELECT k.id, {SPEND_COLUMNS} FROM api_keys k WHERE k.account_id = ?1"
+            ))?;
             let rows = st.query_map([account], |r| {
-                Ok((
-                    r.get::<_, KeyId>(0)?,
-                    KeySpend {
-                        spent_micros: r.get(1)?,
-                        reserved_micros: r.get(2)?,
-                        requests: r.get(3)?,
-                    },
-                ))
+                Ok((r.get::<_, KeyId>(0)?, row_to_spend(r, 1)?))
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
+    }
+
+    /// What key `id` has spent (settled charges), holds open and requests recorded; zero for
+    /// an unknown key.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn key_spend_of(&self, id: KeyId) -> Result<KeySpend, LedgerError> {
+        self.read(|c| spend_in(c, id))
     }
 
     /// # Errors
@@ -266,8 +299,7 @@ impl Ledger {
             if n == 0 {
                 return Err(LedgerError::NoSuchKey(id.to_string()));
             }
-            tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
-            Ok(())
+            bump_key_epoch(tx)
         })?;
         self.key(id)
     }
@@ -383,8 +415,8 @@ mod tests {
             .unwrap_err();
         assert!(matches!(
             e,
-            LedgerError::KeySpendLimit { limit, used, required }
-                if limit == 100 && used == 60 && required == 60
+            LedgerError::KeySpendLimit(b)
+                if b.limit == 100 && b.used == 60 && b.required == 60
         ));
         // Another key of the account is not limited by it.
         l.admit_request("r3", a.id, Some(other.id), Micros(500), None)

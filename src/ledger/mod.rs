@@ -35,7 +35,7 @@ pub use check::Violation;
 pub use holds::{HoldOutcome, Reservation};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
-pub use keys::{canonical_code, ApiKeyRecord, KeySpend, KeyState, KeyUpdate};
+pub use keys::{canonical_code, ApiKeyRecord, KeyLimitBreach, KeySpend, KeyState, KeyUpdate};
 pub use profile::deleted_email;
 pub use requests::{Admitted, IdempotencyScope, StoredResponse};
 pub use responses::{SavedResponse, RESPONSE_TTL_S};
@@ -86,14 +86,9 @@ sql_integer_id!(Micros);
 pub enum LedgerError {
     #[error("insufficient balance: {required} required, {available} available")]
     InsufficientBalance { required: Micros, available: Micros },
-    /// The key's settled charges and open holds (`used`) plus this hold (`required`) would
-    /// pass its spend limit (all micros).
-    #[error("the key's spend limit of {limit} would be passed: {used} used, {required} required")]
-    KeySpendLimit {
-        limit: Micros,
-        used: Micros,
-        required: Micros,
-    },
+    /// The key's spend limit refuses this hold.
+    #[error("the key's spend limit of {} would be passed: {} used, {} required", .0.limit, .0.used, .0.required)]
+    KeySpendLimit(KeyLimitBreach),
     #[error("no such account `{0}`")]
     NoSuchAccount(String),
     /// The account has a card payment started in the last day and not yet confirmed.

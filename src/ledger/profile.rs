@@ -80,8 +80,7 @@ impl Ledger {
             for table in ["sessions", "email_tokens", "identities"] {
                 tx.execute(&format!("DELETE FROM {table} WHERE account_id = ?1"), [account])?;
             }
-            tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
-            Ok(())
+            super::keys::bump_key_epoch(tx)
         })
     }
 }

@@ -1,7 +1,7 @@
 //! `MeterError`: why a paid request was not run or not charged. `api` maps each variant to the
 //! interface's status, `type` and `code`; this module knows nothing of HTTP.
 
-use crate::ledger::LedgerError;
+use crate::ledger::{KeyLimitBreach, LedgerError};
 use crate::money::Micros;
 
 /// Failures of `Meter::admit` and of a request's settlement.
@@ -10,14 +10,9 @@ pub enum MeterError {
     /// The balance minus open holds does not cover the hold (micros). Nothing was written.
     #[error("insufficient balance: {required} required, {available} available")]
     InsufficientBalance { required: Micros, available: Micros },
-    /// The API key's spend limit would be passed: its charges and open holds (`used`) plus
-    /// this request's hold (`required`) exceed `limit` (micros). Nothing was written.
-    #[error("the key's spend limit of {limit} would be passed")]
-    KeySpendLimit {
-        limit: Micros,
-        used: Micros,
-        required: Micros,
-    },
+    /// The API key's spend limit refuses the request's hold. Nothing was written.
+    #[error("the key's spend limit of {} would be passed", .0.limit)]
+    KeySpendLimit(KeyLimitBreach),
     /// The same `Idempotency-Key` and body are running; retry after about this many seconds.
     #[error("a request with this idempotency key is still running")]
     IdempotencyInFlight { retry_after_s: u64 },
@@ -56,15 +51,7 @@ impl MeterError {
                 required,
                 available,
             },
-            LedgerError::KeySpendLimit {
-                limit,
-                used,
-                required,
-            } => Self::KeySpendLimit {
-                limit,
-                used,
-                required,
-            },
+            LedgerError::KeySpendLimit(b) => Self::KeySpendLimit(b),
             LedgerError::Join(m) => Self::Internal(m),
             other => Self::Storage(other.to_string()),
         }

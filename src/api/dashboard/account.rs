@@ -3,12 +3,14 @@
 
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::common::{account_json, base_url, normalize_email, removal_cookie, start_session};
+use super::common::{
+    account_json, base_url, link_page, normalize_email, removal_cookie, start_session,
+};
 use super::common::{blocking, ok, Body, DashError, Session};
 use crate::api::state::Accounts;
 use crate::auth::password;
@@ -144,24 +146,6 @@ pub struct VerifyQuery {
     token: String,
 }
 
-/// A small page in the dashboard's style (header, stylesheet) with a heading, a paragraph and
-/// one link on: what the e-mailed verification link opens. `text` is escaped.
-fn link_page(title: &str, text: &str, link: (&str, &str)) -> String {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{t} · tollgate</title><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><a class=\"brand\" href=\"/#/\">tollgate</a></header><main id=\"main\"><h1>{t}</h1><p>{p}</p><p><a class=\"button\" href=\"{href}\">{label}</a></p></main></body></html>",
-        t = esc(title),
-        p = esc(text),
-        href = link.0,
-        label = esc(link.1),
-    )
-}
-
 /// `GET /verify?token=...`: the e-mailed link; confirms the address (granting the starter
 /// credit the first time) and says so in a page in the dashboard's style, with the way on.
 pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQuery>) -> Response {
@@ -176,25 +160,22 @@ pub async fn verify_link(State(state): State<Accounts>, Query(q): Query<VerifyQu
             } else {
                 String::new()
             };
-            Html(link_page(
+            link_page(
+                StatusCode::OK,
                 "Address confirmed",
                 &format!("Your address is confirmed.{credit} Sign in to create an API key."),
-                ("/#/signin", "Sign in"),
-            ))
-            .into_response()
+                "Sign in",
+            )
         }
-        Err(e) => (
+        Err(e) => link_page(
             e.status,
-            Html(link_page(
-                "Link not valid",
-                &format!(
-                    "{} You can ask for a new confirmation e-mail on the sign-in page.",
-                    e.message
-                ),
-                ("/#/signin", "Go to sign in"),
-            )),
-        )
-            .into_response(),
+            "Link not valid",
+            &format!(
+                "{} You can ask for a new confirmation e-mail on the sign-in page.",
+                e.message
+            ),
+            "Go to sign in",
+        ),
     }
 }
 

@@ -265,6 +265,34 @@ pub fn account_json(a: &Account) -> serde_json::Value {
     })
 }
 
+/// HTML text escaping of the five significant characters.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// A small page in the dashboard's style (header, stylesheet) under the strict CSP: `title`,
+/// `message` and one link on to sign-in labelled `sign_in`, all escaped. What browser
+/// navigations outside the single-page app land on (the e-mailed verification link, the single
+/// sign-on callback).
+pub(super) fn link_page(status: StatusCode, title: &str, message: &str, sign_in: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{t} · tollgate</title><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><a class=\"brand\" href=\"/#/\">tollgate</a></header><main id=\"main\"><h1>{t}</h1><p>{m}</p><p><a class=\"button\" href=\"/#/signin\">{l}</a></p></main></body></html>",
+        t = escape(title),
+        m = escape(message),
+        l = escape(sign_in),
+    );
+    let mut r = (status, axum::response::Html(html)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(crate::api::headers::CSP),
+    );
+    r
+}
+
 /// A cookie that removes the session cookie.
 pub(super) fn removal_cookie() -> Cookie<'static> {
     Cookie::build((session::COOKIE, "")).path("/").build()

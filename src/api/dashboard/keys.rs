@@ -67,11 +67,7 @@ impl KeyView {
 
 /// The view of `k` with its spend, read now. Blocking.
 fn view(ledger: &Ledger, k: &ApiKeyRecord) -> Result<KeyView, DashError> {
-    let spend = ledger.key_spend(k.account_id)?;
-    Ok(KeyView::of(
-        k,
-        spend.get(&k.id).copied().unwrap_or_default(),
-    ))
+    Ok(KeyView::of(k, ledger.key_spend_of(k.id)?))
 }
 
 /// `GET /api/v1/keys`: the account's keys, newest first, with what each spent.

@@ -7,12 +7,12 @@
 //! `GET /api/v1/auth/providers` tells the web UI whether to offer the button.
 
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 
-use super::common::{base_url, normalize_email, start_session};
+use super::common::{base_url, link_page, normalize_email, start_session};
 use super::common::{blocking, DashError};
 use crate::api::state::Accounts;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
@@ -177,29 +177,7 @@ fn not_configured() -> Response {
     )
 }
 
-/// A small self-contained page: `title`, `message` (escaped) and a link back to sign-in.
+/// A page with `title`, `message` and a link back to sign-in (`common::link_page`).
 fn page(status: StatusCode, title: &str, message: &str) -> Response {
-    let mut r = (
-        status,
-        Html(format!(
-            "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\"><title>{t}</title><h1>{t}</h1><p>{m}</p><p><a href=\"/#/signin\">Back to sign-in</a></p>",
-            t = escape(title),
-            m = escape(message)
-        )),
-    )
-        .into_response();
-    r.headers_mut().insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(crate::api::headers::CSP),
-    );
-    r
-}
-
-/// HTML text escaping of the five significant characters.
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+    link_page(status, title, message, "Back to sign-in")
 }
