@@ -175,6 +175,24 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
     Ok(assemble(engine, catalog, ledger, settings))
 }
 
+/// The environment variable naming this replica (default: a random id per start). Give each
+/// replica sharing a PostgreSQL ledger a stable id, so that a restart releases the holds its
+/// previous run left open at once rather than after their lease.
+pub const REPLICA_ID_ENV: &str = "TOLLGATE_REPLICA_ID";
+
+/// `db` for messages: a PostgreSQL URL loses its password.
+fn redact_url(db: &Path) -> String {
+    let s = db.display().to_string();
+    match (s.find("://"), s.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &s[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &s[..scheme + 3], &s[at..])
+        }
+        _ => s,
+    }
+}
+
 /// Open the ledger and clean up after a process that died: release its open holds (nothing is
 /// charged: those clients got no complete response) and forget its running idempotency claims.
 /// Runs before the server listens.
@@ -183,7 +201,8 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
 /// Database errors, with the path.
 pub fn open_ledger(path: &Path) -> anyhow::Result<Ledger> {
     let ledger = Ledger::open(path)
-        .with_context(|| format!("failed to open the ledger `{}`", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("failed to open the ledger `{}`: {e}", redact_url(path)))?
+        .with_replica(&std::env::var(REPLICA_ID_ENV).unwrap_or_default());
     let (released, cleared) = crate::metering::Meter::recover(&ledger)?;
     if released + cleared > 0 {
         tracing::warn!(
@@ -346,10 +365,13 @@ pub const LANGUAGES_FILE: &str = "language-multipliers.json";
 pub const DEFAULT_DATA_DIR: &str = "data";
 
 /// The data directory: `flag` if given, else the directory that holds the ledger `db` (so a
-/// server started anywhere with `--db /srv/tollgate/tollgate.db` reads `/srv/tollgate/`).
+/// server started anywhere with `--db /srv/tollgate/tollgate.db` reads `/srv/tollgate/`); for
+/// a PostgreSQL URL, `DEFAULT_DATA_DIR`.
 pub fn data_dir(flag: Option<&Path>, db: &Path) -> PathBuf {
+    let url = db.to_str().is_some_and(|s| s.contains("://"));
     match (flag, db.parent()) {
         (Some(dir), _) => dir.to_owned(),
+        (None, _) if url => PathBuf::from(DEFAULT_DATA_DIR),
         (None, Some(parent)) if !parent.as_os_str().is_empty() => parent.to_owned(),
         (None, _) => PathBuf::from("."),
     }
@@ -397,6 +419,43 @@ fn spawn_revocation_sync(state: &AppState) {
     });
 }
 
+/// Replicas sharing a PostgreSQL ledger: renew this replica's hold leases and release the
+/// holds of replicas that died, every `LEASE_RENEW_S`; purge the key cache the moment any
+/// replica changes a key (`LISTEN`), and purge it all when that feed is lost. Nothing on SQLite.
+fn spawn_replica_upkeep(state: &AppState) {
+    let ledger = state.accounts.ledger.clone();
+    if !ledger.is_postgres() {
+        return;
+    }
+    let auth = state.accounts.auth.clone();
+    let watching = ledger.watch_key_changes(move |_| auth.clear_cache());
+    if !watching {
+        tracing::warn!("could not start the key-change watch; revocations reach this replica within a second by polling");
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(crate::ledger::LEASE_RENEW_S));
+        loop {
+            tick.tick().await;
+            let l = ledger.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                l.renew_leases()?;
+                l.release_expired_leases()
+            })
+            .await;
+            match done {
+                Ok(Ok(n)) if n > 0 => {
+                    tracing::warn!(
+                        released_holds = n,
+                        "released the holds of a replica whose lease expired"
+                    );
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "hold lease upkeep failed"),
+                _ => {}
+            }
+        }
+    });
+}
+
 /// Audio's pacer: text generation is busy while any model has sequences running or waiting.
 fn text_generation_pacer(engine: &SharedEngine) -> crate::audio::pacer::Pacer {
     let engine = engine.clone();
@@ -427,6 +486,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     spawn_revocation_sync(&state);
+    spawn_replica_upkeep(&state);
     let limits = state.http;
     api::server::serve(listener, api::router(state), limits, shutdown).await;
     Ok(())

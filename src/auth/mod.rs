@@ -187,6 +187,15 @@ impl Authenticator {
         Ok(r)
     }
 
+    /// Forget every cached key: another replica changed a key, or the change feed was lost
+    /// (see `ledger::notify`). The next request with each key reads it again.
+    pub fn clear_cache(&self) {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     fn purge(&self, key_id: KeyId) {
         self.cache
             .lock()

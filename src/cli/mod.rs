@@ -17,7 +17,8 @@ use clap::{Parser, Subcommand};
     about = "OpenAI-compatible chat completions on open-weight models, with a prepaid ledger"
 )]
 pub struct Cli {
-    /// The ledger database file (every command that touches money or keys).
+    /// The ledger (every command that touches money or keys): a SQLite file, or a
+    /// `postgres://user[:password]@host[:port]/db` URL for replicas sharing one PostgreSQL.
     #[arg(
         long,
         env = "TOLLGATE_DB",

@@ -1,6 +1,6 @@
 //! Accounts, journal entries, credits and usage records.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension, Transaction};
+use super::db::{args, DbError, Row, Tx};
 
 use super::{now, AccountId, KeyId, Ledger, LedgerError, Micros};
 
@@ -85,29 +85,29 @@ pub struct UsageRecord {
 }
 
 pub(super) fn insert_entry(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     account: AccountId,
     kind: &str,
     amount: Micros,
     request_id: Option<&str>,
     note: Option<&str>,
 ) -> Result<(), LedgerError> {
-    tx.execute(
+    tx.exec(
         "INSERT INTO entries (account_id, kind, amount_micros, request_id, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![account, kind, amount, request_id, note, now()],
+        args![account, kind, amount, request_id, note, now()],
     )?;
     Ok(())
 }
 
 /// Move the cached balance by `delta`; the CHECK constraint refuses a negative balance.
 pub(super) fn add_balance(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     account: AccountId,
     delta: Micros,
 ) -> Result<(), LedgerError> {
-    let n = tx.execute(
+    let n = tx.exec(
         "UPDATE accounts SET balance_micros = balance_micros + ?1 WHERE id = ?2",
-        params![delta, account],
+        args![delta, account],
     )?;
     if n == 0 {
         return Err(LedgerError::NoSuchAccount(account.to_string()));
@@ -115,11 +115,12 @@ pub(super) fn add_balance(
     Ok(())
 }
 
-pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), LedgerError> {
-    tx.execute(
-        "INSERT OR REPLACE INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at, cached_tokens, audio_ms, input_characters)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-        params![u.request_id, u.account_id, u.key_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros,
+pub(super) fn insert_usage(tx: &Tx<'_>, u: &UsageRecord) -> Result<(), LedgerError> {
+    tx.exec(
+        "INSERT INTO usage (request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, cancelled, latency_ms, created_at, cached_tokens, audio_ms, input_characters)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         ON CONFLICT (request_id) DO UPDATE SET account_id = excluded.account_id, key_id = excluded.key_id, model = excluded.model, prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost_micros = excluded.cost_micros, status = excluded.status, cancelled = excluded.cancelled, latency_ms = excluded.latency_ms, created_at = excluded.created_at, cached_tokens = excluded.cached_tokens, audio_ms = excluded.audio_ms, input_characters = excluded.input_characters",
+        args![u.request_id, u.account_id, u.key_id, u.model, u.prompt_tokens, u.completion_tokens, u.cost_micros,
                 u.status.as_str(), i64::from(u.status == UsageStatus::Cancelled), u.latency_ms, now(), u.cached_tokens,
                 u.audio_ms, u.input_characters],
     )?;
@@ -130,10 +131,7 @@ pub(super) fn insert_usage(tx: &Transaction<'_>, u: &UsageRecord) -> Result<(), 
 pub(super) const USAGE_COLUMNS: &str = "request_id, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micros, status, latency_ms, cached_tokens, audio_ms, input_characters";
 
 /// A usage record from `USAGE_COLUMNS` starting at column `at`.
-pub(super) fn row_to_usage(
-    r: &r2d2_sqlite::rusqlite::Row<'_>,
-    at: usize,
-) -> r2d2_sqlite::rusqlite::Result<UsageRecord> {
+pub(super) fn row_to_usage(r: &Row, at: usize) -> Result<UsageRecord, DbError> {
     let status: String = r.get(at + 7)?;
     Ok(UsageRecord {
         request_id: r.get(at)?,
@@ -158,28 +156,28 @@ pub(super) fn row_to_usage(
 
 /// Insert an account row (no balance yet); `EmailTaken` if the address has one.
 pub(super) fn insert_account(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     email: &str,
     password_hash: Option<&str>,
     verified: bool,
 ) -> Result<AccountId, LedgerError> {
-    let exists: Option<i64> = tx
-        .query_row("SELECT id FROM accounts WHERE email = ?1", [email], |r| {
-            r.get(0)
-        })
-        .optional()?;
+    let exists: Option<i64> = tx.query_opt(
+        "SELECT id FROM accounts WHERE email = ?1",
+        args![email],
+        |r| r.get(0),
+    )?;
     if exists.is_some() {
         return Err(LedgerError::EmailTaken(email.to_owned()));
     }
     let t = now();
-    tx.execute(
-        "INSERT INTO accounts (email, created_at, balance_micros, password_hash, verified_at) VALUES (?1, ?2, 0, ?3, ?4)",
-        params![email, t, password_hash, verified.then_some(t)],
-    )?;
-    Ok(AccountId(tx.last_insert_rowid()))
+    Ok(tx.query_one(
+        "INSERT INTO accounts (email, created_at, balance_micros, password_hash, verified_at) VALUES (?1, ?2, 0, ?3, ?4) RETURNING id",
+        args![email, t, password_hash, verified.then_some(t)],
+        |r| r.get(0),
+    )?)
 }
 
-fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<Account> {
+fn row_to_account(r: &Row) -> Result<Account, DbError> {
     Ok(Account {
         id: r.get(0)?,
         email: r.get(1)?,
@@ -194,7 +192,7 @@ fn row_to_account(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::
 }
 
 const ACCOUNT_SELECT: &str = "SELECT a.id, a.email, a.created_at, a.balance_micros,
-    COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0),
+    COALESCE((SELECT CAST(SUM(reserved_micros) AS BIGINT) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0),
     a.verified_at IS NOT NULL, a.role = 'admin', a.password_hash IS NOT NULL, a.deleted_at
     FROM accounts a";
 
@@ -234,12 +232,11 @@ impl Ledger {
     /// `NoSuchAccount`, database errors.
     pub fn account(&self, id: AccountId) -> Result<Account, LedgerError> {
         self.read(|c| {
-            c.query_row(
+            c.query_opt(
                 &format!("{ACCOUNT_SELECT} WHERE a.id = ?1"),
-                [id],
+                args![id],
                 row_to_account,
-            )
-            .optional()?
+            )?
             .ok_or_else(|| LedgerError::NoSuchAccount(id.to_string()))
         })
     }
@@ -253,12 +250,11 @@ impl Ledger {
             return self.account(AccountId(id));
         }
         self.read(|c| {
-            c.query_row(
+            c.query_opt(
                 &format!("{ACCOUNT_SELECT} WHERE a.email = ?1"),
-                [id_or_email],
+                args![id_or_email],
                 row_to_account,
-            )
-            .optional()?
+            )?
             .ok_or_else(|| LedgerError::NoSuchAccount(id_or_email.to_owned()))
         })
     }
@@ -269,9 +265,9 @@ impl Ledger {
     /// `NoSuchAccount`, database errors.
     pub fn set_admin(&self, account: AccountId, admin: bool) -> Result<Account, LedgerError> {
         let n = self.write(|tx| {
-            Ok(tx.execute(
+            Ok(tx.exec(
                 "UPDATE accounts SET role = ?1 WHERE id = ?2",
-                params![if admin { "admin" } else { "user" }, account],
+                args![if admin { "admin" } else { "user" }, account],
             )?)
         })?;
         if n == 0 {
@@ -290,14 +286,12 @@ impl Ledger {
         limit: usize,
     ) -> Result<Vec<Account>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(&format!(
-                "{ACCOUNT_SELECT} WHERE a.id > ?1 ORDER BY a.id LIMIT ?2"
-            ))?;
-            let rows = st.query_map(
-                params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+            let rows = c.query_all(
+                &format!("{ACCOUNT_SELECT} WHERE a.id > ?1 ORDER BY a.id LIMIT ?2"),
+                args![after, i64::try_from(limit).unwrap_or(i64::MAX)],
                 row_to_account,
             )?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            Ok(rows)
         })
     }
 
@@ -319,13 +313,12 @@ impl Ledger {
         }
         self.write(|tx| {
             let (balance, held): (Micros, Micros) = tx
-                .query_row(
-                    "SELECT balance_micros, COALESCE((SELECT SUM(reserved_micros) FROM holds WHERE account_id = ?1 AND state = 'open'), 0)
+                .query_opt(
+                    "SELECT balance_micros, COALESCE((SELECT CAST(SUM(reserved_micros) AS BIGINT) FROM holds WHERE account_id = ?1 AND state = 'open'), 0)
                      FROM accounts WHERE id = ?1",
-                    [account],
+                    args![account],
                     |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?
+                )?
                 .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
             let after = balance.checked_add(amount_micros).ok_or(LedgerError::BadAmount)?;
             if after - held < Micros::ZERO {
@@ -370,13 +363,10 @@ impl Ledger {
     /// Database errors.
     pub fn entries(&self, account: AccountId, limit: usize) -> Result<Vec<EntryRow>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(
-                "SELECT id, kind, amount_micros, request_id, note, created_at FROM entries WHERE account_id = ?1 ORDER BY id DESC LIMIT ?2",
-            )?;
-            let rows = st.query_map(params![account, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+            let rows = c.query_all("SELECT id, kind, amount_micros, request_id, note, created_at FROM entries WHERE account_id = ?1 ORDER BY id DESC LIMIT ?2", args![account, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
                 Ok(EntryRow { id: r.get(0)?, kind: r.get(1)?, amount_micros: r.get(2)?, request_id: r.get(3)?, note: r.get(4)?, created_at: r.get(5)? })
             })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            Ok(rows)
         })
     }
 
@@ -386,12 +376,11 @@ impl Ledger {
     /// Database errors.
     pub fn usage(&self, request_id: &str) -> Result<Option<UsageRecord>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 &format!("SELECT {USAGE_COLUMNS} FROM usage WHERE request_id = ?1"),
-                [request_id],
+                args![request_id],
                 |r| row_to_usage(r, 0),
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -405,14 +394,11 @@ impl Ledger {
         limit: usize,
     ) -> Result<Vec<UsageRecord>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(&format!(
+            let rows = c.query_all(&format!(
                 "SELECT {USAGE_COLUMNS} FROM usage WHERE account_id = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
-            ))?;
-            let rows = st.query_map(
-                params![account, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| row_to_usage(r, 0),
-            )?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            ), args![account, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| row_to_usage(r, 0),)?;
+            Ok(rows)
         })
     }
 }

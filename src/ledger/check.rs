@@ -7,6 +7,7 @@
 //! idempotent response belongs to a charged request (its hold settled); (7) a claim still
 //! running belongs to a request still running (its hold open).
 
+use super::db::args;
 use super::{Ledger, LedgerError};
 
 /// One broken invariant, with the row that breaks it.
@@ -25,10 +26,9 @@ impl Ledger {
         self.read(|c| {
             let mut out = Vec::new();
             let mut q = |invariant: &'static str, sql: &str| -> Result<(), LedgerError> {
-                let mut st = c.prepare(sql)?;
-                let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+                let rows = c.query_all(sql, args![], |r| r.get::<_, String>(0))?;
                 for detail in rows {
-                    out.push(Violation { invariant, detail: detail? });
+                    out.push(Violation { invariant, detail });
                 }
                 Ok(())
             };
@@ -36,7 +36,7 @@ impl Ledger {
             q(
                 "balance = sum of entries",
                 "SELECT 'account ' || a.id || ' balance ' || a.balance_micros || ' but entries sum to ' || COALESCE(s.total, 0)
-                 FROM accounts a LEFT JOIN (SELECT account_id, SUM(amount_micros) AS total FROM entries
+                 FROM accounts a LEFT JOIN (SELECT account_id, CAST(SUM(amount_micros) AS BIGINT) AS total FROM entries
                    WHERE kind IN ('grant', 'topup', 'redeem', 'adjustment', 'settle') GROUP BY account_id) s ON s.account_id = a.id
                  WHERE a.balance_micros != COALESCE(s.total, 0)",
             )?;
@@ -46,8 +46,8 @@ impl Ledger {
                 "charged + released = reserved",
                 "SELECT 'hold ' || h.request_id || ': reserved ' || h.reserved_micros || ', charged ' || COALESCE(-s.amt, 0) || ', released ' || COALESCE(r.amt, 0)
                  FROM holds h
-                 LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'settle' GROUP BY request_id) s ON s.request_id = h.request_id
-                 LEFT JOIN (SELECT request_id, SUM(amount_micros) AS amt FROM entries WHERE kind = 'release' GROUP BY request_id) r ON r.request_id = h.request_id
+                 LEFT JOIN (SELECT request_id, CAST(SUM(amount_micros) AS BIGINT) AS amt FROM entries WHERE kind = 'settle' GROUP BY request_id) s ON s.request_id = h.request_id
+                 LEFT JOIN (SELECT request_id, CAST(SUM(amount_micros) AS BIGINT) AS amt FROM entries WHERE kind = 'release' GROUP BY request_id) r ON r.request_id = h.request_id
                  WHERE h.state != 'open' AND COALESCE(-s.amt, 0) + COALESCE(r.amt, 0) != h.reserved_micros",
             )?;
             q(

@@ -2,7 +2,7 @@
 //! release at the end, each in one `BEGIN IMMEDIATE` transaction. After TigerBeetle's pending
 //! transfers: a hold never moves the balance; it lowers what other requests may reserve.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::{args, Tx, Value};
 
 use super::accounts::{add_balance, insert_entry, insert_usage, UsageRecord, UsageStatus};
 use super::{now, AccountId, KeyId, Ledger, LedgerError, Micros};
@@ -36,7 +36,7 @@ impl Ledger {
         account: AccountId,
         amount: Micros,
     ) -> Result<Reservation, LedgerError> {
-        self.write(|tx| reserve_in(tx, request_id, account, None, amount))
+        self.write(|tx| reserve_in(tx, request_id, account, None, amount, &self.replica))
     }
 
     /// Charge the actual cost (never more than reserved) and release the rest; records usage.
@@ -61,42 +61,115 @@ impl Ledger {
         self.write(|tx| close_hold(tx, usage, charge))
     }
 
-    /// Release every open hold (start-up after a crash: the clients got no complete response,
-    /// so nothing is charged). Returns how many were released.
+    /// Release every open hold (start-up of the one process that owns a SQLite file: the
+    /// clients got no complete response, so nothing is charged). Returns how many.
     ///
     /// # Errors
     /// Database errors.
     pub fn release_all_open(&self) -> Result<usize, LedgerError> {
+        self.write(|tx| release_open_where(tx, "TRUE", &[], "released at start-up"))
+    }
+
+    /// Release the open holds this replica's id left (start-up of a replica that shares the
+    /// database: the others' holds belong to requests still running). Returns how many.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn release_own_open(&self) -> Result<usize, LedgerError> {
+        let me = self.replica.clone();
         self.write(|tx| {
-            let open: Vec<(String, AccountId, Micros)> = {
-                let mut st = tx.prepare("SELECT request_id, account_id, reserved_micros FROM holds WHERE state = 'open'")?;
-                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                rows.collect::<Result<_, _>>()?
-            };
-            for (rid, account, reserved) in &open {
-                insert_entry(tx, *account, "release", *reserved, Some(rid), Some("released at start-up"))?;
-                tx.execute("UPDATE holds SET state = 'released', settled_micros = 0, closed_at = ?1 WHERE request_id = ?2", params![now(), rid])?;
-            }
-            Ok(open.len())
+            release_open_where(
+                tx,
+                "owner = ?1",
+                args![&*me],
+                "released at the replica's start-up",
+            )
         })
     }
+
+    /// Extend the lease of every open hold of this replica to [`LEASE_S`] from now; the
+    /// server calls it every [`LEASE_RENEW_S`] while it runs. Returns how many were renewed.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn renew_leases(&self) -> Result<usize, LedgerError> {
+        let me = self.replica.clone();
+        self.write(|tx| {
+            Ok(tx.exec(
+                "UPDATE holds SET lease_until = ?1 WHERE owner = ?2 AND state = 'open'",
+                args![now() + LEASE_S, &*me],
+            )?)
+        })
+    }
+
+    /// Release every open hold whose lease has expired: its replica stopped renewing (it
+    /// died), so its client got no complete response and nothing is charged; running
+    /// idempotency claims of those requests are forgotten, so a retry runs. Any replica may
+    /// call it; the server does every [`LEASE_RENEW_S`]. Returns how many holds.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn release_expired_leases(&self) -> Result<usize, LedgerError> {
+        self.write(|tx| {
+            let n = release_open_where(
+                tx,
+                "lease_until < ?1",
+                args![now()],
+                "released: the replica's lease expired",
+            )?;
+            if n > 0 {
+                super::idempotency::forget_unheld_claims(tx)?;
+            }
+            Ok(n)
+        })
+    }
+}
+
+/// How long a hold's lease lasts (seconds) without renewal: a replica that stops renewing has
+/// its holds released by the others after at most this long plus one sweep.
+pub const LEASE_S: i64 = 15;
+
+/// How often (seconds) a server renews its leases and sweeps expired ones.
+pub const LEASE_RENEW_S: u64 = 5;
+
+/// Release, inside `tx`, every open hold matching `condition` (SQL over `holds`, with `args`):
+/// a `release` entry of the whole reservation each, nothing charged. Returns how many.
+fn release_open_where(
+    tx: &Tx<'_>,
+    condition: &str,
+    args: &[Value],
+    note: &str,
+) -> Result<usize, LedgerError> {
+    let open: Vec<(String, AccountId, Micros)> = tx.query_all(
+        &format!(
+            "SELECT request_id, account_id, reserved_micros FROM holds WHERE state = 'open' AND ({condition})"
+        ),
+        args,
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    for (rid, account, reserved) in &open {
+        insert_entry(tx, *account, "release", *reserved, Some(rid), Some(note))?;
+        tx.exec(
+            "UPDATE holds SET state = 'released', settled_micros = 0, closed_at = ?1 WHERE request_id = ?2",
+            args![now(), rid],
+        )?;
+    }
+    Ok(open.len())
 }
 
 /// Close the hold of `usage.request_id` inside `tx`: charge `usage.cost_micros` (clamped to the
 /// hold) and release the rest when `charge`, else release it all; records the usage row. A hold
 /// that is missing or already closed changes nothing (`applied: false`).
 pub(super) fn close_hold(
-    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    tx: &Tx<'_>,
     usage: &UsageRecord,
     charge: bool,
 ) -> Result<HoldOutcome, LedgerError> {
-    let hold: Option<(AccountId, Micros, String)> = tx
-        .query_row(
-            "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
-            [&usage.request_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?;
+    let hold: Option<(AccountId, Micros, String)> = tx.query_opt(
+        "SELECT account_id, reserved_micros, state FROM holds WHERE request_id = ?1",
+        args![&usage.request_id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     let Some((account, reserved, state)) = hold else {
         return Ok(HoldOutcome {
             charged_micros: Micros::ZERO,
@@ -131,9 +204,9 @@ pub(super) fn close_hold(
             None,
         )?;
     }
-    tx.execute(
+    tx.exec(
         "UPDATE holds SET state = ?1, settled_micros = ?2, closed_at = ?3 WHERE request_id = ?4",
-        params![
+        args![
             if charge { "settled" } else { "released" },
             cost,
             now(),
@@ -154,13 +227,14 @@ pub(super) fn close_hold(
 }
 
 /// Insert an open hold of `amount` micros for `request_id` if `balance - open holds >= amount`,
-/// inside `tx`.
+/// inside `tx`, owned by replica `owner` with a lease of [`LEASE_S`].
 pub(super) fn reserve_in(
-    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    tx: &Tx<'_>,
     request_id: &str,
     account: AccountId,
     key: Option<KeyId>,
     amount: Micros,
+    owner: &str,
 ) -> Result<Reservation, LedgerError> {
     if amount < Micros::ZERO {
         return Err(LedgerError::BadAmount);
@@ -169,13 +243,12 @@ pub(super) fn reserve_in(
         super::keys::check_key_limit(tx, key, amount)?;
     }
     let available: Micros = tx
-        .query_row(
-            "SELECT a.balance_micros - COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
+        .query_opt(
+            "SELECT a.balance_micros - COALESCE((SELECT CAST(SUM(reserved_micros) AS BIGINT) FROM holds h WHERE h.account_id = a.id AND h.state = 'open'), 0)
              FROM accounts a WHERE a.id = ?1",
-            [account],
+            args![account],
             |r| r.get(0),
-        )
-        .optional()?
+        )?
         .ok_or_else(|| LedgerError::NoSuchAccount(account.to_string()))?;
     if available < amount {
         return Err(LedgerError::InsufficientBalance {
@@ -183,9 +256,10 @@ pub(super) fn reserve_in(
             available,
         });
     }
-    tx.execute(
-        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id) VALUES (?1, ?2, ?3, 'open', ?4, ?5)",
-        params![request_id, account, amount, now(), key],
+    tx.exec(
+        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id, owner, lease_until)
+         VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6, ?7)",
+        args![request_id, account, amount, now(), key, owner, now() + LEASE_S],
     )?;
     insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
     Ok(Reservation {

@@ -1,7 +1,7 @@
 //! Idempotency records for `Idempotency-Key`, scoped `(account, route, key)`. A claim is taken
 //! before money is reserved; only executed outcomes are stored; records expire after 24 h.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::{args, Tx};
 
 #[cfg(test)]
 use super::AccountId;
@@ -73,9 +73,9 @@ impl Ledger {
         body: &str,
     ) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE idempotency SET state = 'done', status = ?1, body = ?2 WHERE account_id = ?3 AND route = ?4 AND key = ?5",
-                params![i64::from(status), body, account, route, key],
+                args![i64::from(status), body, account, route, key],
             )?;
             Ok(())
         })
@@ -95,45 +95,55 @@ impl Ledger {
         key: &str,
     ) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute("DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND state = 'running'", params![account, route, key])?;
+            tx.exec("DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND state = 'running'", args![account, route, key])?;
             Ok(())
         })
     }
 
-    /// Drop claims left running by a process that died (start-up).
+    /// Drop claims left running by a process that died (start-up, after its holds were
+    /// released): every running claim whose request holds nothing open any more. Claims of
+    /// requests still running on other replicas keep their open holds, so they stay.
     ///
     /// # Errors
     /// Database errors.
     pub fn clear_running_idempotency(&self) -> Result<usize, LedgerError> {
-        self.write(|tx| Ok(tx.execute("DELETE FROM idempotency WHERE state = 'running'", [])?))
+        self.write(forget_unheld_claims)
     }
+}
+
+/// Inside `tx`, delete every running claim whose request has no open hold. Returns how many.
+pub(super) fn forget_unheld_claims(tx: &Tx<'_>) -> Result<usize, LedgerError> {
+    Ok(tx.exec(
+        "DELETE FROM idempotency WHERE state = 'running' AND NOT EXISTS
+           (SELECT 1 FROM holds h WHERE h.request_id = idempotency.request_id AND h.state = 'open')",
+        args![],
+    )?)
 }
 
 /// Claim `scope` for a body with `fingerprint` inside `tx` (see `Ledger::claim_idempotency`).
 pub(super) fn claim_in(
-    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    tx: &Tx<'_>,
     scope: &super::IdempotencyScope,
     fingerprint: &[u8],
     request_id: &str,
 ) -> Result<Claim, LedgerError> {
     let (account, route, key) = (scope.account, scope.route.as_str(), scope.key.as_str());
     let t = now();
-    tx.execute(
+    tx.exec(
         "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND created_at < ?4",
-        params![account, route, key, t - IDEMPOTENCY_TTL_S],
+        args![account, route, key, t - IDEMPOTENCY_TTL_S],
     )?;
     let row: Option<Row> = tx
-        .query_row(
+        .query_opt(
             "SELECT fingerprint, state, status, body, created_at FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",
-            params![account, route, key],
+            args![account, route, key],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .optional()?;
+        )?;
     match row {
         None => {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO idempotency (account_id, route, key, fingerprint, state, request_id, created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
-                params![account, route, key, fingerprint, request_id, t],
+                args![account, route, key, fingerprint, request_id, t],
             )?;
             Ok(Claim::New)
         }

@@ -2,7 +2,7 @@
 //! stable subject it gives the user (`sub`, OpenID Connect Core 1.0 section 5.7). The claims
 //! arrive here already verified (by `auth::oidc`); this file decides which account they open.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::args;
 
 use super::accounts::insert_account;
 use super::sessions::mark_verified;
@@ -44,12 +44,11 @@ impl Ledger {
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let linked: Option<AccountId> = tx
-                .query_row(
+                .query_opt(
                     "SELECT account_id FROM identities WHERE issuer = ?1 AND subject = ?2",
-                    params![id.issuer, id.subject],
+                    args![id.issuer, id.subject],
                     |r| r.get(0),
-                )
-                .optional()?;
+                )?;
             if let Some(account) = linked {
                 return Ok(account);
             }
@@ -57,32 +56,31 @@ impl Ledger {
                 return Err(LedgerError::UnverifiedIdentity(id.email.clone()));
             }
             let existing: Option<(AccountId, bool)> = tx
-                .query_row(
+                .query_opt(
                     "SELECT id, verified_at IS NOT NULL FROM accounts WHERE email = ?1",
-                    [&id.email],
+                    args![&id.email],
                     |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
+                )?;
             let account = match existing {
                 Some((account, true)) => account,
                 Some((account, false)) => {
                     let t = now();
-                    tx.execute(
+                    tx.exec(
                         "UPDATE accounts SET password_hash = NULL WHERE id = ?1",
-                        [account],
+                        args![account],
                     )?;
-                    tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account])?;
-                    tx.execute(
+                    tx.exec("DELETE FROM sessions WHERE account_id = ?1", args![account])?;
+                    tx.exec(
                         "UPDATE email_tokens SET used_at = ?1 WHERE account_id = ?2 AND used_at IS NULL",
-                        params![t, account],
+                        args![t, account],
                     )?;
                     account
                 }
                 None => insert_account(tx, &id.email, None, false)?,
             };
-            tx.execute(
+            tx.exec(
                 "INSERT INTO identities (issuer, subject, account_id, created_at) VALUES (?1, ?2, ?3, ?4)",
-                params![id.issuer, id.subject, account, now()],
+                args![id.issuer, id.subject, account, now()],
             )?;
             mark_verified(tx, account, starter_micros)?;
             Ok(account)

@@ -1,6 +1,6 @@
 //! API keys (stored only as SHA-256 plus a display prefix) and redeem codes (stored hashed).
 
-use r2d2_sqlite::rusqlite::{params, Connection, OptionalExtension};
+use super::db::{args, DbError, Row, Tx};
 
 use super::accounts::{add_balance, insert_entry};
 use super::{now, sha256, AccountId, KeyId, Ledger, LedgerError, Micros};
@@ -59,7 +59,7 @@ pub struct KeyUpdate {
     pub expires_at: Option<Option<i64>>,
 }
 
-fn row_to_key(r: &r2d2_sqlite::rusqlite::Row<'_>) -> r2d2_sqlite::rusqlite::Result<ApiKeyRecord> {
+fn row_to_key(r: &Row) -> Result<ApiKeyRecord, DbError> {
     let revoked: Option<i64> = r.get(6)?;
     Ok(ApiKeyRecord {
         id: r.get(0)?,
@@ -84,14 +84,11 @@ const KEY_SELECT: &str =
 /// Key `k.id`'s settled charges, open holds and usage records, as three columns (`row_to_spend`);
 /// each reads only the key's rows, through the `usage_key` and `holds_open_key` indexes.
 const SPEND_COLUMNS: &str =
-    "COALESCE((SELECT SUM(cost_micros) FROM usage u WHERE u.key_id = k.id), 0),
-     COALESCE((SELECT SUM(reserved_micros) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
+    "COALESCE((SELECT CAST(SUM(cost_micros) AS BIGINT) FROM usage u WHERE u.key_id = k.id), 0),
+     COALESCE((SELECT CAST(SUM(reserved_micros) AS BIGINT) FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0),
      (SELECT COUNT(*) FROM usage u WHERE u.key_id = k.id)";
 
-fn row_to_spend(
-    r: &r2d2_sqlite::rusqlite::Row<'_>,
-    at: usize,
-) -> r2d2_sqlite::rusqlite::Result<KeySpend> {
+fn row_to_spend(r: &Row, at: usize) -> Result<KeySpend, DbError> {
     Ok(KeySpend {
         spent_micros: r.get(at)?,
         reserved_micros: r.get(at + 1)?,
@@ -100,19 +97,28 @@ fn row_to_spend(
 }
 
 /// What key `key` has spent, holds open and recorded, read on `c` (a transaction too).
-fn spend_in(c: &Connection, key: KeyId) -> Result<KeySpend, LedgerError> {
-    Ok(c.query_row(
+fn spend_in(c: &Tx<'_>, key: KeyId) -> Result<KeySpend, LedgerError> {
+    Ok(c.query_opt(
         &format!("SELECT {SPEND_COLUMNS} FROM api_keys k WHERE k.id = ?1"),
-        [key],
+        args![key],
         |r| row_to_spend(r, 0),
-    )
-    .optional()?
+    )?
     .unwrap_or_default())
 }
 
 /// Bump the key epoch inside `tx`: running servers purge their cached keys within a second.
-pub(super) fn bump_key_epoch(tx: &Connection) -> Result<(), LedgerError> {
-    tx.execute("UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1", [])?;
+pub(super) fn bump_key_epoch(tx: &Tx<'_>) -> Result<(), LedgerError> {
+    tx.exec(
+        "UPDATE key_epoch SET epoch = epoch + 1 WHERE id = 1",
+        args![],
+    )?;
+    if tx.is_postgres() {
+        // Delivered to every replica's `watch_key_changes` when this transaction commits.
+        tx.exec(
+            "SELECT pg_notify(?1, '')",
+            args![super::notify::KEYS_CHANNEL],
+        )?;
+    }
     Ok(())
 }
 
@@ -131,19 +137,14 @@ pub struct KeyLimitBreach {
 ///
 /// # Errors
 /// `KeySpendLimit` with the limit, what is spent or reserved, and `amount`; database errors.
-pub(super) fn check_key_limit(
-    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
-    key: KeyId,
-    amount: Micros,
-) -> Result<(), LedgerError> {
+pub(super) fn check_key_limit(tx: &Tx<'_>, key: KeyId, amount: Micros) -> Result<(), LedgerError> {
     // Most keys have no limit: one indexed row read, and no sums, for them.
     let limit: Option<Micros> = tx
-        .query_row(
+        .query_opt(
             "SELECT spend_limit_micros FROM api_keys WHERE id = ?1",
-            [key],
+            args![key],
             |r| r.get(0),
-        )
-        .optional()?
+        )?
         .flatten();
     let Some(limit) = limit else {
         return Ok(());
@@ -174,11 +175,11 @@ impl Ledger {
     ) -> Result<ApiKeyRecord, LedgerError> {
         self.account(account)?;
         let id = self.write(|tx| {
-            tx.execute(
-                "INSERT INTO api_keys (account_id, name, key_hash, prefix, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![account, name, key_hash, prefix, now()],
-            )?;
-            Ok(KeyId(tx.last_insert_rowid()))
+            Ok(tx.query_one(
+                "INSERT INTO api_keys (account_id, name, key_hash, prefix, created_at) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+                args![account, name, key_hash, prefix, now()],
+                |r| r.get(0),
+            )?)
         })?;
         self.key(id)
     }
@@ -194,13 +195,14 @@ impl Ledger {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
-            // Each `IIF(given, new, old)` leaves a field alone when the update does not set it.
-            let n = tx.execute(
-                "UPDATE api_keys SET name = IIF(?1, ?2, name),
-                        spend_limit_micros = IIF(?3, ?4, spend_limit_micros),
-                        expires_at = IIF(?5, ?6, expires_at)
+            // Each `CASE WHEN given THEN new ELSE old END` leaves a field alone when the update
+            // does not set it.
+            let n = tx.exec(
+                "UPDATE api_keys SET name = CASE WHEN ?1 THEN ?2 ELSE name END,
+                        spend_limit_micros = CASE WHEN ?3 THEN ?4 ELSE spend_limit_micros END,
+                        expires_at = CASE WHEN ?5 THEN ?6 ELSE expires_at END
                  WHERE id = ?7",
-                params![
+                args![
                     u.name.is_some(),
                     u.name,
                     u.spend_limit_micros.is_some(),
@@ -228,13 +230,12 @@ impl Ledger {
         account: AccountId,
     ) -> Result<std::collections::HashMap<KeyId, KeySpend>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT k.id, {SPEND_COLUMNS} FROM api_keys k WHERE k.account_id = ?1"
-            ))?;
-            let rows = st.query_map([account], |r| {
-                Ok((r.get::<_, KeyId>(0)?, row_to_spend(r, 1)?))
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            let rows = c.query_all(
+                &format!("SELECT k.id, {SPEND_COLUMNS} FROM api_keys k WHERE k.account_id = ?1"),
+                args![account],
+                |r| Ok((r.get::<_, KeyId>(0)?, row_to_spend(r, 1)?)),
+            )?;
+            Ok(rows.into_iter().collect())
         })
     }
 
@@ -251,9 +252,12 @@ impl Ledger {
     /// `NoSuchKey`, database errors.
     pub fn key(&self, id: KeyId) -> Result<ApiKeyRecord, LedgerError> {
         self.read(|c| {
-            c.query_row(&format!("{KEY_SELECT} WHERE id = ?1"), [id], row_to_key)
-                .optional()?
-                .ok_or_else(|| LedgerError::NoSuchKey(id.to_string()))
+            c.query_opt(
+                &format!("{KEY_SELECT} WHERE id = ?1"),
+                args![id],
+                row_to_key,
+            )?
+            .ok_or_else(|| LedgerError::NoSuchKey(id.to_string()))
         })
     }
 
@@ -263,12 +267,11 @@ impl Ledger {
     /// Database errors.
     pub fn key_by_hash(&self, key_hash: &[u8]) -> Result<Option<ApiKeyRecord>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 &format!("{KEY_SELECT} WHERE key_hash = ?1"),
-                [key_hash],
+                args![key_hash],
                 row_to_key,
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -278,11 +281,12 @@ impl Ledger {
     /// Database errors.
     pub fn keys(&self, account: AccountId) -> Result<Vec<ApiKeyRecord>, LedgerError> {
         self.read(|c| {
-            let mut st = c.prepare(&format!(
-                "{KEY_SELECT} WHERE account_id = ?1 ORDER BY id DESC"
-            ))?;
-            let rows = st.query_map([account], row_to_key)?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            let rows = c.query_all(
+                &format!("{KEY_SELECT} WHERE account_id = ?1 ORDER BY id DESC"),
+                args![account],
+                row_to_key,
+            )?;
+            Ok(rows)
         })
     }
 
@@ -292,9 +296,9 @@ impl Ledger {
     /// `NoSuchKey`, database errors.
     pub fn revoke_key(&self, id: KeyId) -> Result<ApiKeyRecord, LedgerError> {
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2",
-                params![now(), id],
+                args![now(), id],
             )?;
             if n == 0 {
                 return Err(LedgerError::NoSuchKey(id.to_string()));
@@ -309,9 +313,13 @@ impl Ledger {
     /// # Errors
     /// Database errors.
     pub fn key_epoch(&self) -> Result<i64, LedgerError> {
-        self.read(
-            |c| Ok(c.query_row("SELECT epoch FROM key_epoch WHERE id = 1", [], |r| r.get(0))?),
-        )
+        self.read(|c| {
+            Ok(
+                c.query_one("SELECT epoch FROM key_epoch WHERE id = 1", args![], |r| {
+                    r.get(0)
+                })?,
+            )
+        })
     }
 
     /// Record a key's last use (best effort, at most once a minute per key by the caller).
@@ -320,9 +328,9 @@ impl Ledger {
     /// Database errors.
     pub fn touch_key(&self, id: KeyId) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE api_keys SET last_used_at = ?1 WHERE id = ?2",
-                params![now(), id],
+                args![now(), id],
             )?;
             Ok(())
         })
@@ -338,9 +346,9 @@ impl Ledger {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO codes (code_hash, amount_micros, created_at) VALUES (?1, ?2, ?3)",
-                params![sha256(&canonical_code(code)), amount_micros, now()],
+                args![sha256(&canonical_code(code)), amount_micros, now()],
             )?;
             Ok(())
         })
@@ -357,21 +365,20 @@ impl Ledger {
             let mut found = None;
             for hash in [sha256(&canonical_code(code)), sha256(code.trim())] {
                 found = tx
-                    .query_row(
+                    .query_opt(
                         "SELECT amount_micros FROM codes WHERE code_hash = ?1 AND redeemed_by IS NULL",
-                        [&hash],
+                        args![&hash],
                         |r| r.get::<_, Micros>(0),
-                    )
-                    .optional()?
+                    )?
                     .map(|a| (a, hash));
                 if found.is_some() {
                     break;
                 }
             }
             let (amount, hash) = found.ok_or(LedgerError::BadCode)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE codes SET redeemed_by = ?1, redeemed_at = ?2 WHERE code_hash = ?3",
-                params![account, now(), hash],
+                args![account, now(), hash],
             )?;
             add_balance(tx, account, amount)?;
             insert_entry(tx, account, "redeem", amount, None, Some("redeem code"))?;

@@ -1,25 +1,37 @@
 //! The ledger: accounts, the append-only journal of money movements, two-phase holds, usage
 //! records, API keys, redeem codes, idempotency records, and dashboard sign-in (password hashes,
-//! sessions, e-mail tokens), in SQLite.
+//! sessions, e-mail tokens), in SQLite (one machine) or PostgreSQL (several replicas).
 //!
-//! Owns: all SQL (only this module uses rusqlite/r2d2). May use: `std`, `sha2`. Never: HTTP,
-//! candle, `engine`, `api`.
+//! Owns: all SQL (only this module uses rusqlite/r2d2 and tokio-postgres/deadpool). May use:
+//! `std`, `sha2`. Never: HTTP, candle, `engine`, `api`.
 //!
-//! Settings (reliability.md, SQLite): WAL, `synchronous=FULL`, `foreign_keys=ON`,
-//! `busy_timeout=5000`; every write runs in `BEGIN IMMEDIATE` so concurrent writers serialise
-//! before reading balances; STRICT tables; versioned migrations (`PRAGMA user_version`) applied
-//! at open. Money is `i64` micro-USD.
+//! Both engines run the same statements through [`db::Tx`], and every write is one
+//! transaction that sees the database as if alone:
+//! - SQLite (reliability.md): WAL, `synchronous=FULL`, `foreign_keys=ON`, `busy_timeout=5000`;
+//!   every write runs in `BEGIN IMMEDIATE`, so concurrent writers serialise before reading
+//!   balances; STRICT tables; versioned migrations (`PRAGMA user_version`) applied at open.
+//! - PostgreSQL: every write runs at `SERIALIZABLE` and is run again (up to
+//!   [`PG_ATTEMPTS`] times, with a short random pause) when PostgreSQL reports a
+//!   serialization failure or deadlock, so reserve/settle stay atomic across processes
+//!   exactly as under SQLite's single writer; reads run in a `REPEATABLE READ READ ONLY`
+//!   transaction (one snapshot). Migrations are applied at open under an advisory lock, so
+//!   replicas starting together migrate once; the version is in `tollgate_schema`.
+//!
+//! Money is `i64` micro-USD.
 
 mod accounts;
 mod check;
+pub mod db;
 mod holds;
 mod idempotency;
 mod identities;
 mod keys;
+mod notify;
 mod profile;
 mod requests;
 mod responses;
 mod sessions;
+pub mod testdb;
 mod topups;
 mod usage;
 
@@ -27,15 +39,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use r2d2_sqlite::rusqlite::{self, Connection, TransactionBehavior};
+use r2d2_sqlite::rusqlite::{self, TransactionBehavior};
 use r2d2_sqlite::SqliteConnectionManager;
+
+use db::{DbError, PgPool, Tx};
 
 pub use accounts::{Account, EntryRow, UsageRecord, UsageStatus};
 pub use check::Violation;
-pub use holds::{HoldOutcome, Reservation};
+pub use holds::{HoldOutcome, Reservation, LEASE_RENEW_S, LEASE_S};
 pub use idempotency::{Claim, IdempotencyRecord};
 pub use identities::ExternalIdentity;
 pub use keys::{canonical_code, ApiKeyRecord, KeyLimitBreach, KeySpend, KeyState, KeyUpdate};
+pub use notify::{KeyNotice, KEYS_CHANNEL};
 pub use profile::deleted_email;
 pub use requests::{Admitted, IdempotencyScope, StoredResponse};
 pub use responses::{SavedResponse, RESPONSE_TTL_S};
@@ -43,8 +58,15 @@ pub use sessions::{Login, SessionRecord, TokenPurpose};
 pub use topups::{NewTopup, TopupOutcome, TopupStatus};
 pub use usage::{DaySpend, KeyFilter, UsageFilter};
 
-/// Migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 10] = [
+/// PostgreSQL migrations: (the version it brings the schema to, its SQL). The first builds
+/// what SQLite's first ten build; later ones come in pairs with SQLite's.
+const PG_MIGRATIONS: [(i64, &str); 2] = [
+    (10, include_str!("migrations/pg/0010_schema.sql")),
+    (11, include_str!("migrations/pg/0011_hold_leases.sql")),
+];
+
+/// SQLite migrations in order; `PRAGMA user_version` = how many are applied.
+const MIGRATIONS: [&str; 11] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
@@ -55,31 +77,11 @@ const MIGRATIONS: [&str; 10] = [
     include_str!("migrations/0008_cached_tokens.sql"),
     include_str!("migrations/0009_audio_usage.sql"),
     include_str!("migrations/0010_key_limits.sql"),
+    include_str!("migrations/0011_hold_leases.sql"),
 ];
 
 pub use crate::ids::{AccountId, KeyId};
 pub use crate::money::Micros;
-
-/// Ids and money are stored as SQLite integers.
-macro_rules! sql_integer_id {
-    ($t:ty) => {
-        impl rusqlite::types::ToSql for $t {
-            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-                Ok(rusqlite::types::ToSqlOutput::from(self.0))
-            }
-        }
-        impl rusqlite::types::FromSql for $t {
-            fn column_result(
-                v: rusqlite::types::ValueRef<'_>,
-            ) -> rusqlite::types::FromSqlResult<Self> {
-                i64::column_result(v).map(Self)
-            }
-        }
-    };
-}
-sql_integer_id!(AccountId);
-sql_integer_id!(KeyId);
-sql_integer_id!(Micros);
 
 /// Ledger failures the caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -109,17 +111,44 @@ pub enum LedgerError {
     #[error("amount must be positive and fit in micros")]
     BadAmount,
     #[error("database error: {0}")]
-    Database(#[from] rusqlite::Error),
+    Database(#[from] DbError),
     #[error("connection pool error: {0}")]
     Pool(#[from] r2d2::Error),
     #[error("blocking task failed: {0}")]
     Join(String),
 }
 
+impl From<rusqlite::Error> for LedgerError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Database(DbError::Sqlite(e))
+    }
+}
+
+impl LedgerError {
+    /// A PostgreSQL serialization failure or deadlock: the transaction may run again.
+    fn is_retryable(&self) -> bool {
+        matches!(self, Self::Database(e) if e.is_retryable())
+    }
+}
+
+/// How many times a PostgreSQL write transaction runs before its serialization failure is
+/// returned.
+pub const PG_ATTEMPTS: u32 = 40;
+
+/// The database behind a ledger.
+#[derive(Clone)]
+enum Backend {
+    Sqlite(r2d2::Pool<SqliteConnectionManager>),
+    /// The pool and the URL it connects to (for `LISTEN` connections).
+    Postgres(PgPool, Arc<str>),
+}
+
 /// Handle to the ledger database; cheap to clone.
 #[derive(Clone)]
 pub struct Ledger {
-    pool: r2d2::Pool<SqliteConnectionManager>,
+    backend: Backend,
+    /// This process's replica id, written on the holds it takes (see `holds`).
+    replica: Arc<str>,
     /// `PRAGMA max_page_count` applied before every write; `NO_PAGE_CAP` = never set.
     page_cap: Arc<std::sync::atomic::AtomicI64>,
 }
@@ -173,11 +202,20 @@ fn owner_only(path: &Path) {
 }
 
 impl Ledger {
-    /// Open (creating if needed) the database at `path` and apply pending migrations.
+    /// Open the ledger named by `db` and apply pending migrations: a `postgres://` or
+    /// `postgresql://` URL opens PostgreSQL ([`Ledger::open_postgres`]); anything else is a
+    /// SQLite file, created if needed.
     ///
     /// # Errors
-    /// I/O, SQLite and migration errors.
-    pub fn open(path: &Path) -> Result<Self, LedgerError> {
+    /// I/O, database and migration errors.
+    pub fn open(db: &Path) -> Result<Self, LedgerError> {
+        if let Some(url) = db
+            .to_str()
+            .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+        {
+            return Self::open_postgres(url);
+        }
+        let path = db;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);
         }
@@ -193,15 +231,56 @@ impl Ledger {
             .min_idle(Some(1))
             .build(manager)?;
         let ledger = Self {
-            pool,
+            backend: Backend::Sqlite(pool),
+            replica: new_replica_id(),
             page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
         };
-        ledger.migrate()?;
+        ledger.migrate_sqlite()?;
         Ok(ledger)
     }
 
-    fn migrate(&self) -> Result<(), LedgerError> {
-        let mut conn = self.pool.get()?;
+    /// Connect to the PostgreSQL database at `url` (a pool of up to 16 connections) and apply
+    /// pending migrations under an advisory lock.
+    ///
+    /// # Errors
+    /// Connection and migration errors.
+    pub fn open_postgres(url: &str) -> Result<Self, LedgerError> {
+        let ledger = Self {
+            backend: Backend::Postgres(PgPool::new(url, 16)?, Arc::from(url)),
+            replica: new_replica_id(),
+            page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
+        };
+        ledger.migrate_postgres()?;
+        Ok(ledger)
+    }
+
+    /// This ledger with replica id `id` (non-empty), written on every hold it takes, so that
+    /// a restart with the same id releases exactly the holds its previous run left open.
+    #[must_use]
+    pub fn with_replica(mut self, id: &str) -> Self {
+        if !id.trim().is_empty() {
+            self.replica = Arc::from(id.trim());
+        }
+        self
+    }
+
+    /// This process's replica id.
+    #[must_use]
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Whether this ledger is on PostgreSQL.
+    #[must_use]
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(..))
+    }
+
+    fn migrate_sqlite(&self) -> Result<(), LedgerError> {
+        let Backend::Sqlite(pool) = &self.backend else {
+            return Ok(());
+        };
+        let mut conn = pool.get()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         for (i, sql) in MIGRATIONS
@@ -220,30 +299,86 @@ impl Ledger {
         Ok(())
     }
 
-    /// Run `f` in one `BEGIN IMMEDIATE` transaction; commits on `Ok`, rolls back on `Err`.
-    fn write<T>(
-        &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, LedgerError>,
-    ) -> Result<T, LedgerError> {
-        let mut conn = self.pool.get()?;
-        let cap = self.page_cap.load(std::sync::atomic::Ordering::Relaxed);
-        if cap != NO_PAGE_CAP {
-            // Per connection, so set on whichever pooled connection runs this write.
-            let _: i64 =
-                conn.query_row(&format!("PRAGMA max_page_count = {cap}"), [], |r| r.get(0))?;
+    fn migrate_postgres(&self) -> Result<(), LedgerError> {
+        let Backend::Postgres(pool, _) = &self.backend else {
+            return Ok(());
+        };
+        let mut client = pool.get()?;
+        let tx = db::block(client.transaction()).map_err(DbError::from)?;
+        let t = Tx::Postgres(&tx);
+        // Replicas starting together: the first migrates, the others wait here, then see it.
+        t.batch("SELECT pg_advisory_xact_lock(7411770001); CREATE TABLE IF NOT EXISTS tollgate_schema (version BIGINT NOT NULL);")?;
+        let version: i64 = t
+            .query_opt("SELECT version FROM tollgate_schema", &[], |r| r.get(0))?
+            .unwrap_or(0);
+        for (v, sql) in PG_MIGRATIONS.iter().filter(|(v, _)| *v > version) {
+            t.batch(sql)?;
+            t.exec("DELETE FROM tollgate_schema", &[])?;
+            t.exec(
+                "INSERT INTO tollgate_schema (version) VALUES (?1)",
+                db::args![v],
+            )?;
         }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+        db::block(tx.commit()).map_err(DbError::from)?;
+        Ok(())
     }
 
+    /// Run `f` in one write transaction (SQLite `BEGIN IMMEDIATE`; PostgreSQL `SERIALIZABLE`,
+    /// run again on a serialization failure, so `f` may run more than once and must only
+    /// touch the database); commits on `Ok`, rolls back on `Err`.
+    fn write<T>(
+        &self,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let mut conn = pool.get()?;
+                let cap = self.page_cap.load(std::sync::atomic::Ordering::Relaxed);
+                if cap != NO_PAGE_CAP {
+                    // Per connection, so set on whichever pooled connection runs this write.
+                    let _: i64 =
+                        conn.query_row(&format!("PRAGMA max_page_count = {cap}"), [], |r| {
+                            r.get(0)
+                        })?;
+                }
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let out = f(&Tx::Sqlite(&tx))?;
+                tx.commit()?;
+                Ok(out)
+            }
+            Backend::Postgres(pool, _) => {
+                let mut client = pool.get()?;
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let result = pg_transaction(&mut client, false, &mut f);
+                    match result {
+                        Err(e) if e.is_retryable() && attempt < PG_ATTEMPTS => {
+                            retry_pause(attempt);
+                        }
+                        other => return other,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Run `f` on one consistent snapshot (SQLite: a pooled connection; PostgreSQL: a
+    /// `REPEATABLE READ READ ONLY` transaction).
     fn read<T>(
         &self,
-        f: impl FnOnce(&Connection) -> Result<T, LedgerError>,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T, LedgerError>,
     ) -> Result<T, LedgerError> {
-        let conn = self.pool.get()?;
-        f(&conn)
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let conn = pool.get()?;
+                f(&Tx::Sqlite(&conn))
+            }
+            Backend::Postgres(pool, _) => {
+                let mut client = pool.get()?;
+                pg_transaction(&mut client, true, &mut f)
+            }
+        }
     }
 
     /// Cap the database at its current size (`Some(0)`), at `n` pages (`Some(n)`, never below
@@ -252,12 +387,15 @@ impl Ledger {
     /// exactly as on a full disk; the disk-full tests use it. Returns the cap in pages.
     ///
     /// # Errors
-    /// Database errors.
+    /// Database errors; `Unsupported` on PostgreSQL.
     pub fn cap_pages(&self, pages: Option<u32>) -> Result<i64, LedgerError> {
+        let Backend::Sqlite(pool) = &self.backend else {
+            return Err(DbError::Unsupported("cap_pages (SQLite's max_page_count)").into());
+        };
         let cap = match pages {
             None => MAX_PAGES,
             Some(n) => {
-                let conn = self.pool.get()?;
+                let conn = pool.get()?;
                 let current: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
                 current.max(i64::from(n))
             }
@@ -282,16 +420,62 @@ impl Ledger {
     }
 }
 
+/// One PostgreSQL transaction around `f`: `SERIALIZABLE` for writes, `REPEATABLE READ READ
+/// ONLY` for reads; commits on `Ok`.
+fn pg_transaction<T>(
+    client: &mut deadpool_postgres::Object,
+    read_only: bool,
+    f: &mut impl FnMut(&Tx<'_>) -> Result<T, LedgerError>,
+) -> Result<T, LedgerError> {
+    use tokio_postgres::IsolationLevel;
+    let level = if read_only {
+        IsolationLevel::RepeatableRead
+    } else {
+        IsolationLevel::Serializable
+    };
+    let tx = db::block(
+        client
+            .build_transaction()
+            .isolation_level(level)
+            .read_only(read_only)
+            .start(),
+    )
+    .map_err(DbError::from)?;
+    let out = f(&Tx::Postgres(&tx))?;
+    db::block(tx.commit()).map_err(DbError::from)?;
+    Ok(out)
+}
+
+/// A pause before attempt `attempt + 1` of a serialization failure: random, up to
+/// 1 ms x 2^attempt, at most 64 ms, so contending transactions spread out.
+fn retry_pause(attempt: u32) {
+    let ceiling_us = 1000u64 << attempt.min(6);
+    let pause = rand::random::<u64>() % ceiling_us;
+    std::thread::sleep(std::time::Duration::from_micros(pause));
+}
+
+/// A random replica id, `r-` and 16 hex digits, for a process not given one.
+fn new_replica_id() -> Arc<str> {
+    Arc::from(format!("r-{:016x}", rand::random::<u64>()))
+}
+
 /// SHA-256 of a secret (API key, redeem code), as stored.
 pub fn sha256(secret: &str) -> Vec<u8> {
     use sha2::Digest;
     sha2::Sha256::digest(secret.as_bytes()).to_vec()
 }
 
+/// A ledger for a test: a SQLite file in a new temporary directory, or, with
+/// `TOLLGATE_TEST_DB=postgres`, a fresh database on the test cluster (the directory is then
+/// empty).
 #[cfg(test)]
 pub(crate) fn temp_ledger() -> (tempfile::TempDir, Ledger) {
     let dir = tempfile::tempdir().unwrap();
-    let l = Ledger::open(&dir.path().join("t.db")).unwrap();
+    let l = if testdb::postgres_wanted() {
+        Ledger::open_postgres(&testdb::fresh_database().unwrap()).unwrap()
+    } else {
+        Ledger::open(&dir.path().join("t.db")).unwrap()
+    };
     (dir, l)
 }
 
@@ -326,7 +510,8 @@ mod file_mode_tests {
 
     #[test]
     fn a_new_ledger_and_its_wal_are_owner_only() {
-        let (dir, l) = temp_ledger();
+        let dir = tempfile::tempdir().unwrap();
+        let l = Ledger::open(&dir.path().join("t.db")).unwrap();
         l.write(|_| Ok(())).unwrap();
         let db = dir.path().join("t.db");
         assert_eq!(mode(&db), 0o600);

@@ -10,7 +10,7 @@
 //! with a card payment started in the last 24 hours and not confirmed yet cannot be deleted
 //! (the payment would credit a closed account): Stripe Checkout sessions expire after 24 hours.
 
-use r2d2_sqlite::rusqlite::params;
+use super::db::args;
 
 use super::{now, AccountId, Ledger, LedgerError};
 
@@ -35,16 +35,16 @@ impl Ledger {
         keep_session: &[u8],
     ) -> Result<usize, LedgerError> {
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE accounts SET password_hash = ?1 WHERE id = ?2 AND deleted_at IS NULL",
-                params![password_hash, account],
+                args![password_hash, account],
             )?;
             if n == 0 {
                 return Err(LedgerError::NoSuchAccount(account.to_string()));
             }
-            Ok(tx.execute(
+            Ok(tx.exec(
                 "DELETE FROM sessions WHERE account_id = ?1 AND id_hash != ?2",
-                params![account, keep_session],
+                args![account, keep_session],
             )?)
         })
     }
@@ -57,28 +57,28 @@ impl Ledger {
     pub fn delete_account(&self, account: AccountId) -> Result<(), LedgerError> {
         self.write(|tx| {
             let t = now();
-            let pending: i64 = tx.query_row(
+            let pending: i64 = tx.query_one(
                 "SELECT COUNT(*) FROM topups WHERE account_id = ?1 AND state = 'pending' AND created_at > ?2",
-                params![account, t - PENDING_TOPUP_SECS],
+                args![account, t - PENDING_TOPUP_SECS],
                 |r| r.get(0),
             )?;
             if pending > 0 {
                 return Err(LedgerError::TopupPending);
             }
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE accounts SET email = ?1, password_hash = NULL, role = 'user', deleted_at = ?2
                  WHERE id = ?3 AND deleted_at IS NULL",
-                params![deleted_email(account), t, account],
+                args![deleted_email(account), t, account],
             )?;
             if n == 0 {
                 return Err(LedgerError::NoSuchAccount(account.to_string()));
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?1) WHERE account_id = ?2",
-                params![t, account],
+                args![t, account],
             )?;
             for table in ["sessions", "email_tokens", "identities"] {
-                tx.execute(&format!("DELETE FROM {table} WHERE account_id = ?1"), [account])?;
+                tx.exec(&format!("DELETE FROM {table} WHERE account_id = ?1"), args![account])?;
             }
             super::keys::bump_key_epoch(tx)
         })
@@ -113,7 +113,7 @@ mod tests {
             matches!(l.delete_account(a.id), Err(LedgerError::TopupPending)),
             "a card payment under way would credit a closed account"
         );
-        l.write(|tx| Ok(tx.execute("UPDATE topups SET created_at = created_at - 90000", [])?))
+        l.write(|tx| Ok(tx.exec("UPDATE topups SET created_at = created_at - 90000", args![])?))
             .unwrap();
         l.delete_account(a.id).unwrap();
         let after = l.account(a.id).unwrap();

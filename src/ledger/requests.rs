@@ -12,7 +12,7 @@
 //! After Brandur Leach's "Implementing Stripe-like idempotency keys in Postgres": the response
 //! is stored in the same transaction as the last business write.
 
-use r2d2_sqlite::rusqlite::{params, Transaction};
+use super::db::{args, Tx};
 
 use super::holds::{close_hold, reserve_in, HoldOutcome, Reservation};
 use super::idempotency::{claim_in, Claim};
@@ -74,6 +74,7 @@ impl Ledger {
                 account,
                 key,
                 hold_micros,
+                &self.replica,
             )?))
         })
     }
@@ -125,9 +126,9 @@ impl Ledger {
     /// Database errors.
     pub fn mark_undelivered(&self, request_id: &str) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE usage SET status = 'undelivered' WHERE request_id = ?1 AND status = 'ok'",
-                [request_id],
+                args![request_id],
             )?;
             Ok(())
         })
@@ -139,39 +140,33 @@ impl Ledger {
     /// Database errors.
     #[cfg(test)]
     pub fn claim_owner(&self, scope: &IdempotencyScope) -> Result<Option<String>, LedgerError> {
-        use r2d2_sqlite::rusqlite::OptionalExtension;
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 "SELECT request_id FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3",
-                params![scope.account, scope.route, scope.key],
+                args![scope.account, scope.route, scope.key],
                 |r| r.get(0),
-            )
-            .optional()?)
+            )?)
         })
     }
 }
 
 fn store_in(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     scope: &IdempotencyScope,
     request_id: &str,
     r: &StoredResponse,
 ) -> Result<(), LedgerError> {
-    tx.execute(
+    tx.exec(
         "UPDATE idempotency SET state = 'done', status = ?1, body = ?2 WHERE account_id = ?3 AND route = ?4 AND key = ?5 AND request_id = ?6",
-        params![i64::from(r.status), r.body, scope.account, scope.route, scope.key, request_id],
+        args![i64::from(r.status), r.body, scope.account, scope.route, scope.key, request_id],
     )?;
     Ok(())
 }
 
-fn forget_in(
-    tx: &Transaction<'_>,
-    scope: &IdempotencyScope,
-    request_id: &str,
-) -> Result<(), LedgerError> {
-    tx.execute(
+fn forget_in(tx: &Tx<'_>, scope: &IdempotencyScope, request_id: &str) -> Result<(), LedgerError> {
+    tx.exec(
         "DELETE FROM idempotency WHERE account_id = ?1 AND route = ?2 AND key = ?3 AND state = 'running' AND request_id = ?4",
-        params![scope.account, scope.route, scope.key, request_id],
+        args![scope.account, scope.route, scope.key, request_id],
     )?;
     Ok(())
 }
@@ -277,9 +272,12 @@ mod tests {
             .unwrap();
         // The response's write fails after the charge's writes, inside the same transaction.
         l.write(|tx| {
-            tx.execute_batch(
-                "CREATE TRIGGER no_store BEFORE UPDATE ON idempotency BEGIN SELECT RAISE(ABORT, 'store failed'); END;",
-            )?;
+            tx.batch(if tx.is_postgres() {
+                "CREATE FUNCTION no_store() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'store failed'; END $$ LANGUAGE plpgsql;
+                 CREATE TRIGGER no_store BEFORE UPDATE ON idempotency FOR EACH ROW EXECUTE FUNCTION no_store();"
+            } else {
+                "CREATE TRIGGER no_store BEFORE UPDATE ON idempotency BEGIN SELECT RAISE(ABORT, 'store failed'); END;"
+            })?;
             Ok(())
         })
         .unwrap();
@@ -297,8 +295,14 @@ mod tests {
             "all or nothing"
         );
         assert_eq!(l.usage("req_1").unwrap(), None);
-        l.write(|tx| Ok(tx.execute_batch("DROP TRIGGER no_store;")?))
-            .unwrap();
+        l.write(|tx| {
+            Ok(tx.batch(if tx.is_postgres() {
+                "DROP TRIGGER no_store ON idempotency;"
+            } else {
+                "DROP TRIGGER no_store;"
+            })?)
+        })
+        .unwrap();
         assert_eq!(
             l.settle_request(&usage("req_1", a, 7), Some((&scope, &stored)))
                 .unwrap()

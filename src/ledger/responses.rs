@@ -3,7 +3,7 @@
 //! `previous_response_id`), kept 30 days and visible only to the account that made them.
 //! An expired row reads as absent and is purged on the next save.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::args;
 
 use super::{now, AccountId, Ledger, LedgerError};
 
@@ -34,11 +34,13 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let t = now();
         self.write(|tx| {
-            tx.execute("DELETE FROM stored_responses WHERE expires_at <= ?1", params![t])?;
-            tx.execute(
-                "INSERT OR REPLACE INTO stored_responses (id, account_id, body, conversation, created_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, account, saved.body, saved.conversation, t, t + RESPONSE_TTL_S],
+            tx.exec("DELETE FROM stored_responses WHERE expires_at <= ?1", args![t])?;
+            tx.exec(
+                "INSERT INTO stored_responses (id, account_id, body, conversation, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (id) DO UPDATE SET account_id = excluded.account_id, body = excluded.body,
+                   conversation = excluded.conversation, created_at = excluded.created_at, expires_at = excluded.expires_at",
+                args![id, account, saved.body, saved.conversation, t, t + RESPONSE_TTL_S],
             )?;
             Ok(())
         })
@@ -55,18 +57,17 @@ impl Ledger {
         account: AccountId,
     ) -> Result<Option<SavedResponse>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 "SELECT body, conversation FROM stored_responses
                  WHERE id = ?1 AND account_id = ?2 AND expires_at > ?3",
-                params![id, account, now()],
+                args![id, account, now()],
                 |r| {
                     Ok(SavedResponse {
                         body: r.get(0)?,
                         conversation: r.get(1)?,
                     })
                 },
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -76,9 +77,9 @@ impl Ledger {
     /// Database errors.
     pub fn delete_response(&self, id: &str, account: AccountId) -> Result<bool, LedgerError> {
         self.write(|tx| {
-            Ok(tx.execute(
+            Ok(tx.exec(
                 "DELETE FROM stored_responses WHERE id = ?1 AND account_id = ?2 AND expires_at > ?3",
-                params![id, account, now()],
+                args![id, account, now()],
             )? > 0)
         })
     }

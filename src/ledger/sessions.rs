@@ -2,7 +2,7 @@
 //! verification, server-side sessions and one-time e-mail tokens. Secrets (session ids, link
 //! tokens) arrive here already hashed (SHA-256) and are stored only so.
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::{args, Tx};
 
 use super::accounts::{add_balance, insert_account, insert_entry};
 use super::{now, Account, AccountId, Ledger, LedgerError, Micros};
@@ -47,13 +47,13 @@ pub struct SessionRecord {
 /// Mark `account` verified inside `tx`; the first time only, grant it `starter_micros` (a
 /// `grant` entry). Returns whether it was newly verified.
 pub(super) fn mark_verified(
-    tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+    tx: &Tx<'_>,
     account: AccountId,
     starter_micros: Micros,
 ) -> Result<bool, LedgerError> {
-    let newly = tx.execute(
+    let newly = tx.exec(
         "UPDATE accounts SET verified_at = ?1 WHERE id = ?2 AND verified_at IS NULL",
-        params![now(), account],
+        args![now(), account],
     )? == 1;
     if newly && starter_micros > Micros::ZERO {
         insert_entry(
@@ -85,9 +85,9 @@ impl Ledger {
     /// Database errors.
     pub fn login(&self, email: &str) -> Result<Option<Login>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 "SELECT id, password_hash, verified_at IS NOT NULL FROM accounts WHERE email = ?1",
-                [email],
+                args![email],
                 |r| {
                     Ok(Login {
                         account_id: r.get(0)?,
@@ -95,8 +95,7 @@ impl Ledger {
                         verified: r.get(2)?,
                     })
                 },
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -113,9 +112,9 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         self.write(|tx| {
             let t = now();
-            tx.execute(
+            tx.exec(
                 "INSERT INTO email_tokens (token_hash, account_id, purpose, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![token_hash, account, purpose.as_str(), t, t.saturating_add(ttl_secs)],
+                args![token_hash, account, purpose.as_str(), t, t.saturating_add(ttl_secs)],
             )?;
             Ok(())
         })
@@ -132,9 +131,9 @@ impl Ledger {
         purpose: TokenPurpose,
     ) -> Result<bool, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_one(
                 "SELECT EXISTS (SELECT 1 FROM email_tokens WHERE token_hash = ?1 AND purpose = ?2 AND used_at IS NULL AND expires_at > ?3)",
-                params![token_hash, purpose.as_str(), now()],
+                args![token_hash, purpose.as_str(), now()],
                 |r| r.get(0),
             )?)
         })
@@ -142,22 +141,21 @@ impl Ledger {
 
     /// Consume an unused, unexpired token of `purpose` inside `tx`; returns its account.
     fn take_token(
-        tx: &r2d2_sqlite::rusqlite::Transaction<'_>,
+        tx: &Tx<'_>,
         token_hash: &[u8],
         purpose: TokenPurpose,
     ) -> Result<AccountId, LedgerError> {
         let t = now();
         let account: Option<AccountId> = tx
-            .query_row(
+            .query_opt(
                 "SELECT account_id FROM email_tokens WHERE token_hash = ?1 AND purpose = ?2 AND used_at IS NULL AND expires_at > ?3",
-                params![token_hash, purpose.as_str(), t],
+                args![token_hash, purpose.as_str(), t],
                 |r| r.get(0),
-            )
-            .optional()?;
+            )?;
         let account = account.ok_or(LedgerError::BadToken)?;
-        tx.execute(
+        tx.exec(
             "UPDATE email_tokens SET used_at = ?1 WHERE token_hash = ?2",
-            params![t, token_hash],
+            args![t, token_hash],
         )?;
         Ok(account)
     }
@@ -195,12 +193,12 @@ impl Ledger {
     ) -> Result<AccountId, LedgerError> {
         self.write(|tx| {
             let account = Self::take_token(tx, token_hash, TokenPurpose::Reset)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE accounts SET password_hash = ?1 WHERE id = ?2",
-                params![password_hash, account],
+                args![password_hash, account],
             )?;
             mark_verified(tx, account, starter_micros)?;
-            tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account])?;
+            tx.exec("DELETE FROM sessions WHERE account_id = ?1", args![account])?;
             Ok(account)
         })
     }
@@ -212,9 +210,9 @@ impl Ledger {
     pub fn insert_session(&self, id_hash: &[u8], account: AccountId) -> Result<(), LedgerError> {
         self.write(|tx| {
             let t = now();
-            tx.execute(
+            tx.exec(
                 "INSERT INTO sessions (id_hash, account_id, created_at, last_seen_at) VALUES (?1, ?2, ?3, ?3)",
-                params![id_hash, account, t],
+                args![id_hash, account, t],
             )?;
             Ok(())
         })
@@ -226,9 +224,9 @@ impl Ledger {
     /// Database errors.
     pub fn session(&self, id_hash: &[u8]) -> Result<Option<SessionRecord>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 "SELECT account_id, created_at, last_seen_at FROM sessions WHERE id_hash = ?1",
-                [id_hash],
+                args![id_hash],
                 |r| {
                     Ok(SessionRecord {
                         account_id: r.get(0)?,
@@ -236,8 +234,7 @@ impl Ledger {
                         last_seen_at: r.get(2)?,
                     })
                 },
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -247,9 +244,9 @@ impl Ledger {
     /// Database errors.
     pub fn touch_session(&self, id_hash: &[u8]) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE sessions SET last_seen_at = ?1 WHERE id_hash = ?2",
-                params![now(), id_hash],
+                args![now(), id_hash],
             )?;
             Ok(())
         })
@@ -260,7 +257,7 @@ impl Ledger {
     /// # Errors
     /// Database errors.
     pub fn delete_session(&self, id_hash: &[u8]) -> Result<bool, LedgerError> {
-        self.write(|tx| Ok(tx.execute("DELETE FROM sessions WHERE id_hash = ?1", [id_hash])? > 0))
+        self.write(|tx| Ok(tx.exec("DELETE FROM sessions WHERE id_hash = ?1", args![id_hash])? > 0))
     }
 
     /// Delete sessions past their idle or absolute lifetime (seconds) and e-mail tokens that
@@ -275,13 +272,13 @@ impl Ledger {
     ) -> Result<usize, LedgerError> {
         self.write(|tx| {
             let t = now();
-            let s = tx.execute(
+            let s = tx.exec(
                 "DELETE FROM sessions WHERE last_seen_at < ?1 OR created_at < ?2",
-                params![t - idle_secs, t - absolute_secs],
+                args![t - idle_secs, t - absolute_secs],
             )?;
-            let e = tx.execute(
+            let e = tx.exec(
                 "DELETE FROM email_tokens WHERE expires_at < ?1 OR used_at < ?2",
-                params![t, t - 24 * 3600],
+                args![t, t - 24 * 3600],
             )?;
             Ok(s + e)
         })
@@ -292,7 +289,7 @@ impl Ledger {
     /// # Errors
     /// Database errors.
     pub fn delete_sessions(&self, account: AccountId) -> Result<usize, LedgerError> {
-        self.write(|tx| Ok(tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account])?))
+        self.write(|tx| Ok(tx.exec("DELETE FROM sessions WHERE account_id = ?1", args![account])?))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Top-ups through a payment provider: pending checkouts, and crediting one exactly once when
 //! the provider confirms it (idempotent per provider event id and per checkout).
 
-use r2d2_sqlite::rusqlite::{params, OptionalExtension};
+use super::db::args;
 
 use super::accounts::{add_balance, insert_entry};
 use super::{now, AccountId, Ledger, LedgerError, Micros};
@@ -63,10 +63,10 @@ impl Ledger {
             return Err(LedgerError::BadAmount);
         }
         self.write(|tx| {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO topups (account_id, provider, provider_ref, currency, amount_minor, usd_micros, rate, state, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)",
-                params![t.account_id, t.provider, t.provider_ref, t.currency, t.amount_minor, t.usd_micros, t.rate, now()],
+                args![t.account_id, t.provider, t.provider_ref, t.currency, t.amount_minor, t.usd_micros, t.rate, now()],
             )?;
             Ok(())
         })
@@ -83,9 +83,9 @@ impl Ledger {
         provider_ref: &str,
     ) -> Result<Option<TopupStatus>, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_opt(
                 "SELECT state, currency, amount_minor, usd_micros, completed_at FROM topups WHERE account_id = ?1 AND provider_ref = ?2",
-                params![account, provider_ref],
+                args![account, provider_ref],
                 |r| {
                     Ok(TopupStatus {
                         state: r.get(0)?,
@@ -95,8 +95,7 @@ impl Ledger {
                         completed_at: r.get(4)?,
                     })
                 },
-            )
-            .optional()?)
+            )?)
         })
     }
 
@@ -106,9 +105,9 @@ impl Ledger {
     /// Database errors.
     pub fn has_topped_up(&self, account: AccountId) -> Result<bool, LedgerError> {
         self.read(|c| {
-            Ok(c.query_row(
+            Ok(c.query_one(
                 "SELECT EXISTS (SELECT 1 FROM topups WHERE account_id = ?1 AND state = 'completed')",
-                [account],
+                args![account],
                 |r| r.get(0),
             )?)
         })
@@ -131,21 +130,20 @@ impl Ledger {
         amount_minor: i64,
     ) -> Result<TopupOutcome, LedgerError> {
         self.write(|tx| {
-            let fresh = tx.execute(
-                "INSERT OR IGNORE INTO provider_events (event_id, provider, received_at) VALUES (?1, ?2, ?3)",
-                params![event_id, provider, now()],
+            let fresh = tx.exec(
+                "INSERT INTO provider_events (event_id, provider, received_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                args![event_id, provider, now()],
             )?;
             if fresh == 0 {
                 return Ok(TopupOutcome::DuplicateEvent);
             }
             let row: Option<(i64, AccountId, Micros, String, String, i64)> = tx
-                .query_row(
+                .query_opt(
                     "SELECT id, account_id, usd_micros, state, rate, amount_minor FROM topups
                      WHERE provider = ?1 AND provider_ref = ?2 AND currency = ?3",
-                    params![provider, provider_ref, currency],
+                    args![provider, provider_ref, currency],
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-                )
-                .optional()?;
+                )?;
             let Some((id, account, usd, state, rate, amount)) =
                 row.filter(|r| r.5 == amount_minor)
             else {
@@ -154,9 +152,9 @@ impl Ledger {
             if state == "completed" {
                 return Ok(TopupOutcome::AlreadyCredited);
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE topups SET state = 'completed', completed_at = ?1 WHERE id = ?2",
-                params![now(), id],
+                args![now(), id],
             )?;
             add_balance(tx, account, usd)?;
             let note = format!(

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use r2d2_sqlite::rusqlite::types::Value;
+use super::db::{args, Value};
 
 use super::accounts::{row_to_usage, UsageRecord, USAGE_COLUMNS};
 use super::{AccountId, KeyId, Ledger, LedgerError, Micros};
@@ -47,7 +47,7 @@ impl UsageFilter {
             }
         };
         match self.key {
-            Some(KeyFilter::Key(k)) => add("key_id = ?", Some(Value::Integer(k.0))),
+            Some(KeyFilter::Key(k)) => add("key_id = ?", Some(Value::Int(k.0))),
             Some(KeyFilter::Playground) => add("key_id IS NULL", None),
             None => {}
         }
@@ -58,10 +58,10 @@ impl UsageFilter {
             add("status = ?", Some(Value::Text(s.clone())));
         }
         if let Some(t) = self.since {
-            add("created_at >= ?", Some(Value::Integer(t)));
+            add("created_at >= ?", Some(Value::Int(t)));
         }
         if let Some(t) = self.until {
-            add("created_at < ?", Some(Value::Integer(t)));
+            add("created_at < ?", Some(Value::Int(t)));
         }
         (sql, args)
     }
@@ -96,20 +96,21 @@ impl Ledger {
     ) -> Result<Vec<(i64, i64, UsageRecord)>, LedgerError> {
         let (conds, extra) = filter.sql();
         let mut args = vec![
-            Value::Integer(account.0),
-            Value::Integer(before.unwrap_or(i64::MAX)),
+            Value::Int(account.0),
+            Value::Int(before.unwrap_or(i64::MAX)),
         ];
         args.extend(extra);
-        args.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+        args.push(Value::Int(i64::try_from(limit).unwrap_or(i64::MAX)));
         self.read(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT rowid, created_at, {USAGE_COLUMNS}
+            let rows = c.query_all(
+                &format!(
+                    "SELECT rowid, created_at, {USAGE_COLUMNS}
                  FROM usage WHERE account_id = ? AND rowid < ?{conds} ORDER BY rowid DESC LIMIT ?"
-            ))?;
-            let rows = st.query_map(r2d2_sqlite::rusqlite::params_from_iter(args.iter()), |r| {
-                Ok((r.get(0)?, r.get(1)?, row_to_usage(r, 2)?))
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+                ),
+                &args,
+                |r| Ok((r.get(0)?, r.get(1)?, row_to_usage(r, 2)?)),
+            )?;
+            Ok(rows)
         })
     }
 
@@ -134,15 +135,14 @@ impl Ledger {
             })
             .collect();
         let rows: Vec<(i64, String, Micros)> = self.read(|c| {
-            let mut st = c.prepare(
-                "SELECT created_at / 86400, model, SUM(cost_micros) FROM usage
+            let rows = c.query_all(
+                "SELECT created_at / 86400, model, CAST(SUM(cost_micros) AS BIGINT) FROM usage
                  WHERE account_id = ?1 AND created_at >= ?2 AND created_at < ?3 AND cost_micros > 0
                  GROUP BY 1, 2",
+                args![account.0, first * DAY_SECS, (last + 1) * DAY_SECS],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?;
-            let rows = st.query_map([account.0, first * DAY_SECS, (last + 1) * DAY_SECS], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            Ok(rows)
         })?;
         for (day, model, micros) in rows {
             if let Some(d) = usize::try_from(day - first)

@@ -106,18 +106,24 @@ impl Meter {
         Self { ledger, engine }
     }
 
-    /// Start-up recovery after a crash, before the server listens: release every open hold
-    /// (those clients got no complete response; nothing is charged) and forget every running
-    /// claim (none of them was charged, see the module doc), so retries run once. Returns
-    /// (holds released, claims forgotten).
+    /// Start-up recovery after a crash, before the server listens: release the open holds
+    /// the last run left (on SQLite every open hold; on PostgreSQL this replica's own and any
+    /// whose lease expired), since those clients got no complete response and nothing is
+    /// charged, and forget the running claims that no longer hold anything (none of them was
+    /// charged, see the module doc), so retries run once. Returns (holds released, claims
+    /// forgotten).
     ///
     /// # Errors
     /// Database errors.
     pub fn recover(ledger: &Ledger) -> Result<(usize, usize), LedgerError> {
-        Ok((
-            ledger.release_all_open()?,
-            ledger.clear_running_idempotency()?,
-        ))
+        // One process owns a SQLite file; replicas sharing PostgreSQL release only their own
+        // holds here, and the others' expired leases in the lease sweep.
+        let released = if ledger.is_postgres() {
+            ledger.release_own_open()? + ledger.release_expired_leases()?
+        } else {
+            ledger.release_all_open()?
+        };
+        Ok((released, ledger.clear_running_idempotency()?))
     }
 
     /// Admit `req`: claim and reserve, submit, and start its settlement (module doc, steps

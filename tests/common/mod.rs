@@ -113,7 +113,7 @@ fn serve_limited(
     tweak: impl FnOnce(&mut AppState),
 ) -> TestServer {
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let ledger = Arc::new(tollgate::app::open_ledger(&dir.path().join("ledger.db")).unwrap());
+    let ledger = Arc::new(tollgate::app::open_ledger(&ledger_location(dir.path())).unwrap());
     let a = ledger
         .create_account("test@example.com", Micros(TEST_BALANCE_MICROS))
         .unwrap();
@@ -129,6 +129,22 @@ fn serve_limited(
         account: a.id,
         key,
         _dir: dir,
+    }
+}
+
+/// Set by a test binary whose subject is SQLite itself (the disk-full tests): its servers
+/// keep SQLite ledgers even with `TOLLGATE_TEST_DB=postgres`.
+pub static SQLITE_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where a test server's ledger lives: `ledger.db` in `dir`, or with
+/// `TOLLGATE_TEST_DB=postgres` a fresh database on this process's throwaway PostgreSQL cluster.
+pub fn ledger_location(dir: &std::path::Path) -> PathBuf {
+    if tollgate::ledger::testdb::postgres_wanted()
+        && !SQLITE_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        PathBuf::from(tollgate::ledger::testdb::fresh_database().unwrap())
+    } else {
+        dir.join("ledger.db")
     }
 }
 

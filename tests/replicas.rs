@@ -1,0 +1,240 @@
+//! Several replicas on one PostgreSQL ledger: three real `tollgate serve` processes, each with
+//! the FAKE engine (deterministic, no model), on a throwaway cluster started by `scripts/pgtmp`
+//! for this test process. Checked: one balance is never overspent across replicas (64
+//! parallel requests spread round-robin, 10 rounds), a key revoked through one replica is
+//! refused by the others within a second, one `Idempotency-Key` sent to all three runs once,
+//! and a SIGKILLed replica's holds are released by the survivors when its lease expires.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use tollgate::ledger::{Ledger, Micros};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// One `tollgate serve --engine fake` process, killed when dropped.
+struct Replica {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(db: &str, id: &str) -> Replica {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(BIN)
+        .args(["serve", "--engine", "fake", "--rate-limit-rpm", "1000000"])
+        .arg("--bind")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--models")
+        .arg(root().join("models.toml"))
+        .arg("--db")
+        .arg(db)
+        .env("TOLLGATE_REPLICA_ID", id)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a replica");
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "replica {id} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Replica { child, port }
+}
+
+/// POST a chat request to replica port `port`: (status, body).
+async fn chat(port: u16, key: &str, body: &str, idem: Option<&str>) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"));
+    if let Some(k) = idem {
+        r = r.header("idempotency-key", k);
+    }
+    let resp = r.body(body.to_owned()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn funded(ledger: &Ledger, email: &str, micros: i64) -> (tollgate::ids::AccountId, String) {
+    let a = ledger.create_account(email, Micros(micros)).unwrap();
+    let (key, _) = tollgate::auth::create_key(ledger, a.id, "replicas").unwrap();
+    (a.id, key)
+}
+
+fn assert_books(ledger: &Ledger) {
+    let v = ledger.check().unwrap();
+    assert!(v.is_empty(), "ledger check: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_balance_revocation_and_idempotency() {
+    let db = tollgate::ledger::testdb::fresh_database().unwrap();
+    let ledger = Ledger::open(Path::new(&db)).unwrap();
+    let replicas = [start(&db, "a"), start(&db, "b"), start(&db, "c")];
+    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+    let body = chat_body(SMOL, None, "hello there", r#""max_tokens":8"#);
+
+    // The hold of one request, from a 402 on an empty account.
+    let (_, probe) = funded(&ledger, "probe@example.com", 0);
+    let (st, v) = chat(ports[0], &probe, &body, None).await;
+    assert_eq!(st, 402, "{v}");
+    let hold = v["error"]["details"]["required_micros"].as_i64().unwrap();
+    assert!(hold > 0);
+
+    // 64 parallel requests round-robin on a balance covering 10 holds, 10 rounds.
+    for round in 0..10 {
+        let (account, key) = funded(&ledger, &format!("r{round}@example.com"), 10 * hold);
+        let results =
+            futures::future::join_all((0..64).map(|i| chat(ports[i % 3], &key, &body, None))).await;
+        let mut spent = 0;
+        for (st, v) in &results {
+            assert!(*st == 200 || *st == 402, "round {round}: {st} {v}");
+            if *st == 200 {
+                spent += v["service"]["cost_micros"].as_i64().unwrap();
+            }
+        }
+        let ok = results.iter().filter(|r| r.0 == 200).count();
+        let a = ledger.account(account).unwrap();
+        assert!((10..64).contains(&ok), "round {round}: {ok} succeeded");
+        assert_eq!(a.reserved_micros, 0, "round {round}");
+        assert!(a.balance_micros >= Micros(0));
+        assert_eq!(a.balance_micros, 10 * hold - spent, "round {round}");
+        assert_books(&ledger);
+    }
+
+    // A revoked key is refused by all three replicas, two of which had it cached as valid:
+    // 20 tries, each timed.
+    let rich = ledger
+        .create_account("rich@example.com", Micros(1_000_000_000))
+        .unwrap();
+    let mut delays = Vec::new();
+    for _ in 0..20 {
+        let (key, record) = tollgate::auth::create_key(&ledger, rich.id, "revoked").unwrap();
+        for &p in &ports {
+            assert_eq!(chat(p, &key, &body, None).await.0, 200, "cached as valid");
+        }
+        let t = Instant::now();
+        // From outside the replicas, as `tollgate keys revoke` does: the same row change and
+        // NOTIFY a replica's dashboard makes.
+        ledger.revoke_key(record.id).unwrap();
+        for &p in &ports {
+            loop {
+                let (st, _) = chat(p, &key, &body, None).await;
+                if st == 401 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(1),
+                    "still accepted after 1 s"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        delays.push(t.elapsed());
+    }
+    delays.sort();
+    eprintln!(
+        "revocation seen by all three replicas: min {:?}, p50 {:?}, p90 {:?}, max {:?}",
+        delays[0], delays[10], delays[18], delays[19]
+    );
+
+    // One Idempotency-Key sent to all three at once: exactly one runs.
+    let (account, key) = funded(&ledger, "idem@example.com", 1_000_000);
+    let results = futures::future::join_all(
+        (0..9).map(|i| chat(ports[i % 3], &key, &body, Some("same-key-1"))),
+    )
+    .await;
+    for (st, v) in &results {
+        assert!(*st == 200 || *st == 409, "{st} {v}");
+    }
+    assert!(results.iter().any(|r| r.0 == 200));
+    assert_eq!(
+        ledger.recent_usage(account, 100).unwrap().len(),
+        1,
+        "one request ran"
+    );
+    assert_books(&ledger);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_s_holds_are_released_by_the_survivors() {
+    let db = tollgate::ledger::testdb::fresh_database().unwrap();
+    let ledger = Ledger::open(Path::new(&db)).unwrap();
+    let survivor = start(&db, "survivor");
+    let mut doomed = start(&db, "doomed");
+    let (account, key) = funded(&ledger, "killed@example.com", 1_000_000);
+    // A long stream on the doomed replica: the FAKE engine's 5 ms per token, 2,000 tokens.
+    let long = chat_body(
+        SMOL,
+        None,
+        "hello there",
+        r#""stream":true,"max_tokens":2000"#,
+    );
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!(
+            "http://127.0.0.1:{}/v1/chat/completions",
+            doomed.port
+        ))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .body(long)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let t = Instant::now();
+    while ledger.account(account).unwrap().reserved_micros == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no hold was taken");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    doomed.child.kill().unwrap(); // SIGKILL, never restarted
+    doomed.child.wait().unwrap();
+    drop(resp);
+    let killed = Instant::now();
+    // The survivor keeps serving meanwhile, and releases the hold within the lease.
+    let short = chat_body(SMOL, None, "hello there", r#""max_tokens":4"#);
+    let (other, other_key) = funded(&ledger, "other@example.com", 1_000_000);
+    let limit = Duration::from_secs(
+        u64::try_from(tollgate::ledger::LEASE_S).unwrap() + tollgate::ledger::LEASE_RENEW_S + 5,
+    );
+    loop {
+        assert_eq!(chat(survivor.port, &other_key, &short, None).await.0, 200);
+        if ledger.account(account).unwrap().reserved_micros == 0 {
+            break;
+        }
+        assert!(killed.elapsed() < limit, "the hold outlived its lease");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "the dead replica's hold was released {:?} after the kill",
+        killed.elapsed()
+    );
+    let a = ledger.account(account).unwrap();
+    assert_eq!(
+        a.balance_micros, 1_000_000,
+        "nothing unfinished was charged"
+    );
+    assert!(ledger.recent_usage(other, 1000).unwrap().len() > 1);
+    assert_books(&ledger);
+}
