@@ -271,11 +271,14 @@ pub fn assemble(
     // Ask whether the hub is reachable now, so no request waits for the first answer.
     crate::engine::hub::warm();
     let pacer = text_generation_pacer(&engine);
+    let replicas = crate::api::limits::one_replica();
     AppState {
         paid: Paid {
             meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
-            limits: Arc::new(Limiter::new(s.rate_limit_rpm)),
-            session_limits: Arc::new(Limiter::new(s.dashboard.playground_rpm)),
+            limits: Arc::new(Limiter::new(s.rate_limit_rpm).with_replicas(replicas.clone())),
+            session_limits: Arc::new(
+                Limiter::new(s.dashboard.playground_rpm).with_replicas(replicas.clone()),
+            ),
         },
         models: Models {
             engine,
@@ -299,11 +302,14 @@ pub fn assemble(
             oidc: s.oidc,
         },
         public: Public {
-            public_limits: Arc::new(PublicLimits::new(s.public_rpm)),
+            public_limits: Arc::new(
+                PublicLimits::new(s.public_rpm).with_replicas(replicas.clone()),
+            ),
             mcp: Arc::new(s.mcp),
             cors_origins: Arc::new(s.cors_origins),
         },
         http: s.http,
+        replicas,
     }
 }
 
@@ -419,8 +425,9 @@ fn spawn_revocation_sync(state: &AppState) {
     });
 }
 
-/// Replicas sharing a PostgreSQL ledger: renew this replica's hold leases and release the
-/// holds of replicas that died, every `LEASE_RENEW_S`; purge the key cache the moment any
+/// Replicas sharing a PostgreSQL ledger: every `LEASE_RENEW_S`, record this replica as alive
+/// and share the rate limits among the replicas alive, renew this replica's hold leases and
+/// release the holds of replicas that died; purge the key cache the moment any
 /// replica changes a key (`LISTEN`), and purge it all when that feed is lost. Nothing on SQLite.
 fn spawn_replica_upkeep(state: &AppState) {
     let ledger = state.accounts.ledger.clone();
@@ -428,6 +435,7 @@ fn spawn_replica_upkeep(state: &AppState) {
         return;
     }
     let auth = state.accounts.auth.clone();
+    let share = state.replicas.clone();
     let watching = ledger.watch_key_changes(move |_| auth.clear_cache());
     if !watching {
         tracing::warn!("could not start the key-change watch; revocations reach this replica within a second by polling");
@@ -438,10 +446,17 @@ fn spawn_replica_upkeep(state: &AppState) {
             tick.tick().await;
             let l = ledger.clone();
             let done = tokio::task::spawn_blocking(move || {
+                let live = l.heartbeat()?;
                 l.renew_leases()?;
-                l.release_expired_leases()
+                Ok::<_, crate::ledger::LedgerError>((live, l.release_expired_leases()?))
             })
             .await;
+            let done = done.map(|r| {
+                r.map(|(live, released)| {
+                    share.store(live.max(1), std::sync::atomic::Ordering::Relaxed);
+                    released
+                })
+            });
             match done {
                 Ok(Ok(n)) if n > 0 => {
                     tracing::warn!(

@@ -3,7 +3,8 @@
 //! for this test process. Checked: one balance is never overspent across replicas (64
 //! parallel requests spread round-robin, 10 rounds), a key revoked through one replica is
 //! refused by the others within a second, one `Idempotency-Key` sent to all three runs once,
-//! and a SIGKILLed replica's holds are released by the survivors when its lease expires.
+//! a key's rate limit holds for the three together, and a SIGKILLed replica's holds are
+//! released by the survivors when its lease expires.
 
 mod common;
 
@@ -31,13 +32,23 @@ impl Drop for Replica {
 }
 
 fn start(db: &str, id: &str) -> Replica {
+    start_limited(db, id, 1_000_000)
+}
+
+fn start_limited(db: &str, id: &str, rpm: u32) -> Replica {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let child = Command::new(BIN)
-        .args(["serve", "--engine", "fake", "--rate-limit-rpm", "1000000"])
+        .args([
+            "serve",
+            "--engine",
+            "fake",
+            "--rate-limit-rpm",
+            &rpm.to_string(),
+        ])
         .arg("--bind")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--models")
@@ -236,5 +247,32 @@ async fn a_killed_replica_s_holds_are_released_by_the_survivors() {
         "nothing unfinished was charged"
     );
     assert!(ledger.recent_usage(other, 1000).unwrap().len() > 1);
+    assert_books(&ledger);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_s_rate_limit_holds_across_three_replicas() {
+    let db = tollgate::ledger::testdb::fresh_database().unwrap();
+    let ledger = Ledger::open(Path::new(&db)).unwrap();
+    let replicas = [
+        start_limited(&db, "a", 30),
+        start_limited(&db, "b", 30),
+        start_limited(&db, "c", 30),
+    ];
+    // Each replica counts the live replicas every LEASE_RENEW_S; wait for a round after all
+    // three are up.
+    tokio::time::sleep(Duration::from_secs(tollgate::ledger::LEASE_RENEW_S + 1)).await;
+    let (_, key) = funded(&ledger, "limited@example.com", 1_000_000_000);
+    let body = chat_body(SMOL, None, "hello there", r#""max_tokens":1"#);
+    let mut accepted = 0;
+    for i in 0..60 {
+        let (st, v) = chat(replicas[i % 3].port, &key, &body, None).await;
+        assert!(st == 200 || st == 429, "{st} {v}");
+        accepted += usize::from(st == 200);
+    }
+    // 30 per minute for the key in all (each replica lets through 10), not 30 per replica;
+    // the test's seconds refill at most one more request per replica.
+    eprintln!("{accepted} of 60 requests accepted at 30 per minute over three replicas");
+    assert!((30..=33).contains(&accepted), "{accepted} of 60 accepted");
     assert_books(&ledger);
 }

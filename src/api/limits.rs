@@ -18,11 +18,26 @@ use governor::{Quota, RateLimiter};
 use super::error::ApiError;
 use crate::ledger::{AccountId, KeyId};
 
-/// `rpm` requests per minute per key `K`, with a burst of `rpm`.
+/// How many replicas share each limit (1 on one machine), kept current by the server's
+/// replica upkeep (`app::spawn_replica_upkeep`) from the ledger's heartbeat table.
+pub type ReplicaShare = std::sync::Arc<std::sync::atomic::AtomicU32>;
+
+/// A share of one replica.
+#[must_use]
+pub fn one_replica() -> ReplicaShare {
+    std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1))
+}
+
+/// `rpm` requests per minute per key `K`, with a burst of `rpm`, for the whole deployment:
+/// with `n` replicas each one counts a request as `n` of its own (GCRA cells), so each lets
+/// through `rpm / n` and, behind a load balancer that spreads a key's requests evenly, the key
+/// gets `rpm` in all; spread unevenly it gets less, never more (plus up to `n - 1` while the
+/// replica count changes). The headers then describe the whole deployment under even spread.
 pub struct Limiter<K: Hash + Eq + Clone> {
     inner: RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock, StateInformationMiddleware>,
     rpm: u32,
     clock: DefaultClock,
+    replicas: ReplicaShare,
 }
 
 /// The limiter's state after a request, for the `x-ratelimit-*` headers.
@@ -68,7 +83,15 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             inner: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
             rpm,
             clock: DefaultClock::default(),
+            replicas: one_replica(),
         }
+    }
+
+    /// This limiter, shared among the replicas `share` counts.
+    #[must_use]
+    pub fn with_replicas(mut self, share: ReplicaShare) -> Self {
+        self.replicas = share;
+        self
     }
 
     /// Requests per minute.
@@ -85,7 +108,17 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     /// # Errors
     /// `Limited` when the key is over its quota.
     pub fn check(&self, key: &K) -> Result<RateInfo, Limited> {
-        match self.inner.check_key(key) {
+        let n = self
+            .replicas
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .clamp(1, self.rpm);
+        let cells = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        // `n <= rpm`, the burst, so the cells always fit (`InsufficientCapacity` cannot occur).
+        let outcome = self
+            .inner
+            .check_key_n(key, cells)
+            .unwrap_or_else(|_| self.inner.check_key(key));
+        match outcome {
             Ok(snapshot) => {
                 let remaining = snapshot.remaining_burst_capacity();
                 Ok(RateInfo {
@@ -148,6 +181,12 @@ impl PublicLimits {
     /// `rpm` requests per minute per client address, with a burst of `rpm`.
     pub fn new(rpm: u32) -> Self {
         Self(Limiter::new(rpm))
+    }
+
+    /// These limits, shared among the replicas `share` counts (see [`Limiter`]).
+    #[must_use]
+    pub fn with_replicas(self, share: ReplicaShare) -> Self {
+        Self(self.0.with_replicas(share))
     }
 
     /// Count one request from `ip`.
@@ -248,5 +287,25 @@ impl Throttles {
                 what,
                 wait_s: l.retry_after_ms / 1000 + 1,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_shared_by_three_replicas_lets_a_third_through_each() {
+        let share = one_replica();
+        share.store(3, std::sync::atomic::Ordering::Relaxed);
+        let limiter: Limiter<u32> = Limiter::new(30).with_replicas(share.clone());
+        let accepted = (0..20).filter(|_| limiter.check(&7).is_ok()).count();
+        assert_eq!(accepted, 10);
+        let refused = limiter.check(&7).unwrap_err();
+        assert_eq!(refused.info.limit, 30);
+        // Back to one replica: the key's own quota again, counted one cell a request.
+        share.store(1, std::sync::atomic::Ordering::Relaxed);
+        let fresh: Limiter<u32> = Limiter::new(30).with_replicas(share);
+        assert_eq!((0..40).filter(|_| fresh.check(&7).is_ok()).count(), 30);
     }
 }

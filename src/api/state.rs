@@ -24,6 +24,8 @@ pub struct AppState {
     pub public: Public,
     /// Connection and request-size limits (`server::HttpLimits`).
     pub http: crate::api::server::HttpLimits,
+    /// How many replicas share the rate limits (`limits::Limiter`).
+    pub replicas: super::limits::ReplicaShare,
 }
 
 /// The models on sale: what runs them and what they cost.

@@ -125,6 +125,36 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// Record this replica as alive now, forget replicas unseen for three rounds of
+    /// [`LEASE_RENEW_S`], and return how many were seen in the last two rounds (this one
+    /// included, so at least 1): the number the rate limits are shared among.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn heartbeat(&self) -> Result<u32, LedgerError> {
+        let me = self.replica.clone();
+        let round = i64::try_from(LEASE_RENEW_S).unwrap_or(5);
+        self.write(|tx| {
+            let t = now();
+            tx.exec(
+                "INSERT INTO replicas (id, seen_at) VALUES (?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+                args![&*me, t],
+            )?;
+            tx.exec(
+                "DELETE FROM replicas WHERE seen_at < ?1",
+                args![t - 3 * round],
+            )?;
+            Ok(tx.query_one(
+                "SELECT COUNT(*) FROM replicas WHERE seen_at >= ?1",
+                args![t - 2 * round],
+                |r| r.get(0),
+            )?)
+        })
+    }
+}
+
 /// How long a hold's lease lasts (seconds) without renewal: a replica that stops renewing has
 /// its holds released by the others after at most this long plus one sweep.
 pub const LEASE_S: i64 = 15;

@@ -27,6 +27,7 @@ mod idempotency;
 mod identities;
 mod keys;
 mod notify;
+mod pg;
 mod profile;
 mod requests;
 mod responses;
@@ -34,6 +35,7 @@ mod sessions;
 pub mod testdb;
 mod topups;
 mod usage;
+pub mod value;
 
 use std::path::Path;
 use std::sync::Arc;
