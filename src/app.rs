@@ -425,9 +425,9 @@ fn spawn_revocation_sync(state: &AppState) {
     });
 }
 
-/// Replicas sharing a PostgreSQL ledger: every `LEASE_RENEW_S`, record this replica as alive
-/// and share the rate limits among the replicas alive, renew this replica's hold leases and
-/// release the holds of replicas that died; purge the key cache the moment any
+/// Replicas sharing a PostgreSQL ledger: every `LEASE_RENEW_S`, renew this replica's hold
+/// leases, record it as alive and share the rate limits among the replicas alive; every
+/// `LEASE_SWEEP_S`, release the holds of replicas that died; purge the key cache the moment any
 /// replica changes a key (`LISTEN`), and purge it all when that feed is lost. Nothing on SQLite.
 fn spawn_replica_upkeep(state: &AppState) {
     let ledger = state.accounts.ledger.clone();
@@ -441,34 +441,42 @@ fn spawn_replica_upkeep(state: &AppState) {
         tracing::warn!("could not start the key-change watch; revocations reach this replica within a second by polling");
     }
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(crate::ledger::LEASE_RENEW_S));
-        loop {
+        let renew_every = crate::ledger::LEASE_RENEW_S / crate::ledger::LEASE_SWEEP_S;
+        let mut tick = tokio::time::interval(Duration::from_secs(crate::ledger::LEASE_SWEEP_S));
+        for round in 0u64.. {
             tick.tick().await;
-            let l = ledger.clone();
-            let done = tokio::task::spawn_blocking(move || {
-                let live = l.heartbeat()?;
-                l.renew_leases()?;
-                Ok::<_, crate::ledger::LedgerError>((live, l.release_expired_leases()?))
-            })
-            .await;
-            let done = done.map(|r| {
-                r.map(|(live, released)| {
-                    share.store(live.max(1), std::sync::atomic::Ordering::Relaxed);
-                    released
-                })
-            });
-            match done {
-                Ok(Ok(n)) if n > 0 => {
-                    tracing::warn!(
-                        released_holds = n,
-                        "released the holds of a replica whose lease expired"
-                    );
-                }
-                Ok(Err(e)) => tracing::warn!(error = %e, "hold lease upkeep failed"),
-                _ => {}
+            let (l, share) = (ledger.clone(), share.clone());
+            let renew = round % renew_every.max(1) == 0;
+            let done = tokio::task::spawn_blocking(move || lease_round(&l, &share, renew)).await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "hold lease upkeep failed");
             }
         }
     });
+}
+
+/// One round of `spawn_replica_upkeep`: when `renew`, renew this replica's leases first (its
+/// requests must not lose their holds to a failure elsewhere), then write the heartbeat and
+/// share the limits; always release expired leases. A failed step is logged and the next
+/// steps still run.
+fn lease_round(ledger: &Ledger, share: &crate::api::limits::ReplicaShare, renew: bool) {
+    if renew {
+        if let Err(e) = ledger.renew_leases() {
+            tracing::warn!(error = %e, "could not renew this replica's hold leases");
+        }
+        match ledger.heartbeat() {
+            Ok(live) => share.store(live.max(1), std::sync::atomic::Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "could not write this replica's heartbeat"),
+        }
+    }
+    match ledger.release_expired_leases() {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            released_holds = n,
+            "released the holds of a replica whose lease expired"
+        ),
+        Err(e) => tracing::warn!(error = %e, "could not release expired hold leases"),
+    }
 }
 
 /// Audio's pacer: text generation is busy while any model has sequences running or waiting.

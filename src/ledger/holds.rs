@@ -2,7 +2,8 @@
 //! release at the end, each in one `BEGIN IMMEDIATE` transaction. After TigerBeetle's pending
 //! transfers: a hold never moves the balance; it lowers what other requests may reserve.
 
-use super::db::{args, Tx, Value};
+use super::db::{args, Tx};
+use super::leases::{db_now, LEASE_S};
 
 use super::accounts::{add_balance, insert_entry, insert_usage, UsageRecord, UsageStatus};
 use super::{now, AccountId, KeyId, Ledger, LedgerError, Micros};
@@ -60,131 +61,6 @@ impl Ledger {
     fn close(&self, usage: &UsageRecord, charge: bool) -> Result<HoldOutcome, LedgerError> {
         self.write(|tx| close_hold(tx, usage, charge))
     }
-
-    /// Release every open hold (start-up of the one process that owns a SQLite file: the
-    /// clients got no complete response, so nothing is charged). Returns how many.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn release_all_open(&self) -> Result<usize, LedgerError> {
-        self.write(|tx| release_open_where(tx, "TRUE", &[], "released at start-up"))
-    }
-
-    /// Release the open holds this replica's id left (start-up of a replica that shares the
-    /// database: the others' holds belong to requests still running). Returns how many.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn release_own_open(&self) -> Result<usize, LedgerError> {
-        let me = self.replica.clone();
-        self.write(|tx| {
-            release_open_where(
-                tx,
-                "owner = ?1",
-                args![&*me],
-                "released at the replica's start-up",
-            )
-        })
-    }
-
-    /// Extend the lease of every open hold of this replica to [`LEASE_S`] from now; the
-    /// server calls it every [`LEASE_RENEW_S`] while it runs. Returns how many were renewed.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn renew_leases(&self) -> Result<usize, LedgerError> {
-        let me = self.replica.clone();
-        self.write(|tx| {
-            Ok(tx.exec(
-                "UPDATE holds SET lease_until = ?1 WHERE owner = ?2 AND state = 'open'",
-                args![now() + LEASE_S, &*me],
-            )?)
-        })
-    }
-
-    /// Release every open hold whose lease has expired: its replica stopped renewing (it
-    /// died), so its client got no complete response and nothing is charged; running
-    /// idempotency claims of those requests are forgotten, so a retry runs. Any replica may
-    /// call it; the server does every [`LEASE_RENEW_S`]. Returns how many holds.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn release_expired_leases(&self) -> Result<usize, LedgerError> {
-        self.write(|tx| {
-            let n = release_open_where(
-                tx,
-                "lease_until < ?1",
-                args![now()],
-                "released: the replica's lease expired",
-            )?;
-            if n > 0 {
-                super::idempotency::forget_unheld_claims(tx)?;
-            }
-            Ok(n)
-        })
-    }
-}
-
-impl Ledger {
-    /// Record this replica as alive now, forget replicas unseen for three rounds of
-    /// [`LEASE_RENEW_S`], and return how many were seen in the last two rounds (this one
-    /// included, so at least 1): the number the rate limits are shared among.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn heartbeat(&self) -> Result<u32, LedgerError> {
-        let me = self.replica.clone();
-        let round = i64::try_from(LEASE_RENEW_S).unwrap_or(5);
-        self.write(|tx| {
-            let t = now();
-            tx.exec(
-                "INSERT INTO replicas (id, seen_at) VALUES (?1, ?2)
-                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
-                args![&*me, t],
-            )?;
-            tx.exec(
-                "DELETE FROM replicas WHERE seen_at < ?1",
-                args![t - 3 * round],
-            )?;
-            Ok(tx.query_one(
-                "SELECT COUNT(*) FROM replicas WHERE seen_at >= ?1",
-                args![t - 2 * round],
-                |r| r.get(0),
-            )?)
-        })
-    }
-}
-
-/// How long a hold's lease lasts (seconds) without renewal: a replica that stops renewing has
-/// its holds released by the others after at most this long plus one sweep.
-pub const LEASE_S: i64 = 15;
-
-/// How often (seconds) a server renews its leases and sweeps expired ones.
-pub const LEASE_RENEW_S: u64 = 5;
-
-/// Release, inside `tx`, every open hold matching `condition` (SQL over `holds`, with `args`):
-/// a `release` entry of the whole reservation each, nothing charged. Returns how many.
-fn release_open_where(
-    tx: &Tx<'_>,
-    condition: &str,
-    args: &[Value],
-    note: &str,
-) -> Result<usize, LedgerError> {
-    let open: Vec<(String, AccountId, Micros)> = tx.query_all(
-        &format!(
-            "SELECT request_id, account_id, reserved_micros FROM holds WHERE state = 'open' AND ({condition})"
-        ),
-        args,
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
-    for (rid, account, reserved) in &open {
-        insert_entry(tx, *account, "release", *reserved, Some(rid), Some(note))?;
-        tx.exec(
-            "UPDATE holds SET state = 'released', settled_micros = 0, closed_at = ?1 WHERE request_id = ?2",
-            args![now(), rid],
-        )?;
-    }
-    Ok(open.len())
 }
 
 /// Close the hold of `usage.request_id` inside `tx`: charge `usage.cost_micros` (clamped to the
@@ -287,9 +163,12 @@ pub(super) fn reserve_in(
         });
     }
     tx.exec(
-        "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id, owner, lease_until)
-         VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6, ?7)",
-        args![request_id, account, amount, now(), key, owner, now() + LEASE_S],
+        &format!(
+            "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id, owner, lease_until)
+             VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6, {} + ?7)",
+            db_now(tx)
+        ),
+        args![request_id, account, amount, now(), key, owner, LEASE_S],
     )?;
     insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
     Ok(Reservation {

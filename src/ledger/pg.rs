@@ -134,6 +134,9 @@ pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
+/// How long connecting, waiting for a pooled connection, or an unanswered send may take.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A PostgreSQL connection pool whose connections run on the background runtime.
 #[derive(Clone)]
 pub struct PgPool {
@@ -146,9 +149,17 @@ impl PgPool {
     /// # Errors
     /// `Pool` when the URL does not parse or the pool cannot be built.
     pub fn new(url: &str, max: usize) -> Result<Self, DbError> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| DbError::Pool(e.to_string()))?;
+        // A dead database or a half-open connection fails within seconds instead of holding
+        // requests (and the lease upkeep) forever; the URL may still set its own values.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(TIMEOUT);
+        }
+        config
+            .keepalives_idle(std::time::Duration::from_secs(10))
+            .tcp_user_timeout(TIMEOUT);
         let manager = deadpool_postgres::Manager::from_config(
             config,
             tokio_postgres::NoTls,
@@ -160,6 +171,8 @@ impl PgPool {
         let pool = deadpool_postgres::Pool::builder(manager)
             .max_size(max)
             .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(TIMEOUT))
+            .create_timeout(Some(TIMEOUT))
             .build()
             .map_err(|e| DbError::Pool(e.to_string()))?;
         Ok(Self { pool })

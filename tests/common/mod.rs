@@ -148,7 +148,9 @@ pub fn ledger_location(dir: &std::path::Path) -> PathBuf {
     }
 }
 
-fn spawn(state: AppState) -> SocketAddr {
+/// Serve `state` on 127.0.0.1 with a free port, on its own thread and runtime, for the rest of
+/// the test process.
+pub fn spawn(state: AppState) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -5,6 +5,7 @@
 ALTER TABLE holds ADD COLUMN owner TEXT;
 ALTER TABLE holds ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX holds_open_lease ON holds(lease_until) WHERE state = 'open';
+CREATE INDEX holds_open_owner ON holds(owner) WHERE state = 'open';
 
 -- Replicas seen alive (each writes its row every few seconds): the rate limits are shared
 -- among those seen in the last two rounds.
