@@ -297,7 +297,8 @@ mod tests {
             .abs()?
             .max_all()?
             .to_scalar::<f32>()?;
-        assert!(diff < 1e-7);
+        // Random inputs: our exp is within 4e-7 relative of libm's, so 1e-7 absolute flaked.
+        assert!(diff < 1e-6, "strided softmax differs by {diff}");
         Ok(())
     }
 }
