@@ -61,7 +61,8 @@ async fn load(
 async fn a_full_ledger_fails_requests_cleanly_and_frees_every_hold_when_space_returns() {
     // SQLite's page cap is the subject here, whatever engine the rest of the suite runs on.
     SQLITE_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (s, _fake) = fake_server();
+    // Failed requests return in microseconds: six workers can pass 10,000 a minute.
+    let (s, _fake) = fake_server_with(100_000_000, None);
     let start = s.ledger.account(s.account).unwrap().balance_micros.0;
     let s = std::sync::Arc::new(s);
     // Room is taken away 300 ms into the load and given back after 2.5 s; the load runs 4 s.
