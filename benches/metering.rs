@@ -49,36 +49,8 @@ fn main() {
     let uncached = per_op(t.elapsed(), N);
 
     // Reserve + settle, each one BEGIN IMMEDIATE transaction with fsync.
-    let pricing = tollgate::catalog::Pricing {
-        input: tollgate::catalog::PricePerMTok(20_000),
-        cached_input: None,
-        output: tollgate::catalog::PricePerMTok(40_000),
-    };
-    let t = Instant::now();
-    for i in 0..N {
-        let rid = format!("req_bench_{i}");
-        ledger
-            .admit_request(
-                &rid,
-                account.id,
-                None,
-                tollgate::billing::hold_micros(&pricing, 30, 100),
-                None,
-            )
-            .expect("reserve");
-        let m = tollgate::billing::Metered {
-            request_id: rid,
-            account_id: account.id,
-            key_id: None,
-            model: "m".into(),
-            pricing,
-            started: Instant::now(),
-        };
-        let usage =
-            tollgate::billing::usage_record(&m, 30, 0, 10, tollgate::billing::Ending::Completed);
-        ledger.settle_request(&usage, None).expect("settle");
-    }
-    let hold_cycle = per_op(t.elapsed(), N);
+    let hold_total = common::hold_cycles(&ledger, account.id, N, "bench");
+    let hold_cycle = per_op(hold_total, N);
 
     // Whole requests over HTTP.
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/models.toml"))

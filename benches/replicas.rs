@@ -37,35 +37,6 @@ fn catalog() -> Catalog {
     Catalog::parse(&text).expect("catalog")
 }
 
-/// Microseconds per reserve + settle cycle on `ledger`.
-fn ledger_cycle(ledger: &Ledger, account: tollgate::ids::AccountId, tag: &str) -> f64 {
-    let pricing = tollgate::catalog::Pricing {
-        input: tollgate::catalog::PricePerMTok(20_000),
-        cached_input: None,
-        output: tollgate::catalog::PricePerMTok(40_000),
-    };
-    let t = Instant::now();
-    for i in 0..SEQ {
-        let rid = format!("req_cycle_{tag}_{i}");
-        let hold = tollgate::billing::hold_micros(&pricing, 30, 100);
-        ledger
-            .admit_request(&rid, account, None, hold, None)
-            .expect("reserve");
-        let m = tollgate::billing::Metered {
-            request_id: rid,
-            account_id: account,
-            key_id: None,
-            model: "m".into(),
-            pricing,
-            started: Instant::now(),
-        };
-        let usage =
-            tollgate::billing::usage_record(&m, 30, 0, 10, tollgate::billing::Ending::Completed);
-        ledger.settle_request(&usage, None).expect("settle");
-    }
-    t.elapsed().as_secs_f64() * 1e6 / SEQ as f64
-}
-
 /// (settled requests per second at `CONCURRENCY`, sequential round trip in us, ledger cycle in
 /// us) for `setup`.
 fn measure(rt: &tokio::runtime::Runtime, setup: &Setup) -> (f64, f64, f64) {
@@ -85,7 +56,9 @@ fn measure(rt: &tokio::runtime::Runtime, setup: &Setup) -> (f64, f64, f64) {
         )
         .expect("account");
     let (key, _) = tollgate::auth::create_key(&ledgers[0], account.id, "bench").expect("key");
-    let cycle = ledger_cycle(&ledgers[0], account.id, setup.name);
+    let tag = setup.name.replace([' ', ','], "_");
+    let cycle =
+        common::hold_cycles(&ledgers[0], account.id, SEQ, &tag).as_secs_f64() * 1e6 / SEQ as f64;
     rt.block_on(async {
         let mut urls = Vec::new();
         for ledger in &ledgers {

@@ -6,8 +6,8 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 use common::*;
 
@@ -31,33 +31,7 @@ fn free_port() -> u16 {
 }
 
 fn start(db: &Path, port: u16) -> Child {
-    let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--engine",
-            "fake",
-            "--rate-limit-rpm",
-            "1000000",
-            "--bind",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg("--models")
-        .arg(root().join("models.toml"))
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start server");
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+    serve_binary(db, port, 1_000_000, &[], Duration::from_secs(20))
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,6 @@ use serde_json::Value;
 use tollgate::catalog::Catalog;
 use tollgate::engine::fake::FakeEngine;
 use tollgate::ledger::{Ledger, Micros};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 /// One `tollgate serve --engine fake` process, killed when dropped.
 struct Replica {
@@ -44,33 +42,8 @@ fn start_limited(db: &str, id: &str, rpm: u32) -> Replica {
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--engine",
-            "fake",
-            "--rate-limit-rpm",
-            &rpm.to_string(),
-        ])
-        .arg("--bind")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--models")
-        .arg(root().join("models.toml"))
-        .arg("--db")
-        .arg(db)
-        .env("TOLLGATE_REPLICA_ID", id)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a replica");
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "replica {id} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let env = [("TOLLGATE_REPLICA_ID", id)];
+    let child = serve_binary(Path::new(db), port, rpm, &env, Duration::from_secs(30));
     Replica { child, port }
 }
 

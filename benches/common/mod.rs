@@ -48,3 +48,39 @@ pub fn greedy(request_id: String, prompt: Prompt, max_new_tokens: usize) -> Gene
         n: 1,
     }
 }
+
+/// Run `n` paid-request cycles on `ledger` for `account`: admit (claim + hold of 30 prompt and
+/// 100 completion tokens) then settle 30 + 10 tokens, each one ledger transaction, request ids
+/// `req_{tag}_{i}`. Returns the total time.
+pub fn hold_cycles(
+    ledger: &tollgate::ledger::Ledger,
+    account: tollgate::ids::AccountId,
+    n: usize,
+    tag: &str,
+) -> std::time::Duration {
+    let pricing = tollgate::catalog::Pricing {
+        input: tollgate::catalog::PricePerMTok(20_000),
+        cached_input: None,
+        output: tollgate::catalog::PricePerMTok(40_000),
+    };
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        let rid = format!("req_{tag}_{i}");
+        let hold = tollgate::billing::hold_micros(&pricing, 30, 100);
+        ledger
+            .admit_request(&rid, account, None, hold, None)
+            .expect("reserve");
+        let m = tollgate::billing::Metered {
+            request_id: rid,
+            account_id: account,
+            key_id: None,
+            model: "m".into(),
+            pricing,
+            started: std::time::Instant::now(),
+        };
+        let usage =
+            tollgate::billing::usage_record(&m, 30, 0, 10, tollgate::billing::Ending::Completed);
+        ledger.settle_request(&usage, None).expect("settle");
+    }
+    t.elapsed()
+}

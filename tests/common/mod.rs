@@ -380,3 +380,41 @@ pub fn fake_server_configured(
     let server = serve_limited(fake.clone(), catalog, key_rpm, tweak);
     (server, fake)
 }
+
+/// Start the real `tollgate serve --engine fake` binary (the FAKE engine: no model) on
+/// 127.0.0.1:`port` with the ledger `db`, `rpm` requests per minute per key and `env` set, its
+/// output discarded; waits (at most `start_within`) until it accepts connections.
+pub fn serve_binary(
+    db: &std::path::Path,
+    port: u16,
+    rpm: u32,
+    env: &[(&str, &str)],
+    start_within: std::time::Duration,
+) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "serve",
+            "--engine",
+            "fake",
+            "--rate-limit-rpm",
+            &rpm.to_string(),
+        ])
+        .arg("--bind")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--models")
+        .arg(root().join("models.toml"))
+        .arg("--db")
+        .arg(db)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server");
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < start_within, "server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
