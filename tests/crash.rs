@@ -1,6 +1,8 @@
 //! Crash safety: SIGKILL the real `tollgate` binary (FAKE engine, so no model is needed) while
 //! generations are in flight, at several points, restart it, and check the books: `tollgate
-//! ledger check` passes, no hold is left, and no unfinished request was charged.
+//! ledger check` passes, no hold is left, and no unfinished request was charged. With
+//! `TOLLGATE_TEST_DB=postgres` the same runs use PostgreSQL; the restarts keep one replica id,
+//! so each releases the holds its killed predecessor left.
 
 mod common;
 
@@ -31,13 +33,20 @@ fn free_port() -> u16 {
 }
 
 fn start(db: &Path, port: u16) -> Child {
-    serve_binary(db, port, 1_000_000, &[], Duration::from_secs(20))
+    // One replica id across restarts: on PostgreSQL a restart releases the holds of its own id.
+    serve_binary(
+        db,
+        port,
+        1_000_000,
+        &[("TOLLGATE_REPLICA_ID", "crash")],
+        Duration::from_secs(20),
+    )
 }
 
 #[tokio::test]
 async fn sigkill_mid_generation_leaves_consistent_books() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+    let db = ledger_location(dir.path());
     assert!(cli(
         &db,
         &[
@@ -166,7 +175,7 @@ async fn sigkill_with_idempotency_keys_never_charges_a_key_twice() {
     const TRIALS: u64 = 55;
     const BURST: u64 = 8;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ledger.db");
+    let db = ledger_location(dir.path());
     let email = "keyed@example.com";
     let made = cli(
         &db,

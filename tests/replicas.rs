@@ -3,8 +3,9 @@
 //! for this test process. Checked: one balance is never overspent across replicas (64
 //! parallel requests spread round-robin, 10 rounds), a key revoked through one replica is
 //! refused by the others within a second, one `Idempotency-Key` sent to all three runs once,
-//! a key's rate limit holds for the three together, and a SIGKILLed replica's holds are
-//! released by the survivors when its lease expires.
+//! a key's rate limit holds for the three together, a SIGKILLed replica's holds are
+//! released by the survivors when its lease expires, and a dashboard session made on one
+//! replica works on the others until it is signed out on any.
 
 mod common;
 
@@ -321,5 +322,126 @@ async fn a_request_longer_than_its_lease_is_charged_while_others_sweep() {
     let a = ledger.account(account).unwrap();
     assert_eq!(a.balance_micros, Micros(1_000_000) - record.cost_micros);
     assert_eq!(a.reserved_micros, 0);
+    assert_books(&ledger);
+}
+
+/// `method` `path` on replica `port` with the dashboard session cookie `session` and a JSON
+/// body: (status, `Set-Cookie` session value if any, body).
+async fn dashboard(
+    port: u16,
+    method: reqwest::Method,
+    path: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, Value) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("http://127.0.0.1:{port}{path}"))
+        .json(&body);
+    if let Some(s) = session {
+        r = r.header("cookie", format!("tollgate_session={s}"));
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("tollgate_session="))
+        .and_then(|v| v.split(';').next())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned);
+    let v = serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null);
+    (status, cookie, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_session_is_valid_on_every_replica_until_signed_out_on_any() {
+    let db = tollgate::ledger::testdb::fresh_database().unwrap();
+    let ledger = Ledger::open(Path::new(&db)).unwrap();
+    let replicas = [start(&db, "a"), start(&db, "b"), start(&db, "c")];
+    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+    // A verified account with a password (what the e-mailed link would do, done directly).
+    let hash = tollgate::auth::password::hash("hunter2hunter2").unwrap();
+    let account = ledger.sign_up("roams@example.com", &hash).unwrap();
+    let token = b"replica-test-verify-token".to_vec();
+    ledger
+        .insert_email_token(
+            account.id,
+            tollgate::ledger::TokenPurpose::Verify,
+            &token,
+            600,
+        )
+        .unwrap();
+    ledger.verify_email(&token, Micros(0)).unwrap();
+
+    let creds = serde_json::json!({"email": "roams@example.com", "password": "hunter2hunter2"});
+    let (st, session, v) = dashboard(
+        ports[0],
+        reqwest::Method::POST,
+        "/api/v1/auth/signin",
+        None,
+        creds,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let session = session.expect("a session cookie");
+    // Signed in on a, the same cookie works on b and c, and a key made on b is listed on c.
+    for &port in &ports {
+        let (st, _, v) = dashboard(
+            port,
+            reqwest::Method::GET,
+            "/api/v1/account",
+            Some(&session),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(st, 200, "replica port {port}: {v}");
+        assert_eq!(v["data"]["email"], "roams@example.com");
+    }
+    let made = serde_json::json!({"name": "roaming"});
+    let (st, _, v) = dashboard(
+        ports[1],
+        reqwest::Method::POST,
+        "/api/v1/keys",
+        Some(&session),
+        made,
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, _, v) = dashboard(
+        ports[2],
+        reqwest::Method::GET,
+        "/api/v1/keys",
+        Some(&session),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["keys"][0]["name"], "roaming");
+    // Signed out on b: a and c refuse the cookie at once.
+    let (st, _, v) = dashboard(
+        ports[1],
+        reqwest::Method::POST,
+        "/api/v1/auth/signout",
+        Some(&session),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    for port in [ports[0], ports[2]] {
+        let (st, _, v) = dashboard(
+            port,
+            reqwest::Method::GET,
+            "/api/v1/account",
+            Some(&session),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (401, Some("session_required")),
+            "replica port {port}: {v}"
+        );
+    }
     assert_books(&ledger);
 }

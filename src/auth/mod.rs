@@ -91,11 +91,16 @@ pub fn create_key(
     Ok((key, record))
 }
 
+/// Cached key lookups: SHA-256 of the key -> (record, when cached).
+type KeyCache = HashMap<Vec<u8>, (ApiKeyRecord, Instant)>;
+
 /// Authenticates bearer keys with a cache of lookups.
 pub struct Authenticator {
     ledger: Arc<Ledger>,
-    /// SHA-256 of the key -> (record, when cached).
-    cache: Mutex<HashMap<Vec<u8>, (ApiKeyRecord, Instant)>>,
+    /// SHA-256 of the key -> (record, when cached), and the purge generation: every purge
+    /// bumps it, so a lookup that read the database before a purge does not cache its
+    /// (possibly revoked since) record after it.
+    cache: Mutex<(KeyCache, u64)>,
     /// The ledger's revocation epoch when the cache was last validated.
     epoch: AtomicI64,
 }
@@ -105,7 +110,7 @@ impl Authenticator {
         let epoch = ledger.key_epoch().unwrap_or(0);
         Self {
             ledger,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new((HashMap::new(), 0)),
             epoch: AtomicI64::new(epoch),
         }
     }
@@ -128,21 +133,20 @@ impl Authenticator {
             return Err(AuthError::Malformed);
         }
         let hash = sha256(token);
-        let cached = {
+        let (cached, generation) = {
             let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            cache
+            let hit = cache
+                .0
                 .get(&hash)
                 .filter(|(_, at)| at.elapsed() < CACHE_TTL)
-                .map(|(r, _)| r.clone())
+                .map(|(r, _)| r.clone());
+            (hit, cache.1)
         };
         let record = match cached {
             Some(r) => r,
             None => {
                 let r = self.ledger.key_by_hash(&hash)?.ok_or(AuthError::Unknown)?;
-                self.cache
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(hash, (r.clone(), Instant::now()));
+                self.remember(hash, &r, generation);
                 if r.last_used_at.is_none_or(|t| crate::ledger::now() - t > 60) {
                     let _ = self.ledger.touch_key(r.id);
                 }
@@ -190,17 +194,27 @@ impl Authenticator {
     /// Forget every cached key: another replica changed a key, or the change feed was lost
     /// (see `ledger::notify`). The next request with each key reads it again.
     pub fn clear_cache(&self) {
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.purge_where(|_| true);
     }
 
     fn purge(&self, key_id: KeyId) {
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, (r, _)| r.id != key_id);
+        self.purge_where(|r| r.id == key_id);
+    }
+
+    /// Cache `record`, read from the database when the purge generation was `generation`,
+    /// unless a purge came since (it may have been this very key's revocation).
+    fn remember(&self, hash: Vec<u8>, record: &ApiKeyRecord, generation: u64) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.1 == generation {
+            cache.0.insert(hash, (record.clone(), Instant::now()));
+        }
+    }
+
+    /// Drop the cached records matching `gone` and bump the purge generation.
+    fn purge_where(&self, gone: impl Fn(&ApiKeyRecord) -> bool) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.0.retain(|_, (r, _)| !gone(r));
+        cache.1 = cache.1.wrapping_add(1);
     }
 
     /// Purge the whole cache if a key was revoked by another process (the CLI) since the last
@@ -211,10 +225,7 @@ impl Authenticator {
     pub fn sync_revocations(&self) -> Result<(), LedgerError> {
         let epoch = self.ledger.key_epoch()?;
         if self.epoch.swap(epoch, Ordering::Relaxed) != epoch {
-            self.cache
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clear();
+            self.clear_cache();
         }
         Ok(())
     }
@@ -265,6 +276,35 @@ mod tests {
             auth.authenticate(Some(&format!("Bearer {}", generate_key()))),
             Err(AuthError::Unknown)
         ));
+    }
+
+    #[test]
+    fn a_lookup_that_raced_a_purge_is_not_cached() {
+        let (_d, l) = crate::ledger::temp_ledger();
+        let l = Arc::new(l);
+        let a = l
+            .create_account("race@example.com", crate::money::Micros(0))
+            .unwrap();
+        let (key, rec) = create_key(&l, a.id, "race").unwrap();
+        let auth = Authenticator::new(l.clone());
+        // A lookup reads the key valid; another replica revokes it and the notice purges the
+        // cache before the lookup stores what it read.
+        let before = auth.cache.lock().unwrap().1;
+        l.revoke_key(rec.id).unwrap();
+        auth.clear_cache();
+        auth.remember(sha256(&key), &rec, before);
+        assert!(
+            auth.cache.lock().unwrap().0.is_empty(),
+            "stale record cached"
+        );
+        assert!(matches!(
+            auth.authenticate(Some(&format!("Bearer {key}"))),
+            Err(AuthError::Revoked)
+        ));
+        // Without a purge in between, a lookup is cached.
+        let now = auth.cache.lock().unwrap().1;
+        auth.remember(sha256(&key), &rec, now);
+        assert_eq!(auth.cache.lock().unwrap().0.len(), 1);
     }
 
     #[test]

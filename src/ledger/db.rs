@@ -11,7 +11,7 @@
 use r2d2_sqlite::rusqlite;
 
 pub(crate) use super::pg::block;
-pub use super::pg::{pg_execute, PgPool};
+pub use super::pg::{pg_execute, IdLock, PgPool};
 use super::pg::{pg_params, pg_sql, pg_value};
 pub(crate) use super::value::args;
 pub use super::value::{DbError, Row, Value};

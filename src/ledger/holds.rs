@@ -23,6 +23,10 @@ pub struct HoldOutcome {
     pub charged_micros: Micros,
     /// False when the hold was already closed (a repeated settle changes nothing).
     pub applied: bool,
+    /// True when the hold was already settled: an earlier settle of this request committed
+    /// (on PostgreSQL, one whose commit reply was lost with its connection), so the charge
+    /// stands. Only the request itself settles its hold; recovery and the lease sweep release.
+    pub settled_before: bool,
 }
 
 impl Ledger {
@@ -80,12 +84,14 @@ pub(super) fn close_hold(
         return Ok(HoldOutcome {
             charged_micros: Micros::ZERO,
             applied: false,
+            settled_before: false,
         });
     };
     if state != "open" {
         return Ok(HoldOutcome {
             charged_micros: Micros::ZERO,
             applied: false,
+            settled_before: state == "settled",
         });
     }
     let cost = if charge {
@@ -129,6 +135,7 @@ pub(super) fn close_hold(
     Ok(HoldOutcome {
         charged_micros: cost,
         applied: true,
+        settled_before: false,
     })
 }
 
@@ -204,17 +211,22 @@ mod tests {
             l.settle(&usage("r1", a.id, 250)).unwrap(),
             HoldOutcome {
                 charged_micros: Micros(250),
-                applied: true
+                applied: true,
+                settled_before: false,
             }
         );
-        assert!(
-            !l.settle(&usage("r1", a.id, 250)).unwrap().applied,
-            "settle is idempotent"
-        );
+        let again = l.settle(&usage("r1", a.id, 250)).unwrap();
+        assert!(!again.applied, "settle is idempotent");
+        assert!(again.settled_before, "and says the charge stands");
         let acct = l.account(a.id).unwrap();
         assert_eq!((acct.balance_micros.0, acct.reserved_micros.0), (750, 0));
         l.reserve("r3", a.id, Micros(700)).unwrap();
         assert_eq!(l.release(&usage("r3", a.id, 99)).unwrap().charged_micros, 0);
+        let late = l.settle(&usage("r3", a.id, 99)).unwrap();
+        assert!(
+            !late.applied && !late.settled_before,
+            "released: not charged"
+        );
         assert_eq!(l.account(a.id).unwrap().balance_micros, 750);
         assert_eq!(l.usage("r3").unwrap().unwrap().status, UsageStatus::Failed);
         assert!(l.check().unwrap().is_empty());

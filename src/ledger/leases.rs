@@ -4,6 +4,8 @@
 //! replica died: the client got no complete response, so nothing is charged). Heartbeat rows
 //! (`replicas`) count the live replicas, which share the rate limits. All times here are the
 //! database's clock ([`db_now`]), so replicas whose clocks disagree still agree on a lease.
+//! A running replica holds an advisory lock on its id ([`Ledger::claim_replica_id`]), so a
+//! restart can tell its dead predecessor's holds (lock free) from a live twin's (lock held).
 //!
 //! Owns: the lease and heartbeat statements, and releasing holds at start-up. May use: `db`,
 //! `accounts`, `idempotency`. Never:
@@ -11,8 +13,8 @@
 
 use super::accounts::insert_entry;
 use super::db::Value;
-use super::db::{args, Tx};
-use super::{now, AccountId, Ledger, LedgerError, Micros};
+use super::db::{args, block, DbError, PgPool, Tx};
+use super::{now, AccountId, Backend, Ledger, LedgerError, Micros};
 
 /// How long a hold's lease lasts (seconds) without renewal.
 pub const LEASE_S: i64 = 15;
@@ -33,6 +35,14 @@ pub fn db_now(tx: &Tx<'_>) -> &'static str {
         "unixepoch()"
     }
 }
+
+/// The first key of replica-id advisory locks (the second is `hashtext(id)`); two-key locks
+/// never collide with the one-key lock that serializes migrations.
+const REPLICA_LOCK_CLASS: i32 = 7411;
+
+/// How many times (100 ms apart) a replica id's lock is tried again before another live
+/// process is taken to hold it.
+const CLAIM_RETRIES: u32 = 20;
 
 /// `LEASE_RENEW_S` as database seconds.
 fn round() -> i64 {
@@ -56,34 +66,48 @@ impl Ledger {
     /// Database errors.
     pub fn release_own_open(&self) -> Result<usize, LedgerError> {
         let me = self.replica.clone();
-        self.write(|tx| {
-            release_open_where(
-                tx,
-                "owner = ?1",
-                args![&*me],
-                "released at the replica's start-up",
-            )
-        })
+        self.write(|tx| release_open_where(tx, "owner = ?1", args![&*me], "released at start-up"))
     }
 
-    /// Whether a process with this replica's id wrote a heartbeat in the last two rounds
-    /// (another process runs with the same id: its holds are not leftovers).
+    /// Take this replica id's advisory lock in PostgreSQL, on a connection of its own kept for
+    /// the life of this ledger (all its clones): `true` when taken now or earlier, so no other
+    /// live process runs with this id and the open holds it names are a dead run's leftovers;
+    /// `false` when another live process holds it (two replicas were given one
+    /// `TOLLGATE_REPLICA_ID`). A killed process's connection closes with it, so a restart
+    /// takes the lock at once. Always `true` on SQLite (one process owns the file).
     ///
     /// # Errors
-    /// Database errors.
-    pub fn replica_seen_recently(&self) -> Result<bool, LedgerError> {
-        let me = self.replica.clone();
-        self.read(|tx| {
-            let n: i64 = tx.query_one(
-                &format!(
-                    "SELECT COUNT(*) FROM replicas WHERE id = ?1 AND seen_at >= {} - ?2",
-                    db_now(tx)
-                ),
-                args![&*me, 2 * round()],
-                |r| r.get(0),
-            )?;
-            Ok(n > 0)
-        })
+    /// Connection and statement errors.
+    pub fn claim_replica_id(&self) -> Result<bool, LedgerError> {
+        let Backend::Postgres(_, url) = &self.backend else {
+            return Ok(true);
+        };
+        let mut held = self
+            .id_lock
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if held.is_some() {
+            return Ok(true);
+        }
+        let client = PgPool::listener(url, |_| {})?;
+        // A predecessor killed a moment ago frees the lock once the server notices its
+        // connection closed (milliseconds); a live twin never does.
+        for attempt in 0..=CLAIM_RETRIES {
+            let row = block(client.query_one(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                &[&REPLICA_LOCK_CLASS, &&*self.replica],
+            ))
+            .map_err(DbError::from)?;
+            if row.get::<_, bool>(0) {
+                *held = Some(client);
+                return Ok(true);
+            }
+            if attempt < CLAIM_RETRIES {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        Ok(false)
     }
 
     /// Extend the lease of every open hold of this replica to [`LEASE_S`] from now; the
@@ -228,7 +252,19 @@ mod tests {
         assert_eq!(dead.release_own_open().unwrap(), 0, "already released");
         assert_eq!(l.heartbeat().unwrap(), 1);
         assert_eq!(dead.heartbeat().unwrap(), 2);
-        assert!(dead.replica_seen_recently().unwrap());
+        // One process per replica id: the id's lock is taken once (a second ledger with the
+        // same id stands for a second process; on SQLite there is nothing to share).
+        assert!(dead.claim_replica_id().unwrap());
+        assert!(dead.claim_replica_id().unwrap(), "already held");
+        let twin = l.clone().with_replica("dead");
+        assert_eq!(twin.claim_replica_id().unwrap(), !l.is_postgres());
+        drop(dead);
+        // The server frees the lock when it sees the connection close.
+        let t = std::time::Instant::now();
+        while !twin.claim_replica_id().unwrap() {
+            assert!(t.elapsed().as_secs() < 5, "the lock outlived its holder");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         assert_eq!(l.release_own_open().unwrap(), 1);
         assert!(l.check().unwrap().is_empty());
     }

@@ -45,7 +45,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use r2d2_sqlite::rusqlite::{self, TransactionBehavior};
 use r2d2_sqlite::SqliteConnectionManager;
 
-use db::{DbError, PgPool, Tx};
+use db::{DbError, IdLock, PgPool, Tx};
 
 pub use accounts::{Account, EntryRow, UsageRecord, UsageStatus};
 pub use check::Violation;
@@ -64,13 +64,14 @@ pub use usage::{DaySpend, KeyFilter, UsageFilter};
 
 /// PostgreSQL migrations: (the version it brings the schema to, its SQL). The first builds
 /// what SQLite's first ten build; later ones come in pairs with SQLite's.
-const PG_MIGRATIONS: [(i64, &str); 2] = [
+const PG_MIGRATIONS: [(i64, &str); 3] = [
     (10, include_str!("migrations/pg/0010_schema.sql")),
     (11, include_str!("migrations/pg/0011_hold_leases.sql")),
+    (12, include_str!("migrations/pg/0012_sweep_indexes.sql")),
 ];
 
 /// SQLite migrations in order; `PRAGMA user_version` = how many are applied.
-const MIGRATIONS: [&str; 11] = [
+const MIGRATIONS: [&str; 12] = [
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_sign_in.sql"),
     include_str!("migrations/0003_topups.sql"),
@@ -82,6 +83,7 @@ const MIGRATIONS: [&str; 11] = [
     include_str!("migrations/0009_audio_usage.sql"),
     include_str!("migrations/0010_key_limits.sql"),
     include_str!("migrations/0011_hold_leases.sql"),
+    include_str!("migrations/0012_sweep_indexes.sql"),
 ];
 
 pub use crate::ids::{AccountId, KeyId};
@@ -153,6 +155,9 @@ pub struct Ledger {
     backend: Backend,
     /// This process's replica id, written on the holds it takes (see `holds`).
     replica: Arc<str>,
+    /// On PostgreSQL, the connection holding this replica id's advisory lock once
+    /// `claim_replica_id` took it (dropped with the last clone, which frees the lock).
+    id_lock: IdLock,
     /// `PRAGMA max_page_count` applied before every write; `NO_PAGE_CAP` = never set.
     page_cap: Arc<std::sync::atomic::AtomicI64>,
 }
@@ -237,6 +242,7 @@ impl Ledger {
         let ledger = Self {
             backend: Backend::Sqlite(pool),
             replica: new_replica_id(),
+            id_lock: IdLock::default(),
             page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
         };
         ledger.migrate_sqlite()?;
@@ -252,6 +258,7 @@ impl Ledger {
         let ledger = Self {
             backend: Backend::Postgres(PgPool::new(url, 16)?, Arc::from(url)),
             replica: new_replica_id(),
+            id_lock: IdLock::default(),
             page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
         };
         ledger.migrate_postgres()?;
@@ -264,6 +271,7 @@ impl Ledger {
     pub fn with_replica(mut self, id: &str) -> Self {
         if !id.trim().is_empty() {
             self.replica = Arc::from(id.trim());
+            self.id_lock = IdLock::default();
         }
         self
     }

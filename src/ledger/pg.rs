@@ -222,6 +222,12 @@ impl PgPool {
     }
 }
 
+/// Where a ledger keeps the dedicated connection holding its replica id's advisory lock
+/// (`Ledger::claim_replica_id`), shared by the ledger's clones; the lock goes with the
+/// connection when the last clone is dropped.
+#[derive(Clone, Default)]
+pub struct IdLock(pub(crate) std::sync::Arc<std::sync::Mutex<Option<tokio_postgres::Client>>>);
+
 /// Connect to `url`, run `sql` (one or more statements, no parameters) outside any
 /// transaction, and disconnect: for `CREATE DATABASE` and other administration.
 ///

@@ -119,12 +119,12 @@ impl Meter {
         // One process owns a SQLite file; replicas sharing PostgreSQL release only their own
         // holds here, and the others' expired leases in the lease sweep.
         let released = if ledger.is_postgres() {
-            let own = if ledger.replica_seen_recently()? {
-                // Another process runs with this replica id: its holds are live, not leftovers.
+            let own = if ledger.claim_replica_id()? {
+                ledger.release_own_open()?
+            } else {
+                // Another live process runs with this replica id: its holds are not leftovers.
                 tracing::warn!(replica = ledger.replica(), "another process uses this replica id (TOLLGATE_REPLICA_ID); its holds are left to their leases");
                 0
-            } else {
-                ledger.release_own_open()?
             };
             own + ledger.release_expired_leases()?
         } else {

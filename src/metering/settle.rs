@@ -286,6 +286,12 @@ pub(super) async fn settle_usage(
         }
     };
     match result {
+        Ok(outcome) if outcome.settled_before => {
+            // An earlier attempt committed but its reply was lost (a PostgreSQL connection
+            // dropped at COMMIT): the charge and the stored response stand.
+            tracing::warn!(request_id = %usage.request_id, "settled by an earlier attempt whose reply was lost");
+            Ok(())
+        }
         Ok(outcome) if !outcome.applied => {
             // Someone else closed the hold (a second process recovering this ledger): this
             // request was not charged, so it must not be answered as if it were.
