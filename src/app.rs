@@ -461,6 +461,12 @@ fn spawn_replica_upkeep(state: &AppState) {
 /// steps still run.
 fn lease_round(ledger: &Ledger, share: &crate::api::limits::ReplicaShare, renew: bool) {
     if renew {
+        // The id's lock goes with its connection; take it again if that was lost.
+        match ledger.keep_replica_id() {
+            Ok(true) => {}
+            Ok(false) => tracing::error!(replica = ledger.replica(), "another process holds this replica id (TOLLGATE_REPLICA_ID); give each replica its own"),
+            Err(e) => tracing::warn!(error = %e, "could not hold this replica id's lock"),
+        }
         if let Err(e) = ledger.renew_leases() {
             tracing::warn!(error = %e, "could not renew this replica's hold leases");
         }

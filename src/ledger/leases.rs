@@ -79,6 +79,19 @@ impl Ledger {
     /// # Errors
     /// Connection and statement errors.
     pub fn claim_replica_id(&self) -> Result<bool, LedgerError> {
+        self.take_replica_id(CLAIM_RETRIES)
+    }
+
+    /// `claim_replica_id` without waiting: the server's upkeep calls it every round, so a
+    /// lock lost with its connection is taken again at once.
+    ///
+    /// # Errors
+    /// Connection and statement errors.
+    pub fn keep_replica_id(&self) -> Result<bool, LedgerError> {
+        self.take_replica_id(0)
+    }
+
+    fn take_replica_id(&self, retries: u32) -> Result<bool, LedgerError> {
         let Backend::Postgres(_, url) = &self.backend else {
             return Ok(true);
         };
@@ -87,13 +100,21 @@ impl Ledger {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if held.is_some() {
+        if held.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(true);
         }
+        // Not taken yet, or its connection was lost (and the lock with it): take it again.
+        *held = None;
         let client = PgPool::listener(url, |_| {})?;
+        // The server notices a dead holder (a crashed host, a cut network) by keepalives within
+        // about 25 s, instead of the operating system's default of hours.
+        block(client.batch_execute(
+            "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3",
+        ))
+        .map_err(DbError::from)?;
         // A predecessor killed a moment ago frees the lock once the server notices its
         // connection closed (milliseconds); a live twin never does.
-        for attempt in 0..=CLAIM_RETRIES {
+        for attempt in 0..=retries {
             let row = block(client.query_one(
                 "SELECT pg_try_advisory_lock($1, hashtext($2))",
                 &[&REPLICA_LOCK_CLASS, &&*self.replica],
@@ -103,29 +124,40 @@ impl Ledger {
                 *held = Some(client);
                 return Ok(true);
             }
-            if attempt < CLAIM_RETRIES {
+            if attempt < retries {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
         }
         Ok(false)
     }
 
-    /// Extend the lease of every open hold of this replica to [`LEASE_S`] from now; the
-    /// server calls it every [`LEASE_RENEW_S`] while it runs. Returns how many were renewed.
+    /// Extend the lease of every open hold of this replica (those taken since
+    /// [`Ledger::renew_only_from`], when it was called) to [`LEASE_S`] from now; the server
+    /// calls it every [`LEASE_RENEW_S`] while it runs. Returns how many were renewed.
     ///
     /// # Errors
     /// Database errors.
     pub fn renew_leases(&self) -> Result<usize, LedgerError> {
         let me = self.replica.clone();
+        let from = self.renew_from.load(std::sync::atomic::Ordering::Relaxed);
         self.write(|tx| {
             Ok(tx.exec(
                 &format!(
-                    "UPDATE holds SET lease_until = {} + ?1 WHERE owner = ?2 AND state = 'open'",
+                    "UPDATE holds SET lease_until = {} + ?1
+                     WHERE owner = ?2 AND state = 'open' AND created_at >= ?3",
                     db_now(tx)
                 ),
-                args![LEASE_S, &*me],
+                args![LEASE_S, &*me, from],
             )?)
         })
+    }
+
+    /// From now on renew only the holds taken from Unix second `t` on (by this process): set
+    /// at start-up when another process may hold this replica id (`claim_replica_id` failed),
+    /// so the open holds under the id from before are left to expire, not kept forever.
+    pub fn renew_only_from(&self, t: i64) {
+        self.renew_from
+            .store(t, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Release every open hold whose lease has expired: its replica stopped renewing (it
@@ -233,6 +265,10 @@ mod tests {
         let dead = l.clone().with_replica("dead");
         dead.reserve("orphan", a.id, Micros(200)).unwrap();
         assert_eq!(l.renew_leases().unwrap(), 1, "only this replica's hold");
+        // Another process held the id at start-up: holds from before it are not renewed.
+        l.renew_only_from(crate::ledger::now() + 3600);
+        assert_eq!(l.renew_leases().unwrap(), 0);
+        l.renew_only_from(0);
         assert_eq!(
             l.release_expired_leases().unwrap(),
             0,

@@ -158,6 +158,8 @@ pub struct Ledger {
     /// On PostgreSQL, the connection holding this replica id's advisory lock once
     /// `claim_replica_id` took it (dropped with the last clone, which frees the lock).
     id_lock: IdLock,
+    /// `renew_leases` renews open holds created at or after this Unix second (0: all).
+    renew_from: Arc<std::sync::atomic::AtomicI64>,
     /// `PRAGMA max_page_count` applied before every write; `NO_PAGE_CAP` = never set.
     page_cap: Arc<std::sync::atomic::AtomicI64>,
 }
@@ -243,6 +245,7 @@ impl Ledger {
             backend: Backend::Sqlite(pool),
             replica: new_replica_id(),
             id_lock: IdLock::default(),
+            renew_from: Arc::default(),
             page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
         };
         ledger.migrate_sqlite()?;
@@ -259,6 +262,7 @@ impl Ledger {
             backend: Backend::Postgres(PgPool::new(url, 16)?, Arc::from(url)),
             replica: new_replica_id(),
             id_lock: IdLock::default(),
+            renew_from: Arc::default(),
             page_cap: Arc::new(std::sync::atomic::AtomicI64::new(NO_PAGE_CAP)),
         };
         ledger.migrate_postgres()?;
@@ -319,7 +323,7 @@ impl Ledger {
         let tx = db::block(client.transaction()).map_err(DbError::from)?;
         let t = Tx::Postgres(&tx);
         // Replicas starting together: the first migrates, the others wait here, then see it.
-        t.batch("SELECT pg_advisory_xact_lock(7411770001); CREATE TABLE IF NOT EXISTS tollgate_schema (version BIGINT NOT NULL);")?;
+        t.batch("SET LOCAL client_min_messages = warning; SELECT pg_advisory_xact_lock(7411770001); CREATE TABLE IF NOT EXISTS tollgate_schema (version BIGINT NOT NULL);")?;
         let version: i64 = t
             .query_opt("SELECT version FROM tollgate_schema", &[], |r| r.get(0))?
             .unwrap_or(0);

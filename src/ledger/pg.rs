@@ -137,6 +137,22 @@ pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
 /// How long connecting, waiting for a pooled connection, or an unanswered send may take.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The connection settings of `url`, with timeouts: a dead database or a half-open
+/// connection fails within seconds instead of holding requests (and the lease upkeep) forever.
+/// The URL may still set its own connect timeout.
+fn config(url: &str) -> Result<tokio_postgres::Config, DbError> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| DbError::Pool(e.to_string()))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(TIMEOUT);
+    }
+    config
+        .keepalives_idle(std::time::Duration::from_secs(10))
+        .tcp_user_timeout(TIMEOUT);
+    Ok(config)
+}
+
 /// A PostgreSQL connection pool whose connections run on the background runtime.
 #[derive(Clone)]
 pub struct PgPool {
@@ -149,17 +165,7 @@ impl PgPool {
     /// # Errors
     /// `Pool` when the URL does not parse or the pool cannot be built.
     pub fn new(url: &str, max: usize) -> Result<Self, DbError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| DbError::Pool(e.to_string()))?;
-        // A dead database or a half-open connection fails within seconds instead of holding
-        // requests (and the lease upkeep) forever; the URL may still set its own values.
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(TIMEOUT);
-        }
-        config
-            .keepalives_idle(std::time::Duration::from_secs(10))
-            .tcp_user_timeout(TIMEOUT);
+        let config = config(url)?;
         let manager = deadpool_postgres::Manager::from_config(
             config,
             tokio_postgres::NoTls,
@@ -200,9 +206,9 @@ impl PgPool {
         url: &str,
         on_message: impl Fn(Option<tokio_postgres::Notification>) + Send + 'static,
     ) -> Result<tokio_postgres::Client, DbError> {
-        let url = url.to_owned();
+        let config = config(url)?;
         let task = pg_runtime().spawn(async move {
-            let (client, mut conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
             tokio::spawn(async move {
                 let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
                 while let Some(m) = futures::StreamExt::next(&mut messages).await {

@@ -123,7 +123,9 @@ impl Meter {
                 ledger.release_own_open()?
             } else {
                 // Another live process runs with this replica id: its holds are not leftovers.
+                // This process renews only its own, so none is kept open forever.
                 tracing::warn!(replica = ledger.replica(), "another process uses this replica id (TOLLGATE_REPLICA_ID); its holds are left to their leases");
+                ledger.renew_only_from(crate::ledger::now());
                 0
             };
             own + ledger.release_expired_leases()?

@@ -311,7 +311,11 @@ pub(super) async fn settle_usage(
             tracing::error!(request_id = %usage.request_id, "settle failed {attempt} times; voiding the hold: {e}");
             // Voided before the answer when the ledger allows it, so a retry with the same
             // key runs at once; otherwise in the background until it commits.
-            void(ctx, completion_tokens).await;
+            if void(ctx, completion_tokens).await {
+                // The last attempt committed after all; its reply was lost.
+                tracing::warn!(request_id = %usage.request_id, "settled by an attempt whose reply was lost");
+                return Ok(());
+            }
             Err(MeterError::NotRecorded(e.to_string()))
         }
     }
@@ -319,8 +323,10 @@ pub(super) async fn settle_usage(
 
 /// Release the hold free and forget the claim (one transaction): once now, and if that
 /// fails, in the background until it commits (backoff 100 ms doubling to 5 s), so a hold never
-/// outlives its request while the server runs, even through a full disk.
-pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
+/// outlives its request while the server runs, even through a full disk. Returns true when the
+/// first try found the hold already settled (a settle whose reply was lost committed): the
+/// request was charged, and nothing was released.
+pub(super) async fn void(ctx: &Context, completion_tokens: usize) -> bool {
     let usage = match &ctx.units {
         Some(units) => billing::units_usage_record(&ctx.metered, units, Ending::Failed),
         None => billing::usage_record(
@@ -336,8 +342,8 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
         let (ledger, u, c) = (ledger.clone(), usage.clone(), claim.clone());
         async move { ledger.run(move |l| l.void_request(&u, c.as_ref())).await }
     };
-    if try_void().await.is_ok() {
-        return;
+    if let Ok(outcome) = try_void().await {
+        return outcome.settled_before;
     }
     let request_id = ctx.metered.request_id.clone();
     tokio::spawn(async move {
@@ -345,6 +351,12 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
         loop {
             tokio::time::sleep(wait).await;
             match try_void().await {
+                Ok(o) if o.settled_before => {
+                    // A settle whose reply was lost had committed: charged, though answered
+                    // as not recorded (the ledger's usage row is the truth).
+                    tracing::error!(%request_id, "a settle answered as failed had committed; the request was charged");
+                    return;
+                }
                 Ok(_) => break,
                 Err(e) => tracing::warn!(%request_id, "void failed; retrying in {wait:?}: {e}"),
             }
@@ -352,4 +364,5 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) {
         }
         tracing::warn!(%request_id, "hold released after a failed write; not charged");
     });
+    false
 }
