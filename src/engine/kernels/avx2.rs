@@ -13,6 +13,11 @@
 //! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
 //! bit-identical outputs, and a row gets the same result alone (decode) and in a batch.
 //!
+//! 4-bit weights are taken from their nibbles per half and quad, just before their products.
+//! 5- and 6-bit weights arrive widened to a byte per value (`widen`, once per group and call,
+//! into a per-thread buffer): rebuilt from their planes per sub-tile of rows they cost more
+//! than the products (about 0.6x on batches).
+//!
 //! Activation rows run in sub-tiles of 4 (4-bit types) or 3 (others): sixteen ymm registers
 //! hold the f32 accumulators, the i16 and i32 partial sums of each row, and the weights.
 
@@ -27,43 +32,97 @@ use super::packed::{Packed, COLS, SPLIT_CENTRE};
 const HALF: usize = COLS / 2;
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
+/// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; `p.runs_on_avx2`, `g < p.groups`,
-/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
-pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; when
+/// `p.widens()`, `wide` is group `g` widened (`p.blocks * 512` bytes).
+pub unsafe fn group(
+    p: &Packed,
+    g: usize,
+    wide: &[u8],
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
     debug_assert!(p.runs_on_avx2, "Q8_0 would saturate vpmaddubsw");
-    match (p.nibbles, p.split, p.factors.is_some()) {
-        (true, _, false) => group_t::<true, false, false>(p, g, acts, i0, rows, out),
-        (true, _, true) => group_t::<true, false, true>(p, g, acts, i0, rows, out),
-        (false, false, false) => group_t::<false, false, false>(p, g, acts, i0, rows, out),
-        (false, false, true) => group_t::<false, false, true>(p, g, acts, i0, rows, out),
-        // Only Q6_K is split, and it is factored.
-        (false, true, _) => group_t::<false, true, true>(p, g, acts, i0, rows, out),
+    debug_assert!(!p.widens() || wide.len() == p.blocks * 512);
+    let (own, wide) = (p.q.as_ptr().add(g * p.blocks * 256), wide.as_ptr());
+    match (p.bits, p.factors.is_some()) {
+        (4, false) => group_t::<4, false, false>(p, own, g, acts, i0, rows, out),
+        (4, true) => group_t::<4, false, true>(p, own, g, acts, i0, rows, out),
+        (5, false) => group_t::<5, false, false>(p, wide, g, acts, i0, rows, out),
+        (5, true) => group_t::<5, false, true>(p, wide, g, acts, i0, rows, out),
+        // Only Q6_K has 6 bits; it is split and factored. Q8_0 never comes here.
+        _ => group_t::<6, true, true>(p, wide, g, acts, i0, rows, out),
+    }
+}
+
+/// Group `g`'s 5- or 6-bit values (nibble and bit planes, `packed.rs`) widened into `wide`
+/// (`[block][512]`, a byte per value: the 8-bit layout), so that every tile and sub-tile of
+/// activation rows reads them with one load per quad instead of rebuilding them each time.
+///
+/// # Safety
+/// The CPU must support AVX2; `g < p.groups`, `p.widens()`, `wide.len() == p.blocks * 512`.
+pub unsafe fn widen(p: &Packed, g: usize, wide: &mut [u8]) {
+    assert!(
+        p.widens() && wide.len() == p.blocks * 512,
+        "widen: wrong buffer or type"
+    );
+    if p.bits == 5 {
+        widen_t::<5>(p, g, wide);
+    } else {
+        widen_t::<6>(p, g, wide);
+    }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
+    let bb = p.block_bytes();
+    let low = _mm256_set1_epi8(0x0F);
+    for b in 0..p.blocks {
+        let src = p.q.as_ptr().add((g * p.blocks + b) * bb);
+        let dst = wide.as_mut_ptr().add(b * 512);
+        for half in 0..2 {
+            let (src, dst) = (src.add(32 * half), dst.add(32 * half));
+            for h in 0..8 {
+                let v = _mm256_loadu_si256(src.add(64 * (h % 4)).cast());
+                let w = if h < 4 {
+                    _mm256_and_si256(v, low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+                };
+                let w = _mm256_or_si256(w, high_bits::<BITS>(src.add(256), h));
+                _mm256_storeu_si256(dst.add(64 * h).cast(), w);
+            }
+        }
     }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group_t<const NIB: bool, const SPLIT: bool, const FAC: bool>(
+unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
+    wq: *const u8,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
     rows: usize,
     out: &mut [f32],
 ) {
-    let sub = if NIB { 4 } else { 3 };
+    let sub = if BITS == 4 { 4 } else { 3 };
     let mut r0 = 0;
     while r0 < rows {
         let n = sub.min(rows - r0);
         for half in 0..2 {
             let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
             match n {
-                1 => half_rows::<1, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
-                2 => half_rows::<2, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
-                3 => half_rows::<3, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
-                _ => half_rows::<4, NIB, SPLIT, FAC>(p, g, acts, i0 + r0, half, o),
+                1 => half_rows::<1, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
+                2 => half_rows::<2, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
+                3 => half_rows::<3, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
+                _ => half_rows::<4, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
             }
         }
         r0 += n;
@@ -114,12 +173,29 @@ unsafe fn scales<const SPLIT: bool, const FAC: bool>(
     }
 }
 
+/// Quad `h`'s high bits of `u` (bit 4, or bits 4..6) from the plane(s) at `plane`, in place
+/// to OR into its low nibbles (`packed.rs` layout): `((plane >> shift) << 4) & mask`.
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn high_bits<const BITS: u32>(plane: *const u8, h: usize) -> __m256i {
+    let (v, shift, mask) = if BITS == 5 {
+        (0, h, 0x10)
+    } else {
+        (h / 4, 2 * (h % 4), 0x30)
+    };
+    let bits = _mm256_loadu_si256(plane.add(64 * v).cast());
+    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+    let down = _mm256_srlv_epi32(bits, _mm256_set1_epi32(shift as i32));
+    _mm256_and_si256(_mm256_slli_epi16::<4>(down), _mm256_set1_epi8(mask))
+}
+
 /// `R` activation rows against one half (8 columns) of group `g`, written to
 /// `out[r * 16 + c]`, `c < 8`.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
 #[inline(always)]
-unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bool>(
+unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
+    wq: *const u8,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
@@ -127,26 +203,25 @@ unsafe fn half_rows<const R: usize, const NIB: bool, const SPLIT: bool, const FA
     out: *mut f32,
 ) {
     // Products of pairs summed in i16 before widening (see the module doc for the bounds).
-    let chunk = if NIB {
-        8
-    } else if SPLIT {
-        2
-    } else {
-        4
+    let chunk = match BITS {
+        4 => 8,
+        5 => 4,
+        _ => 2,
     };
-    let bb = p.block_bytes();
+    // The group's own nibbles (4 bits) or its widened bytes (`widen`).
+    let bb = if BITS == 4 { 256 } else { 512 };
     let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..p.blocks {
         let at = g * p.blocks + b;
-        let wp = p.q.as_ptr().add(at * bb + HALF * 4 * half);
+        let wp = wq.add(b * bb + HALF * 4 * half);
         let col = at * COLS + half * HALF;
         let (s, s_hi, mn) = scales::<SPLIT, FAC>(p, g, b, col);
         let mut part = [_mm256_setzero_si256(); R];
         let mut dots = [_mm256_setzero_si256(); R];
         for h in 0..8 {
-            let w = if NIB {
+            let w = if BITS == 4 {
                 let v = _mm256_loadu_si256(wp.add(64 * (h % 4)).cast());
                 if h < 4 {
                     _mm256_and_si256(v, low)

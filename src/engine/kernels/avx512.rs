@@ -7,6 +7,11 @@
 //! two halves with `s[16] * da` and `s_hi[16] * da`. `avx2.rs` does the same lane operations
 //! in the same order, so both kernels give bit-identical outputs.
 //!
+//! Values of 5 and 6 bits are rebuilt per block and tile from their nibble and bit planes
+//! (`packed.rs`) before the dot products: two shifts and one `vpternlogd` per quad. (The
+//! AVX2 kernel widens them once per group instead; here that measured 0.6-0.7x at 1-4 rows,
+//! since the rebuilt block already serves every row of the tile from registers.)
+//!
 //! K-quants (`Packed::factors`) form `s`, `s_hi` and `min'` per block from their integer
 //! factors and super-block `d`, `-dmin` (one conversion and one multiply each): the same f32
 //! values the unfactored layout stores.
@@ -26,18 +31,19 @@ use super::packed::{Packed, COLS, SPLIT_CENTRE};
 /// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
 pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
-    match (p.nibbles, p.split, p.factors.is_some()) {
-        (true, _, false) => group_n::<true, false, false>(p, g, acts, i0, rows, out),
-        (true, _, true) => group_n::<true, false, true>(p, g, acts, i0, rows, out),
-        (false, false, false) => group_n::<false, false, false>(p, g, acts, i0, rows, out),
-        (false, false, true) => group_n::<false, false, true>(p, g, acts, i0, rows, out),
-        // Only Q6_K is split, and it is factored.
-        (false, true, _) => group_n::<false, true, true>(p, g, acts, i0, rows, out),
+    match (p.bits, p.factors.is_some()) {
+        (4, false) => group_n::<4, false, false>(p, g, acts, i0, rows, out),
+        (4, true) => group_n::<4, false, true>(p, g, acts, i0, rows, out),
+        (5, false) => group_n::<5, false, false>(p, g, acts, i0, rows, out),
+        (5, true) => group_n::<5, false, true>(p, g, acts, i0, rows, out),
+        // Only Q6_K has 6 bits; it is split and factored.
+        (6, _) => group_n::<6, true, true>(p, g, acts, i0, rows, out),
+        _ => group_n::<8, false, false>(p, g, acts, i0, rows, out),
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn group_n<const NIB: bool, const SPLIT: bool, const FAC: bool>(
+unsafe fn group_n<const BITS: u32, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -46,14 +52,14 @@ unsafe fn group_n<const NIB: bool, const SPLIT: bool, const FAC: bool>(
     out: &mut [f32],
 ) {
     match rows {
-        1 => tile::<1, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        2 => tile::<2, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        3 => tile::<3, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        4 => tile::<4, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        5 => tile::<5, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        6 => tile::<6, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        7 => tile::<7, NIB, SPLIT, FAC>(p, g, acts, i0, out),
-        _ => tile::<TILE, NIB, SPLIT, FAC>(p, g, acts, i0, out),
+        1 => tile::<1, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        2 => tile::<2, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        3 => tile::<3, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        4 => tile::<4, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        5 => tile::<5, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        6 => tile::<6, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        7 => tile::<7, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        _ => tile::<TILE, BITS, SPLIT, FAC>(p, g, acts, i0, out),
     }
 }
 
@@ -69,10 +75,32 @@ unsafe fn ints<const SIGNED: bool>(v: &[u8], at: usize) -> __m512 {
     }
 }
 
+/// OR the high bits of `u` (bit 4, or bits 4..6) from the plane(s) at `plane` into the quads'
+/// low nibbles `w` (`packed.rs` layout): `w[h] |= ((plane >> shift) << 4) & mask`, two
+/// shifts and one ternary-logic op per quad.
+// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
+#[inline(always)]
+unsafe fn high_bits<const BITS: u32>(w: &mut [__m512i; 8], plane: *const u8) {
+    // `a | (b & c)` as a `vpternlogd` truth table.
+    const OR_AND: i32 = 0xF8;
+    for (h, wh) in w.iter_mut().enumerate() {
+        let (v, shift, mask) = if BITS == 5 {
+            (0, h, 0x10)
+        } else {
+            (h / 4, 2 * (h % 4), 0x30)
+        };
+        let bits = _mm512_loadu_si512(plane.add(64 * v).cast());
+        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+        let down = _mm512_srlv_epi16(bits, _mm512_set1_epi16(shift as i16));
+        let up = _mm512_slli_epi16::<4>(down);
+        *wh = _mm512_ternarylogic_epi32::<OR_AND>(*wh, up, _mm512_set1_epi8(mask));
+    }
+}
+
 /// `R` activation rows against group `g`; accumulators stay in registers.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
 #[inline(always)]
-unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bool>(
+unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bool>(
     p: &Packed,
     g: usize,
     acts: &Q8Acts,
@@ -86,11 +114,14 @@ unsafe fn tile<const R: usize, const NIB: bool, const SPLIT: bool, const FAC: bo
         let at = g * p.blocks + b;
         let wp = p.q.as_ptr().add(at * bb);
         let mut w = [_mm512_setzero_si512(); 8];
-        if NIB {
+        if BITS < 8 {
             for h in 0..4 {
                 let v = _mm512_loadu_si512(wp.add(64 * h).cast());
                 w[h] = _mm512_and_si512(v, low);
                 w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+            }
+            if BITS > 4 {
+                high_bits::<BITS>(&mut w, wp.add(256));
             }
         } else {
             for (h, wh) in w.iter_mut().enumerate() {

@@ -252,8 +252,9 @@ impl QuantMatrix {
 
     /// `matmul` on the interleaved layout (`isa` is AVX-512 or AVX2, checked by the caller):
     /// each task takes a run of 16-row groups, and for each group every tile of activation
-    /// rows (the group's weights stay in L1 between tiles); outputs are written straight into
-    /// their rows of `y` (`[m][n]`).
+    /// rows (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones
+    /// widened once per group to a byte per value in the worker's buffer); outputs are written
+    /// straight into their rows of `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
@@ -269,30 +270,45 @@ impl QuantMatrix {
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
         starts.into_par_iter().for_each(|g0| {
             let mut local = [0.0f32; TILE * COLS];
-            for g in g0..(g0 + chunk).min(p.groups) {
-                let cols = COLS.min(n - g * COLS);
-                for i0 in (0..m).step_by(TILE) {
-                    let rows = TILE.min(m - i0);
-                    // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512 F/BW/VNNI,
-                    // or AVX2 + FMA for a matrix that `runs_on_avx2`); `g`, `i0 + rows` and
-                    // `local` are in range, and `acts` was quantized for this `k`.
-                    unsafe {
-                        if isa == Isa::Avx512 {
-                            avx512::group(p, g, acts, i0, rows, &mut local);
-                        } else {
-                            avx2::group(p, g, acts, i0, rows, &mut local);
-                        }
-                    };
-                    for r in 0..rows {
-                        // SAFETY: `y` has `m * n` elements and outlives the loop; this task
-                        // alone writes columns `16g..16g + cols` (groups are disjoint).
-                        let dst = unsafe {
-                            std::slice::from_raw_parts_mut(out.at((i0 + r) * n + g * COLS), cols)
+            // AVX2 takes 5- and 6-bit weights widened (`avx2.rs`); AVX-512 rebuilds them.
+            let widen = isa == Isa::Avx2 && p.widens();
+            WIDE.with_borrow_mut(|wide| {
+                wide.resize(if widen { p.blocks * 512 } else { 0 }, 0);
+                for g in g0..(g0 + chunk).min(p.groups) {
+                    if widen {
+                        // SAFETY: both packed ISAs include AVX2; `g` is in range and `wide`
+                        // was sized above.
+                        unsafe { avx2::widen(p, g, wide) };
+                    }
+                    let cols = COLS.min(n - g * COLS);
+                    for i0 in (0..m).step_by(TILE) {
+                        let rows = TILE.min(m - i0);
+                        // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
+                        // F/BW/VNNI, or AVX2 + FMA for a matrix that `runs_on_avx2`); `g`,
+                        // `i0 + rows` and `local` are in range, `acts` was quantized for this
+                        // `k`, and `wide` holds group `g` widened where the type needs it.
+                        unsafe {
+                            if isa == Isa::Avx512 {
+                                avx512::group(p, g, acts, i0, rows, &mut local);
+                            } else {
+                                avx2::group(p, g, wide, acts, i0, rows, &mut local);
+                            }
                         };
-                        dst.copy_from_slice(&local[r * COLS..r * COLS + cols]);
+                        for r in 0..rows {
+                            // SAFETY: `y` has `m * n` elements and outlives the loop; this
+                            // task alone writes columns `16g..16g + cols` (groups are
+                            // disjoint).
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    out.at((i0 + r) * n + g * COLS),
+                                    cols,
+                                )
+                            };
+                            dst.copy_from_slice(&local[r * COLS..r * COLS + cols]);
+                        }
                     }
                 }
-            }
+            });
         });
         y
     }
@@ -314,6 +330,13 @@ impl QuantMatrix {
             }
         }
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each worker's 16-row group of 5- or 6-bit weights widened to a byte per value
+    /// (`[block][512]`, `avx2::widen`), reused across calls.
+    static WIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The output buffer of `matmul_rows`, shared by tasks that write disjoint columns.

@@ -14,12 +14,19 @@
 //! `Q8Acts::sum_lo`) before scaling, so it has no `min'`. The values `u` are the file's own
 //! integers; nothing is rounded again.
 //!
-//! Layout per (group of 16 rows, block): 4-bit types (Q4_0, Q4_1, Q4_K) keep two values per
-//! byte, 256 bytes: vector `h` (0..4) holds quad `h` (weights `4h..4h+4` of each row) in its
-//! low nibbles and quad `h + 4` in its high nibbles; other types one byte per value, 512
-//! bytes, vector `h` (0..8) holds quad `h`. Within a vector, bytes `4c..4c+4` belong to row
-//! `c` of the group. Scales and offsets are f32, `[group][block][16]`. Rows past `n` in the
-//! last group are zeros (their outputs are computed and dropped).
+//! Layout per (group of 16 rows, block), by the bits of `u` (`Packed::bits`): every type but
+//! Q8_0 keeps the low 4 bits of two values per byte, 256 bytes: vector `h` (0..4) holds quad `h`
+//! (weights `4h..4h+4` of each row) in its low nibbles and quad `h + 4` in its high nibbles.
+//! The 5-bit types (Q5_0, Q5_1, Q5_K) add a 64-byte plane whose byte holds bit 4 of quad `h` at
+//! bit `h` (0..8); Q6_K adds two 64-byte planes, the first for quads 0..4 and the second for
+//! quads 4..8, whose byte holds bits 4..6 of quad `4v + i` at bits `2i..2i+2`. So a 32-block
+//! of 16 rows is 256, 320 or 384 bytes, within 1-3% of the file's bytes with the scales. Q8_0
+//! keeps one byte per value, 512 bytes: vector `h` (0..8) holds quad `h`. Within a vector (and
+//! a plane), bytes `4c..4c+4` belong to row `c` of the group. The kernels rebuild `u` as
+//! `nibble | ((plane >> shift) << 4) & mask`: shifts under 8 within wider lanes cannot carry
+//! a neighbour byte's bit into the masked bits. Scales and offsets are f32,
+//! `[group][block][16]`. Rows past `n` in the last group are zeros (their outputs are computed
+//! and dropped).
 //!
 //! K-quants (Q4_K, Q5_K, Q6_K) keep their scales factored as the file does (`Factors`): per
 //! 32-block and row the integer scale (and, Q4_K/Q5_K, the integer min) as a byte, per
@@ -46,8 +53,9 @@ pub struct Packed {
     pub groups: usize,
     /// 32-blocks per row (`k / 32`).
     pub blocks: usize,
-    /// Two 4-bit values per byte (Q4_0, Q4_1, Q4_K) or one value per byte.
-    pub nibbles: bool,
+    /// Bits of `u`: 4 (Q4_0, Q4_1, Q4_K), 5 (Q5_0, Q5_1, Q5_K), 6 (Q6_K) or 8 (Q8_0); the
+    /// layout of each is in the module doc.
+    pub bits: u32,
     /// Two scales per block, one per 16-element half, and a centre of 32 (Q6_K).
     pub split: bool,
     /// Whether the AVX2 kernel may run it (every type but Q8_0).
@@ -96,16 +104,33 @@ pub fn runs_on_avx2(t: WeightType) -> bool {
 pub const SPLIT_CENTRE: i32 = 32;
 
 impl Packed {
-    /// Bytes of one (group, block): 256 for 4-bit types, 512 otherwise.
+    /// Bytes of one (group, block): 256, 320 or 384 for 4, 5 or 6 bits, 512 for 8.
     pub fn block_bytes(&self) -> usize {
-        Self::block_bytes_for(self.nibbles)
+        Self::block_bytes_for(self.bits)
     }
 
-    const fn block_bytes_for(nibbles: bool) -> usize {
-        if nibbles {
-            256
-        } else {
-            512
+    const fn block_bytes_for(bits: u32) -> usize {
+        match bits {
+            4 => 256,
+            5 => 256 + 64,
+            6 => 256 + 128,
+            _ => 512,
+        }
+    }
+
+    /// Whether the AVX2 kernel takes this matrix widened to a byte per value, a group at a
+    /// time (5 and 6 bits: `avx2::widen`).
+    pub fn widens(&self) -> bool {
+        matches!(self.bits, 5 | 6)
+    }
+
+    /// The bits of `u` for type `t`.
+    const fn bits_for(t: WeightType) -> u32 {
+        match t {
+            WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q4K => 4,
+            WeightType::Q5_0 | WeightType::Q5_1 | WeightType::Q5K => 5,
+            WeightType::Q6K => 6,
+            WeightType::Q8_0 => 8,
         }
     }
 
@@ -120,15 +145,15 @@ impl Packed {
             WeightType::Q6K => SPLIT_CENTRE as i16,
             _ => 0,
         };
-        let nibbles = matches!(t, WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q4K);
+        let bits = Self::bits_for(t);
         let (groups, blocks) = (n.div_ceil(COLS), k / 32);
-        let bb = Self::block_bytes_for(nibbles);
+        let bb = Self::block_bytes_for(bits);
         let factored = matches!(t, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K);
         let per_block = |on: bool| vec![0.0; if on { groups * blocks * COLS } else { 0 }];
         let mut p = Packed {
             groups,
             blocks,
-            nibbles,
+            bits,
             split,
             runs_on_avx2: runs_on_avx2(t),
             q: vec![0u8; groups * blocks * bb],
@@ -189,21 +214,7 @@ impl Packed {
                         }
                     }
                 }
-                let out = &mut p.q[at * bb..(at + 1) * bb];
-                for (c, uc) in u.iter().enumerate() {
-                    for e in 0..4 {
-                        if nibbles {
-                            for h in 0..4 {
-                                out[(h * COLS + c) * 4 + e] =
-                                    uc[4 * h + e] | (uc[4 * (h + 4) + e] << 4);
-                            }
-                        } else {
-                            for h in 0..8 {
-                                out[(h * COLS + c) * 4 + e] = uc[4 * h + e];
-                            }
-                        }
-                    }
-                }
+                lay_block(bits, &u, &mut p.q[at * bb..(at + 1) * bb]);
             }
         }
         p
@@ -216,7 +227,7 @@ impl Packed {
         let last = parts.len() - 1;
         for (i, (p, n)) in parts.iter().enumerate() {
             if p.blocks != first.blocks
-                || p.nibbles != first.nibbles
+                || p.bits != first.bits
                 || p.split != first.split
                 || p.runs_on_avx2 != first.runs_on_avx2
                 || p.factors.is_some() != first.factors.is_some()
@@ -236,7 +247,7 @@ impl Packed {
         Some(Packed {
             groups: parts.iter().map(|(p, _)| p.groups).sum(),
             blocks: first.blocks,
-            nibbles: first.nibbles,
+            bits: first.bits,
             split: first.split,
             runs_on_avx2: first.runs_on_avx2,
             q: parts
@@ -257,6 +268,26 @@ impl Packed {
                 }
             }),
         })
+    }
+
+    /// Block `at`'s value `u` of row `c` of its group, element `e` (0..32), read back from the
+    /// layout (the inverse of `lay_block`).
+    #[cfg(test)]
+    pub fn u_at(&self, at: usize, c: usize, e: usize) -> u8 {
+        let blk = &self.q[at * self.block_bytes()..(at + 1) * self.block_bytes()];
+        let (h, i) = (e / 4, e % 4);
+        let pos = c * 4 + i;
+        if self.bits == 8 {
+            return blk[h * 64 + pos];
+        }
+        let byte = blk[(h % 4) * 64 + pos];
+        let low = if h < 4 { byte & 0x0F } else { byte >> 4 };
+        let high = match self.bits {
+            5 => (blk[256 + pos] >> h) & 1,
+            6 => (blk[256 + (h / 4) * 64 + pos] >> (2 * (h % 4))) & 3,
+            _ => 0,
+        };
+        low | (high << 4)
     }
 
     /// Block `at`'s scale of row `c` of its group (elements 0..16 when `split`).
@@ -316,5 +347,36 @@ impl Packed {
             4 * (f.d.len() + f.neg_dmin.len()) + f.sc.len() + f.sc_hi.len() + f.m.len()
         });
         self.q.len() + 4 * (self.scale.len() + self.scale_hi.len() + self.min.len()) + factors
+    }
+}
+
+/// Lay one (group, block) of values `u[c][e]` (row `c` of the group, element `e`, each below
+/// `1 << bits`) into `out` (`block_bytes` long) as the module doc describes.
+fn lay_block(bits: u32, u: &[[u8; 32]; COLS], out: &mut [u8]) {
+    for (c, uc) in u.iter().enumerate() {
+        debug_assert!(bits == 8 || uc.iter().all(|&v| u32::from(v) >> bits == 0));
+        for i in 0..4 {
+            let pos = c * 4 + i;
+            let quad = |h: usize| uc[4 * h + i];
+            if bits == 8 {
+                for h in 0..8 {
+                    out[h * 64 + pos] = quad(h);
+                }
+                continue;
+            }
+            for h in 0..4 {
+                out[h * 64 + pos] = (quad(h) & 0x0F) | ((quad(h + 4) & 0x0F) << 4);
+            }
+            match bits {
+                5 => out[256 + pos] = (0..8).map(|h| (quad(h) >> 4) << h).sum(),
+                6 => {
+                    for v in 0..2 {
+                        out[256 + v * 64 + pos] =
+                            (0..4).map(|i| (quad(4 * v + i) >> 4) << (2 * i)).sum();
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 }
