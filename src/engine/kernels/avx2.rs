@@ -15,8 +15,8 @@
 //!
 //! 4-bit weights are taken from their nibbles per half and quad, just before their products.
 //! 5- and 6-bit weights arrive widened to a byte per value (`widen`, once per group and call,
-//! into a per-thread buffer): rebuilt from their planes per sub-tile of rows they cost more
-//! than the products (about 0.6x on batches).
+//! into a per-thread buffer). Rebuilding them from their planes for every sub-tile of rows
+//! instead cost more than the products (0.5-0.6x on batches).
 //!
 //! Activation rows run in sub-tiles of 4 (4-bit types) or 3 (others): sixteen ymm registers
 //! hold the f32 accumulators, the i16 and i32 partial sums of each row, and the weights.
@@ -49,15 +49,27 @@ pub unsafe fn group(
 ) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
     debug_assert!(p.runs_on_avx2, "Q8_0 would saturate vpmaddubsw");
-    debug_assert!(!p.widens() || wide.len() == p.blocks * 512);
-    let (own, wide) = (p.q.as_ptr().add(g * p.blocks * 256), wide.as_ptr());
+    // Once per group and tile: reading `wide` rests on it, in release builds too.
+    assert!(
+        !p.widens() || wide.len() == p.blocks * 512,
+        "avx2::group: group not widened"
+    );
+    if p.bits == 4 {
+        let own = p.q.as_ptr().add(g * p.blocks * 256);
+        if p.factors.is_some() {
+            group_t::<4, false, true>(p, own, g, acts, i0, rows, out);
+        } else {
+            group_t::<4, false, false>(p, own, g, acts, i0, rows, out);
+        }
+        return;
+    }
+    let wide = wide.as_ptr();
     match (p.bits, p.factors.is_some()) {
-        (4, false) => group_t::<4, false, false>(p, own, g, acts, i0, rows, out),
-        (4, true) => group_t::<4, false, true>(p, own, g, acts, i0, rows, out),
         (5, false) => group_t::<5, false, false>(p, wide, g, acts, i0, rows, out),
         (5, true) => group_t::<5, false, true>(p, wide, g, acts, i0, rows, out),
-        // Only Q6_K has 6 bits; it is split and factored. Q8_0 never comes here.
-        _ => group_t::<6, true, true>(p, wide, g, acts, i0, rows, out),
+        // Only Q6_K has 6 bits; it is split and factored.
+        (6, _) => group_t::<6, true, true>(p, wide, g, acts, i0, rows, out),
+        _ => unreachable!("Q8_0 stays in the file layout on AVX2 (`Packed::runs_on_avx2`)"),
     }
 }
 

@@ -272,12 +272,17 @@ impl QuantMatrix {
             let mut local = [0.0f32; TILE * COLS];
             // AVX2 takes 5- and 6-bit weights widened (`avx2.rs`); AVX-512 rebuilds them.
             let widen = isa == Isa::Avx2 && p.widens();
-            WIDE.with_borrow_mut(|wide| {
-                wide.resize(if widen { p.blocks * 512 } else { 0 }, 0);
+            let need = if widen { p.blocks * 512 } else { 0 };
+            WIDE.with_borrow_mut(|buf| {
+                // Grown only: `widen` overwrites what it uses.
+                if buf.len() < need {
+                    buf.resize(need, 0);
+                }
+                let wide = &mut buf[..need];
                 for g in g0..(g0 + chunk).min(p.groups) {
                     if widen {
-                        // SAFETY: both packed ISAs include AVX2; `g` is in range and `wide`
-                        // was sized above.
+                        // SAFETY: this is the AVX2 path; `g` is in range and `wide` is
+                        // `p.blocks * 512` bytes.
                         unsafe { avx2::widen(p, g, wide) };
                     }
                     let cols = COLS.min(n - g * COLS);
