@@ -26,7 +26,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE};
+use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
 
 /// Output columns per ymm of i32 lanes: half of a 16-row group.
 const HALF: usize = COLS / 2;
@@ -94,20 +94,13 @@ pub unsafe fn widen(p: &Packed, g: usize, wide: &mut [u8]) {
 #[target_feature(enable = "avx2")]
 unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
     let bb = p.block_bytes();
-    let low = _mm256_set1_epi8(0x0F);
     for b in 0..p.blocks {
         let src = p.q.as_ptr().add((g * p.blocks + b) * bb);
         let dst = wide.as_mut_ptr().add(b * 512);
         for half in 0..2 {
-            let (src, dst) = (src.add(32 * half), dst.add(32 * half));
+            let (src, dst) = (src.add(HALF * 4 * half), dst.add(HALF * 4 * half));
             for h in 0..8 {
-                let v = _mm256_loadu_si256(src.add(64 * (h % 4)).cast());
-                let w = if h < 4 {
-                    _mm256_and_si256(v, low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
-                };
-                let w = _mm256_or_si256(w, high_bits::<BITS>(src.add(256), h));
+                let w = _mm256_or_si256(nibbles(src, h), high_bits::<BITS>(src, h));
                 _mm256_storeu_si256(dst.add(64 * h).cast(), w);
             }
         }
@@ -185,20 +178,31 @@ unsafe fn scales<const SPLIT: bool, const FAC: bool>(
     }
 }
 
-/// Quad `h`'s high bits of `u` (bit 4, or bits 4..6) from the plane(s) at `plane`, in place
-/// to OR into its low nibbles (`packed.rs` layout): `((plane >> shift) << 4) & mask`.
+/// Quad `h`'s low nibbles from the nibble plane of the block (half) at `wp`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn nibbles(wp: *const u8, h: usize) -> __m256i {
+    let v = _mm256_loadu_si256(wp.add(64 * (h % 4)).cast());
+    let low = _mm256_set1_epi8(0x0F);
+    if h < 4 {
+        _mm256_and_si256(v, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+    }
+}
+
+/// Quad `h`'s high bits of `u` (bit 4, or bits 4..6) from the bit planes of the block (half)
+/// at `wp`, in place to OR into its nibbles (`packed::high_bits_at`).
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
 #[inline(always)]
-unsafe fn high_bits<const BITS: u32>(plane: *const u8, h: usize) -> __m256i {
-    let (v, shift, mask) = if BITS == 5 {
-        (0, h, 0x10)
-    } else {
-        (h / 4, 2 * (h % 4), 0x30)
-    };
-    let bits = _mm256_loadu_si256(plane.add(64 * v).cast());
-    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
+    let (plane, shift, mask) = high_bits_at(BITS, h);
+    let bits = _mm256_loadu_si256(wp.add(plane).cast());
+    #[allow(clippy::cast_possible_wrap)]
     let down = _mm256_srlv_epi32(bits, _mm256_set1_epi32(shift as i32));
-    _mm256_and_si256(_mm256_slli_epi16::<4>(down), _mm256_set1_epi8(mask))
+    #[allow(clippy::cast_possible_wrap)]
+    let mask = _mm256_set1_epi8(mask as i8);
+    _mm256_and_si256(_mm256_slli_epi16::<4>(down), mask)
 }
 
 /// `R` activation rows against one half (8 columns) of group `g`, written to
@@ -222,7 +226,6 @@ unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FA
     };
     // The group's own nibbles (4 bits) or its widened bytes (`widen`).
     let bb = if BITS == 4 { 256 } else { 512 };
-    let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..p.blocks {
@@ -234,12 +237,7 @@ unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FA
         let mut dots = [_mm256_setzero_si256(); R];
         for h in 0..8 {
             let w = if BITS == 4 {
-                let v = _mm256_loadu_si256(wp.add(64 * (h % 4)).cast());
-                if h < 4 {
-                    _mm256_and_si256(v, low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
-                }
+                nibbles(wp, h)
             } else {
                 _mm256_loadu_si256(wp.add(64 * h).cast())
             };

@@ -22,7 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{Packed, COLS, SPLIT_CENTRE};
+use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 ///
@@ -75,25 +75,23 @@ unsafe fn ints<const SIGNED: bool>(v: &[u8], at: usize) -> __m512 {
     }
 }
 
-/// OR the high bits of `u` (bit 4, or bits 4..6) from the plane(s) at `plane` into the quads'
-/// low nibbles `w` (`packed.rs` layout): `w[h] |= ((plane >> shift) << 4) & mask`, two
-/// shifts and one ternary-logic op per quad.
+/// OR the high bits of `u` (bit 4, or bits 4..6) from the bit planes of the block at `wp`
+/// into the quads' low nibbles `w` (`packed::high_bits_at`): two shifts and one
+/// ternary-logic op per quad.
 // Inlined into the `target_feature` entry point, so the intrinsics compile for AVX-512.
 #[inline(always)]
-unsafe fn high_bits<const BITS: u32>(w: &mut [__m512i; 8], plane: *const u8) {
+unsafe fn high_bits<const BITS: u32>(w: &mut [__m512i; 8], wp: *const u8) {
     // `a | (b & c)` as a `vpternlogd` truth table.
     const OR_AND: i32 = 0xF8;
     for (h, wh) in w.iter_mut().enumerate() {
-        let (v, shift, mask) = if BITS == 5 {
-            (0, h, 0x10)
-        } else {
-            (h / 4, 2 * (h % 4), 0x30)
-        };
-        let bits = _mm512_loadu_si512(plane.add(64 * v).cast());
+        let (plane, shift, mask) = high_bits_at(BITS, h);
+        let bits = _mm512_loadu_si512(wp.add(plane).cast());
         #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         let down = _mm512_srlv_epi16(bits, _mm512_set1_epi16(shift as i16));
         let up = _mm512_slli_epi16::<4>(down);
-        *wh = _mm512_ternarylogic_epi32::<OR_AND>(*wh, up, _mm512_set1_epi8(mask));
+        #[allow(clippy::cast_possible_wrap)]
+        let mask = _mm512_set1_epi8(mask as i8);
+        *wh = _mm512_ternarylogic_epi32::<OR_AND>(*wh, up, mask);
     }
 }
 
@@ -121,7 +119,7 @@ unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bo
                 w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
             }
             if BITS > 4 {
-                high_bits::<BITS>(&mut w, wp.add(256));
+                high_bits::<BITS>(&mut w, wp);
             }
         } else {
             for (h, wh) in w.iter_mut().enumerate() {

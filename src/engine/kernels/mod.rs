@@ -269,7 +269,6 @@ impl QuantMatrix {
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
         starts.into_par_iter().for_each(|g0| {
-            let mut local = [0.0f32; TILE * COLS];
             // AVX2 takes 5- and 6-bit weights widened (`avx2.rs`); AVX-512 rebuilds them.
             let widen = isa == Isa::Avx2 && p.widens();
             let need = if widen { p.blocks * 512 } else { 0 };
@@ -278,44 +277,54 @@ impl QuantMatrix {
                 if buf.len() < need {
                     buf.resize(need, 0);
                 }
-                let wide = &mut buf[..need];
                 for g in g0..(g0 + chunk).min(p.groups) {
                     if widen {
-                        // SAFETY: this is the AVX2 path; `g` is in range and `wide` is
+                        // SAFETY: this is the AVX2 path; `g` is in range and the slice is
                         // `p.blocks * 512` bytes.
-                        unsafe { avx2::widen(p, g, wide) };
+                        unsafe { avx2::widen(p, g, &mut buf[..need]) };
                     }
-                    let cols = COLS.min(n - g * COLS);
-                    for i0 in (0..m).step_by(TILE) {
-                        let rows = TILE.min(m - i0);
-                        // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
-                        // F/BW/VNNI, or AVX2 + FMA for a matrix that `runs_on_avx2`); `g`,
-                        // `i0 + rows` and `local` are in range, `acts` was quantized for this
-                        // `k`, and `wide` holds group `g` widened where the type needs it.
-                        unsafe {
-                            if isa == Isa::Avx512 {
-                                avx512::group(p, g, acts, i0, rows, &mut local);
-                            } else {
-                                avx2::group(p, g, wide, acts, i0, rows, &mut local);
-                            }
-                        };
-                        for r in 0..rows {
-                            // SAFETY: `y` has `m * n` elements and outlives the loop; this
-                            // task alone writes columns `16g..16g + cols` (groups are
-                            // disjoint).
-                            let dst = unsafe {
-                                std::slice::from_raw_parts_mut(
-                                    out.at((i0 + r) * n + g * COLS),
-                                    cols,
-                                )
-                            };
-                            dst.copy_from_slice(&local[r * COLS..r * COLS + cols]);
-                        }
-                    }
+                    // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
+                    // F/BW/VNNI, or AVX2 + FMA for a matrix that `runs_on_avx2`); `g` is in
+                    // range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
+                    // alone writes group `g`'s columns (groups are disjoint), and the slice
+                    // holds group `g` widened where the type needs it.
+                    unsafe { Self::group_tiles(p, g, &buf[..need], acts, isa, n, out) };
                 }
             });
         });
         y
+    }
+
+    /// Every tile of activation rows against group `g` of `p`, written into columns
+    /// `16g..16g + 16` (those below `n`) of `y` (`[acts.m][n]`, at `out`).
+    ///
+    /// # Safety
+    /// As `avx512::group` or `avx2::group` for `isa`; `out` points at `acts.m * n` elements
+    /// that nothing else writes in those columns meanwhile.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn group_tiles(
+        p: &Packed,
+        g: usize,
+        wide: &[u8],
+        acts: &Q8Acts,
+        isa: Isa,
+        n: usize,
+        out: OutPtr,
+    ) {
+        let mut local = [0.0f32; TILE * COLS];
+        let cols = COLS.min(n - g * COLS);
+        for i0 in (0..acts.m).step_by(TILE) {
+            let rows = TILE.min(acts.m - i0);
+            if isa == Isa::Avx512 {
+                avx512::group(p, g, acts, i0, rows, &mut local);
+            } else {
+                avx2::group(p, g, wide, acts, i0, rows, &mut local);
+            }
+            for r in 0..rows {
+                let dst = std::slice::from_raw_parts_mut(out.at((i0 + r) * n + g * COLS), cols);
+                dst.copy_from_slice(&local[r * COLS..r * COLS + cols]);
+            }
+        }
     }
 
     #[cfg(not(target_arch = "x86_64"))]

@@ -283,12 +283,11 @@ impl Packed {
         }
         let byte = blk[(h % 4) * 64 + pos];
         let low = if h < 4 { byte & 0x0F } else { byte >> 4 };
-        let high = match self.bits {
-            5 => (blk[256 + pos] >> h) & 1,
-            6 => (blk[256 + (h / 4) * 64 + pos] >> (2 * (h % 4))) & 3,
-            _ => 0,
-        };
-        low | (high << 4)
+        if self.bits == 4 {
+            return low;
+        }
+        let (plane, shift, mask) = high_bits_at(self.bits, h);
+        low | ((blk[plane + pos] >> shift) << 4) & mask
     }
 
     /// Block `at`'s scale of row `c` of its group (elements 0..16 when `split`).
@@ -351,32 +350,37 @@ impl Packed {
     }
 }
 
+/// Where quad `h`'s high bits (bit 4 of a 5-bit value, bits 4..6 of a 6-bit one) sit in a
+/// block's bit planes (module doc): `(byte offset of the plane in the block, shift, mask)`,
+/// so that `u = nibble | ((plane_byte >> shift) << 4) & mask`. The one description of the
+/// planes: the packer, the kernels and the tests all read it.
+#[inline(always)]
+pub const fn high_bits_at(bits: u32, h: usize) -> (usize, u32, u8) {
+    #[allow(clippy::cast_possible_truncation)]
+    if bits == 5 {
+        (256, h as u32, 0x10)
+    } else {
+        (256 + 64 * (h / 4), 2 * (h % 4) as u32, 0x30)
+    }
+}
+
 /// Lay one (group, block) of values `u[c][e]` (row `c` of the group, element `e`, each below
 /// `1 << bits`) into `out` (`block_bytes` long) as the module doc describes.
 fn lay_block(bits: u32, u: &[[u8; 32]; COLS], out: &mut [u8]) {
+    out.fill(0);
     for (c, uc) in u.iter().enumerate() {
         debug_assert!(bits == 8 || uc.iter().all(|&v| u32::from(v) >> bits == 0));
-        for i in 0..4 {
-            let pos = c * 4 + i;
-            let quad = |h: usize| uc[4 * h + i];
+        for (e, &v) in uc.iter().enumerate() {
+            let (h, pos) = (e / 4, c * 4 + e % 4);
             if bits == 8 {
-                for h in 0..8 {
-                    out[h * 64 + pos] = quad(h);
-                }
+                out[h * 64 + pos] = v;
                 continue;
             }
-            for h in 0..4 {
-                out[h * 64 + pos] = (quad(h) & 0x0F) | ((quad(h + 4) & 0x0F) << 4);
-            }
-            match bits {
-                5 => out[256 + pos] = (0..8).map(|h| (quad(h) >> 4) << h).sum(),
-                6 => {
-                    for v in 0..2 {
-                        out[256 + v * 64 + pos] =
-                            (0..4).map(|j| (quad(4 * v + j) >> 4) << (2 * j)).sum();
-                    }
-                }
-                _ => {}
+            let nibble = v & 0x0F;
+            out[(h % 4) * 64 + pos] |= if h < 4 { nibble } else { nibble << 4 };
+            if bits > 4 {
+                let (plane, shift, _) = high_bits_at(bits, h);
+                out[plane + pos] |= (v >> 4) << shift;
             }
         }
     }
