@@ -1,7 +1,9 @@
 //! Quantized matmul throughput in GMAC/s per weight type, shape and batch rows `m`: our AVX2
 //! kernels on the file layout ("ours"), our kernel on the interleaved layout ("packed": the
-//! AVX-512 VNNI one where the CPU has it, the AVX2 one under `TOLLGATE_ISA=avx2` or on a CPU
-//! without AVX-512; Q8_0 stays in the file layout on AVX2), our portable kernels, and candle 0.11's
+//! AVX-512 VNNI one where the CPU has it, the AVX2 one with `vpdpbusd` on ymm under
+//! `TOLLGATE_ISA=avxvnni` or on a CPU with AVX-VNNI but not AVX-512, the AVX2 one without VNNI
+//! under `TOLLGATE_ISA=avx2` or on a CPU without either; Q8_0 stays in the file layout on AVX2
+//! without VNNI), our portable kernels, and candle 0.11's
 //! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
 //! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
 //! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).

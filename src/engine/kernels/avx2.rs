@@ -5,6 +5,11 @@
 //! activation quad broadcast to every lane, then `vpmaddwd` by ones (i16 pairs into i32),
 //! gives each lane the dot product of its row's 4 weights: the work of one `vpdpbusd`.
 //!
+//! Where the CPU has AVX-VNNI (`Isa::AvxVnni`: Alder Lake and later Intel, Zen 5), that one
+//! `vpdpbusd` on ymm does it (`VNNI`): it accumulates the same four products straight into
+//! i32, so the integers, and every output, are the same as without it. It never saturates,
+//! so Q8_0 runs there too, and each sub-tile takes 4 activation rows whatever the type.
+//!
 //! The i16 partial sums are exact: with `u <= 15` (4-bit types) eight products of pairs fit
 //! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two;
 //! Q8_0 (`u` up to 255) would saturate and never runs here (`Packed::runs_on_avx2`). After the
@@ -34,10 +39,14 @@ const HALF: usize = COLS / 2;
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 /// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`.
 ///
+/// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
+///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `p.runs_on_avx2`, `g < p.groups`,
-/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; when
-/// `p.widens()`, `wide` is group `g` widened (`p.blocks * 512` bytes).
+/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p.runs_on_avx2` unless
+/// `vnni`; `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
+/// `out.len() >= TILE * 16`; when `p.widens()`, `wide` is group `g` widened
+/// (`p.blocks * 512` bytes).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,
     g: usize,
@@ -46,30 +55,40 @@ pub unsafe fn group(
     i0: usize,
     rows: usize,
     out: &mut [f32],
+    vnni: bool,
 ) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
-    debug_assert!(p.runs_on_avx2, "Q8_0 would saturate vpmaddubsw");
     // Once per group and tile: reading `wide` rests on it, in release builds too.
     assert!(
         !p.widens() || wide.len() == p.blocks * 512,
         "avx2::group: group not widened"
     );
-    if p.bits == 4 {
-        let own = p.q.as_ptr().add(g * p.blocks * 256);
-        if p.factors.is_some() {
-            group_t::<4, false, true>(p, own, g, acts, i0, rows, out);
-        } else {
-            group_t::<4, false, false>(p, own, g, acts, i0, rows, out);
+    let (bits, fac) = (p.bits, p.factors.is_some());
+    // The group's own bytes (4 and 8 bits) or its widened ones.
+    let wq = if p.widens() {
+        wide.as_ptr()
+    } else {
+        p.q.as_ptr().add(g * p.blocks * p.block_bytes())
+    };
+    if vnni {
+        match (bits, fac) {
+            (4, false) => group_vnni::<4, false, false>(p, wq, g, acts, i0, rows, out),
+            (4, true) => group_vnni::<4, false, true>(p, wq, g, acts, i0, rows, out),
+            (5, false) => group_vnni::<5, false, false>(p, wq, g, acts, i0, rows, out),
+            (5, true) => group_vnni::<5, false, true>(p, wq, g, acts, i0, rows, out),
+            // Only Q6_K has 6 bits; it is split and factored.
+            (6, _) => group_vnni::<6, true, true>(p, wq, g, acts, i0, rows, out),
+            _ => group_vnni::<8, false, false>(p, wq, g, acts, i0, rows, out),
         }
         return;
     }
-    let wide = wide.as_ptr();
-    match (p.bits, p.factors.is_some()) {
-        (5, false) => group_t::<5, false, false>(p, wide, g, acts, i0, rows, out),
-        (5, true) => group_t::<5, false, true>(p, wide, g, acts, i0, rows, out),
-        // Only Q6_K has 6 bits; it is split and factored.
-        (6, _) => group_t::<6, true, true>(p, wide, g, acts, i0, rows, out),
-        _ => unreachable!("Q8_0 stays in the file layout on AVX2 (`Packed::runs_on_avx2`)"),
+    match (bits, fac) {
+        (4, false) => group_t::<4, false, false>(p, wq, g, acts, i0, rows, out),
+        (4, true) => group_t::<4, false, true>(p, wq, g, acts, i0, rows, out),
+        (5, false) => group_t::<5, false, false>(p, wq, g, acts, i0, rows, out),
+        (5, true) => group_t::<5, false, true>(p, wq, g, acts, i0, rows, out),
+        (6, _) => group_t::<6, true, true>(p, wq, g, acts, i0, rows, out),
+        _ => unreachable!("Q8_0 would saturate vpmaddubsw: it stays in the file layout on AVX2"),
     }
 }
 
@@ -117,17 +136,47 @@ unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool>(
     rows: usize,
     out: &mut [f32],
 ) {
-    let sub = if BITS == 4 { 4 } else { 3 };
+    sub_tiles::<BITS, SPLIT, FAC, false>(p, wq, g, acts, i0, rows, out);
+}
+
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn group_vnni<const BITS: u32, const SPLIT: bool, const FAC: bool>(
+    p: &Packed,
+    wq: *const u8,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    sub_tiles::<BITS, SPLIT, FAC, true>(p, wq, g, acts, i0, rows, out);
+}
+
+/// The tile's activation rows in sub-tiles that fit the registers, each against both halves.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for them.
+#[inline(always)]
+unsafe fn sub_tiles<const BITS: u32, const SPLIT: bool, const FAC: bool, const VNNI: bool>(
+    p: &Packed,
+    wq: *const u8,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    // Without VNNI, rows of wider values also hold i16 partial sums in registers.
+    let sub = if BITS == 4 || VNNI { 4 } else { 3 };
     let mut r0 = 0;
     while r0 < rows {
         let n = sub.min(rows - r0);
         for half in 0..2 {
             let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
+            let i = i0 + r0;
             match n {
-                1 => half_rows::<1, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
-                2 => half_rows::<2, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
-                3 => half_rows::<3, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
-                _ => half_rows::<4, BITS, SPLIT, FAC>(p, wq, g, acts, i0 + r0, half, o),
+                1 => half_rows::<1, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
+                2 => half_rows::<2, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
+                3 => half_rows::<3, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
+                _ => half_rows::<4, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
             }
         }
         r0 += n;
@@ -206,10 +255,16 @@ unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
 }
 
 /// `R` activation rows against one half (8 columns) of group `g`, written to
-/// `out[r * 16 + c]`, `c < 8`.
-// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
+/// `out[r * 16 + c]`, `c < 8`; the products on `vpdpbusd` when `VNNI`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for them.
 #[inline(always)]
-unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bool>(
+unsafe fn half_rows<
+    const R: usize,
+    const BITS: u32,
+    const SPLIT: bool,
+    const FAC: bool,
+    const VNNI: bool,
+>(
     p: &Packed,
     wq: *const u8,
     g: usize,
@@ -218,13 +273,14 @@ unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FA
     half: usize,
     out: *mut f32,
 ) {
-    // Products of pairs summed in i16 before widening (see the module doc for the bounds).
+    // Products of pairs summed in i16 before widening (see the module doc for the bounds);
+    // `vpdpbusd` (VNNI) accumulates in i32 at once.
     let chunk = match BITS {
         4 => 8,
         5 => 4,
         _ => 2,
     };
-    // The group's own nibbles (4 bits) or its widened bytes (`widen`).
+    // The group's own nibbles (4 bits) or bytes (8), or its widened bytes (`widen`).
     let bb = if BITS == 4 { 256 } else { 512 };
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
@@ -241,12 +297,16 @@ unsafe fn half_rows<const R: usize, const BITS: u32, const SPLIT: bool, const FA
             } else {
                 _mm256_loadu_si256(wp.add(64 * h).cast())
             };
-            for (r, pr) in part.iter_mut().enumerate() {
+            for r in 0..R {
                 let x = acts.q.as_ptr().add(((i0 + r) * acts.blocks + b) * 32);
                 let xb = _mm256_set1_epi32(x.cast::<i32>().add(h).read_unaligned());
-                *pr = _mm256_add_epi16(*pr, _mm256_maddubs_epi16(w, xb));
+                if VNNI {
+                    dots[r] = _mm256_dpbusd_avx_epi32(dots[r], w, xb);
+                } else {
+                    part[r] = _mm256_add_epi16(part[r], _mm256_maddubs_epi16(w, xb));
+                }
             }
-            if (h + 1) % chunk == 0 {
+            if !VNNI && (h + 1) % chunk == 0 {
                 for (d, pr) in dots.iter_mut().zip(part.iter_mut()) {
                     *d = _mm256_add_epi32(*d, _mm256_madd_epi16(*pr, ones));
                     *pr = _mm256_setzero_si256();

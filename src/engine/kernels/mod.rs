@@ -93,8 +93,8 @@ impl QuantMatrix {
     }
 
     /// The layout this CPU runs fastest (see `Isa::detect`): the interleaved one, which
-    /// replaces the file bytes, on AVX-512 VNNI (every type) and on AVX2 (every type but
-    /// Q8_0); otherwise unchanged.
+    /// replaces the file bytes, on AVX-512 VNNI and AVX-VNNI (every type) and on AVX2 without
+    /// VNNI (every type but Q8_0); otherwise unchanged.
     #[must_use]
     pub fn packed(self) -> Self {
         self.packed_for(Isa::detect())
@@ -105,7 +105,7 @@ impl QuantMatrix {
     #[must_use]
     pub fn packed_for(mut self, isa: Isa) -> Self {
         let fits = match isa {
-            Isa::Avx512 => true,
+            Isa::Avx512 | Isa::AvxVnni => true,
             Isa::Avx2 => packed::runs_on_avx2(self.wtype),
             Isa::Portable => false,
         };
@@ -176,12 +176,16 @@ impl QuantMatrix {
         assert!(isa.supported(), "{isa:?} is not supported here");
         let acts = Q8Acts::quantize(x, m, self.k);
         if let Some(p) = &self.packed {
-            let runs = isa == Isa::Avx512 || (isa == Isa::Avx2 && p.runs_on_avx2);
+            let runs = match isa {
+                Isa::Avx512 | Isa::AvxVnni => true,
+                Isa::Avx2 => p.runs_on_avx2,
+                Isa::Portable => false,
+            };
             assert!(runs, "this packed matrix does not run on {isa:?}");
             return self.matmul_packed(p, &acts, isa);
         }
         // The file layout's SIMD kernels are AVX2 ones.
-        let isa = if isa == Isa::Avx512 { Isa::Avx2 } else { isa };
+        let isa = if isa.has_avx2() { Isa::Avx2 } else { isa };
         // Enough chunks to balance the pool, each at least 8 rows.
         let threads = rayon::current_num_threads().max(1);
         let chunk = (self.n / (threads * 4)).clamp(8, 256);
@@ -270,7 +274,7 @@ impl QuantMatrix {
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
         starts.into_par_iter().for_each(|g0| {
             // AVX2 takes 5- and 6-bit weights widened (`avx2.rs`); AVX-512 rebuilds them.
-            let widen = isa == Isa::Avx2 && p.widens();
+            let widen = isa != Isa::Avx512 && p.widens();
             let need = if widen { p.blocks * 512 } else { 0 };
             WIDE.with_borrow_mut(|buf| {
                 // Grown only: `widen` overwrites what it uses.
@@ -284,7 +288,8 @@ impl QuantMatrix {
                         unsafe { avx2::widen(p, g, &mut buf[..need]) };
                     }
                     // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
-                    // F/BW/VNNI, or AVX2 + FMA for a matrix that `runs_on_avx2`); `g` is in
+                    // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA for a matrix that
+                    // `runs_on_avx2`) and that the matrix runs on it; `g` is in
                     // range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
                     // alone writes group `g`'s columns (groups are disjoint), and the slice
                     // holds group `g` widened where the type needs it.
@@ -318,7 +323,8 @@ impl QuantMatrix {
             if isa == Isa::Avx512 {
                 avx512::group(p, g, acts, i0, rows, &mut local);
             } else {
-                avx2::group(p, g, wide, acts, i0, rows, &mut local);
+                let vnni = isa == Isa::AvxVnni;
+                avx2::group(p, g, wide, acts, i0, rows, &mut local, vnni);
             }
             for r in 0..rows {
                 let dst = std::slice::from_raw_parts_mut(out.at((i0 + r) * n + g * COLS), cols);
@@ -377,6 +383,9 @@ pub enum Isa {
     Portable,
     /// AVX2 + FMA + F16C (x86-64 since Haswell).
     Avx2,
+    /// AVX2's set plus AVX-VNNI: `vpdpbusd` on ymm registers (Intel since Alder Lake and
+    /// Sapphire Rapids, AMD since Zen 5; Zen 4 has it beside AVX-512).
+    AvxVnni,
     /// AVX2's set plus AVX-512 F/BW and VNNI (Ice Lake, Zen 4 and later).
     Avx512,
 }
@@ -385,12 +394,12 @@ impl Isa {
     /// Whether this set includes AVX2 + FMA + F16C (the AVX2 paths of other modules, such as
     /// attention, run on it).
     pub fn has_avx2(self) -> bool {
-        matches!(self, Self::Avx2 | Self::Avx512)
+        matches!(self, Self::Avx2 | Self::AvxVnni | Self::Avx512)
     }
 
-    /// The best instruction set this CPU runs (checked once). `TOLLGATE_ISA=portable` or
-    /// `TOLLGATE_ISA=avx2` in the environment caps it (for debugging and for running those
-    /// paths on a machine with more).
+    /// The best instruction set this CPU runs (checked once). `TOLLGATE_ISA=portable`,
+    /// `TOLLGATE_ISA=avx2` (AVX2 without VNNI) or `TOLLGATE_ISA=avxvnni` in the environment
+    /// caps it (for debugging and for running those paths on a machine with more).
     pub fn detect() -> Self {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
@@ -398,7 +407,8 @@ impl Isa {
             let order: &[Isa] = match cap.as_str() {
                 "portable" => &[],
                 "avx2" => &[Isa::Avx2],
-                _ => &[Isa::Avx512, Isa::Avx2],
+                "avxvnni" => &[Isa::AvxVnni, Isa::Avx2],
+                _ => &[Isa::Avx512, Isa::AvxVnni, Isa::Avx2],
             };
             order
                 .iter()
@@ -419,6 +429,8 @@ impl Isa {
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => Self::Avx2.supported() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
             Self::Avx512 => {
                 Self::Avx2.supported()
                     && is_x86_feature_detected!("avx512f")
@@ -426,7 +438,7 @@ impl Isa {
                     && is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
-            Self::Avx2 | Self::Avx512 => false,
+            Self::Avx2 | Self::AvxVnni | Self::Avx512 => false,
         }
     }
 }
@@ -444,7 +456,9 @@ impl Q8Acts {
         match Isa::detect() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: detected AVX2; the slices have the sizes `quantize` documents.
-            Isa::Avx2 | Isa::Avx512 => unsafe { x86::quantize(x, &mut q, &mut d, sums) },
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => unsafe {
+                x86::quantize(x, &mut q, &mut d, sums)
+            },
             _ => quantize_portable(x, &mut q, &mut d, sums),
         }
         let mut dsum = vec![0.0f32; m * blocks];

@@ -97,6 +97,7 @@ fn paths() -> Vec<(&'static str, Isa, bool)> {
         ("portable", Isa::Portable, false),
         ("avx2 file layout", Isa::Avx2, false),
         ("avx2 packed", Isa::Avx2, true),
+        ("avx-vnni packed", Isa::AvxVnni, true),
         ("avx512 packed", Isa::Avx512, true),
     ]
     .into_iter()
@@ -166,8 +167,8 @@ fn shapes_that_do_not_fit_the_blocks_are_refused() {
 }
 
 #[test]
-fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_both_isas_and_fused_parts_match() {
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_every_isa_and_fused_parts_match() {
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
         .into_iter()
         .filter(|i| i.supported())
         .collect();
@@ -185,7 +186,7 @@ fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_both_isas_and_fused_par
         let mut batches = Vec::new();
         for &isa in &isas {
             if isa == Isa::Avx2 && t == WeightType::Q8_0 {
-                continue; // stays in the file layout on AVX2
+                continue; // stays in the file layout on AVX2 without VNNI
             }
             let (pa, pb) = (a.clone().packed_for(isa), b.clone().packed_for(isa));
             let fused = QuantMatrix::concat(&[&pa, &pb]).expect("same type and k");
@@ -198,13 +199,11 @@ fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_both_isas_and_fused_par
                 assert_eq!(&row[..32], &ya[i * 32..(i + 1) * 32], "{g:?} part a");
                 assert_eq!(&row[32..], &yb[i * 7..(i + 1) * 7], "{g:?} part b");
             }
-            batches.push(bits(&batch));
+            batches.push((isa, bits(&batch)));
         }
-        if batches.len() == 2 {
-            assert_eq!(
-                batches[0], batches[1],
-                "{g:?}: AVX2 and AVX-512 kernels differ"
-            );
+        for pair in batches.windows(2) {
+            let ((i, a), (j, b)) = (&pair[0], &pair[1]);
+            assert_eq!(a, b, "{g:?}: the {i:?} and {j:?} kernels differ");
         }
     }
 }
