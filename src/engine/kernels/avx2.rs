@@ -12,7 +12,8 @@
 //!
 //! The i16 partial sums are exact: with `u <= 15` (4-bit types) eight products of pairs fit
 //! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two;
-//! Q8_0 (`u` up to 255) would saturate and never runs here (`Packed::runs_on_avx2`). After the
+//! Q8_0 (`u` up to 255) would saturate, so it runs here only with VNNI
+//! (`Packed::runs_without_vnni`). After the
 //! block's integer dot products, each lane sees exactly the float operations of `avx512.rs`
 //! in the same order (one conversion, an FMA with `s * da`, an FMA with `min' * (da Σ qa)`;
 //! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
@@ -23,8 +24,9 @@
 //! into a per-thread buffer). Rebuilding them from their planes for every sub-tile of rows
 //! instead cost more than the products (0.5-0.6x on batches).
 //!
-//! Activation rows run in sub-tiles of 4 (4-bit types) or 3 (others): sixteen ymm registers
-//! hold the f32 accumulators, the i16 and i32 partial sums of each row, and the weights.
+//! Activation rows run in sub-tiles of 4 (4-bit types, and every type with VNNI) or 3 (others
+//! without VNNI): sixteen ymm registers hold the f32 accumulators, the i16 (without VNNI) and
+//! i32 partial sums of each row, and the weights.
 
 #![allow(clippy::cast_ptr_alignment)]
 
@@ -42,7 +44,7 @@ const HALF: usize = COLS / 2;
 /// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p.runs_on_avx2` unless
+/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p.runs_without_vnni` unless
 /// `vnni`; `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
 /// `out.len() >= TILE * 16`; when `p.widens()`, `wide` is group `g` widened
 /// (`p.blocks * 512` bytes).

@@ -15,9 +15,11 @@
 //!
 //! Dispatch (checked once at run time): with AVX-512 F/BW and VNNI, every type is re-laid out
 //! at load into 16-row interleaved groups (`packed.rs`, same integers, no requantization) and
-//! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA only, the same layout runs on
-//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`, bit-identical outputs) for every type but Q8_0, which
-//! keeps the file layout on AVX2+FMA+F16C (`x86.rs`); without AVX2, the portable code, which
+//! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA and AVX-VNNI, the same layout runs on
+//! `vpdpbusd` over ymm (`avx2.rs`, every type); with AVX2 + FMA only, on
+//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`) for every type but Q8_0, which keeps the file layout on
+//! AVX2+FMA+F16C (`x86.rs`). The packed paths give bit-identical outputs. Without AVX2, the
+//! portable code, which
 //! the tests compare every SIMD path against. Block layouts: ggml `ggml-common.h`. Uses
 //! `std::arch`, `half` and `rayon` only.
 
@@ -106,7 +108,7 @@ impl QuantMatrix {
     pub fn packed_for(mut self, isa: Isa) -> Self {
         let fits = match isa {
             Isa::Avx512 | Isa::AvxVnni => true,
-            Isa::Avx2 => packed::runs_on_avx2(self.wtype),
+            Isa::Avx2 => packed::runs_without_vnni(self.wtype),
             Isa::Portable => false,
         };
         if !fits || !isa.supported() || self.packed.is_some() {
@@ -178,7 +180,7 @@ impl QuantMatrix {
         if let Some(p) = &self.packed {
             let runs = match isa {
                 Isa::Avx512 | Isa::AvxVnni => true,
-                Isa::Avx2 => p.runs_on_avx2,
+                Isa::Avx2 => p.runs_without_vnni,
                 Isa::Portable => false,
             };
             assert!(runs, "this packed matrix does not run on {isa:?}");
@@ -254,7 +256,8 @@ impl QuantMatrix {
         y
     }
 
-    /// `matmul` on the interleaved layout (`isa` is AVX-512 or AVX2, checked by the caller):
+    /// `matmul` on the interleaved layout (`isa` is AVX-512, AVX-VNNI or AVX2, checked by the
+    /// caller):
     /// each task takes a run of 16-row groups, and for each group every tile of activation
     /// rows (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones
     /// widened once per group to a byte per value in the worker's buffer); outputs are written
@@ -289,7 +292,7 @@ impl QuantMatrix {
                     }
                     // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
                     // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA for a matrix that
-                    // `runs_on_avx2`) and that the matrix runs on it; `g` is in
+                    // `runs_without_vnni`) and that the matrix runs on it; `g` is in
                     // range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
                     // alone writes group `g`'s columns (groups are disjoint), and the slice
                     // holds group `g` widened where the type needs it.
@@ -384,7 +387,7 @@ pub enum Isa {
     /// AVX2 + FMA + F16C (x86-64 since Haswell).
     Avx2,
     /// AVX2's set plus AVX-VNNI: `vpdpbusd` on ymm registers (Intel since Alder Lake and
-    /// Sapphire Rapids, AMD since Zen 5; Zen 4 has it beside AVX-512).
+    /// Sapphire Rapids, AMD since Zen 5). CPUs with AVX-512 VNNI too run `Avx512` unless capped.
     AvxVnni,
     /// AVX2's set plus AVX-512 F/BW and VNNI (Ice Lake, Zen 4 and later).
     Avx512,

@@ -1,5 +1,5 @@
 //! Weights re-laid out (not requantized) for the kernels on the interleaved layout
-//! (`avx512.rs` with VNNI, `avx2.rs` without): 16 weight rows (output columns) interleaved per
+//! (`avx512.rs` with AVX-512 VNNI, `avx2.rs` with AVX-VNNI or without VNNI): 16 weight rows (output columns) interleaved per
 //! 32-block, so one 64-byte vector holds 4 consecutive weights of each of the 16 rows, the
 //! operand shape of `vpdpbusd` (16 lanes, each a dot of 4 unsigned bytes with 4 signed bytes);
 //! its two 32-byte halves are the same shape for 8 rows, the operand of AVX2's
@@ -37,9 +37,9 @@
 //! f32 scales and offsets took 384: decode of a 1.5B Q4_K_M model reads that many bytes per
 //! token, so it runs about that much faster (see the README's benchmarks).
 //!
-//! AVX2 has no `vpdpbusd`: `vpmaddubsw` adds two u8 x i8 products into a saturating i16, so a
-//! type runs there only if `2 * max(u) * 127` fits in i16 (every type but Q8_0, whose `u`
-//! reaches 255; see `runs_on_avx2`).
+//! AVX2 without VNNI has no `vpdpbusd`: `vpmaddubsw` adds two u8 x i8 products into a
+//! saturating i16, so a type runs there only if `2 * max(u) * 127` fits in i16 (every type
+//! but Q8_0, whose `u` reaches 255; see `runs_without_vnni`). AVX-VNNI runs every type.
 
 use super::blocks::WeightType;
 use super::portable::{k_scales, unpack};
@@ -59,8 +59,8 @@ pub struct Packed {
     pub bits: u32,
     /// Two scales per block, one per 16-element half, and a centre of 32 (Q6_K).
     pub split: bool,
-    /// Whether the AVX2 kernel may run it (every type but Q8_0).
-    pub runs_on_avx2: bool,
+    /// Whether the AVX2 kernel may run it without VNNI (every type but Q8_0).
+    pub runs_without_vnni: bool,
     /// `[group][block][block_bytes]`.
     pub q: Vec<u8>,
     /// `[group][block][16]` scales `s`.
@@ -97,7 +97,7 @@ pub const SUPER: usize = 8;
 
 /// Whether the AVX2 kernel can run type `t` on this layout: every type but Q8_0, whose `u`
 /// reaches 255 and would saturate `vpmaddubsw`.
-pub fn runs_on_avx2(t: WeightType) -> bool {
+pub fn runs_without_vnni(t: WeightType) -> bool {
     t != WeightType::Q8_0
 }
 
@@ -156,7 +156,7 @@ impl Packed {
             blocks,
             bits,
             split,
-            runs_on_avx2: runs_on_avx2(t),
+            runs_without_vnni: runs_without_vnni(t),
             q: vec![0u8; groups * blocks * bb],
             scale: per_block(!factored),
             scale_hi: per_block(!factored && split),
@@ -230,7 +230,7 @@ impl Packed {
             if p.blocks != first.blocks
                 || p.bits != first.bits
                 || p.split != first.split
-                || p.runs_on_avx2 != first.runs_on_avx2
+                || p.runs_without_vnni != first.runs_without_vnni
                 || p.factors.is_some() != first.factors.is_some()
             {
                 return None;
@@ -250,7 +250,7 @@ impl Packed {
             blocks: first.blocks,
             bits: first.bits,
             split: first.split,
-            runs_on_avx2: first.runs_on_avx2,
+            runs_without_vnni: first.runs_without_vnni,
             q: parts
                 .iter()
                 .flat_map(|(p, _)| p.q.iter().copied())
