@@ -13,7 +13,7 @@
 //! The i16 partial sums are exact: with `u <= 15` (4-bit types) eight products of pairs fit
 //! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two;
 //! Q8_0 (`u` up to 255) would saturate, so it runs here only with VNNI
-//! (`Packed::runs_without_vnni`). After the
+//! (`packed::runs_without_vnni`). After the
 //! block's integer dot products, each lane sees exactly the float operations of `avx512.rs`
 //! in the same order (one conversion, an FMA with `s * da`, an FMA with `min' * (da Σ qa)`;
 //! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
@@ -44,8 +44,8 @@ const HALF: usize = COLS / 2;
 /// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p.runs_without_vnni` unless
-/// `vnni`; `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
+/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p`'s type runs without VNNI
+/// unless `vnni` (`packed::runs_without_vnni`); `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
 /// `out.len() >= TILE * 16`; when `p.widens()`, `wide` is group `g` widened
 /// (`p.blocks * 512` bytes).
 #[allow(clippy::too_many_arguments)]

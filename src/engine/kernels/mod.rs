@@ -106,12 +106,7 @@ impl QuantMatrix {
     /// lacks `isa`.
     #[must_use]
     pub fn packed_for(mut self, isa: Isa) -> Self {
-        let fits = match isa {
-            Isa::Avx512 | Isa::AvxVnni => true,
-            Isa::Avx2 => packed::runs_without_vnni(self.wtype),
-            Isa::Portable => false,
-        };
-        if !fits || !isa.supported() || self.packed.is_some() {
+        if !isa.packs(self.wtype) || !isa.supported() || self.packed.is_some() {
             return self;
         }
         let p = Packed::pack(self.wtype, self.n, self.k, |j| self.row(j));
@@ -178,12 +173,10 @@ impl QuantMatrix {
         assert!(isa.supported(), "{isa:?} is not supported here");
         let acts = Q8Acts::quantize(x, m, self.k);
         if let Some(p) = &self.packed {
-            let runs = match isa {
-                Isa::Avx512 | Isa::AvxVnni => true,
-                Isa::Avx2 => p.runs_without_vnni,
-                Isa::Portable => false,
-            };
-            assert!(runs, "this packed matrix does not run on {isa:?}");
+            assert!(
+                isa.packs(self.wtype),
+                "this packed matrix does not run on {isa:?}"
+            );
             return self.matmul_packed(p, &acts, isa);
         }
         // The file layout's SIMD kernels are AVX2 ones.
@@ -291,9 +284,8 @@ impl QuantMatrix {
                         unsafe { avx2::widen(p, g, &mut buf[..need]) };
                     }
                     // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
-                    // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA for a matrix that
-                    // `runs_without_vnni`) and that the matrix runs on it; `g` is in
-                    // range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
+                    // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA) and that `isa` runs
+                    // this matrix's type packed (`Isa::packs`); `g` is in range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
                     // alone writes group `g`'s columns (groups are disjoint), and the slice
                     // holds group `g` widened where the type needs it.
                     unsafe { Self::group_tiles(p, g, &buf[..need], acts, isa, n, out) };
@@ -419,6 +411,16 @@ impl Isa {
                 .find(|i| i.supported())
                 .unwrap_or(Isa::Portable)
         })
+    }
+
+    /// Whether its kernels run type `t` on the interleaved layout (`packed.rs`): AVX-512 VNNI
+    /// and AVX-VNNI every type, AVX2 without VNNI every type but Q8_0.
+    pub fn packs(self, t: WeightType) -> bool {
+        match self {
+            Self::Avx512 | Self::AvxVnni => true,
+            Self::Avx2 => packed::runs_without_vnni(t),
+            Self::Portable => false,
+        }
     }
 
     /// Whether this CPU can run it.

@@ -59,8 +59,6 @@ pub struct Packed {
     pub bits: u32,
     /// Two scales per block, one per 16-element half, and a centre of 32 (Q6_K).
     pub split: bool,
-    /// Whether the AVX2 kernel may run it without VNNI (every type but Q8_0).
-    pub runs_without_vnni: bool,
     /// `[group][block][block_bytes]`.
     pub q: Vec<u8>,
     /// `[group][block][16]` scales `s`.
@@ -156,7 +154,6 @@ impl Packed {
             blocks,
             bits,
             split,
-            runs_without_vnni: runs_without_vnni(t),
             q: vec![0u8; groups * blocks * bb],
             scale: per_block(!factored),
             scale_hi: per_block(!factored && split),
@@ -230,7 +227,6 @@ impl Packed {
             if p.blocks != first.blocks
                 || p.bits != first.bits
                 || p.split != first.split
-                || p.runs_without_vnni != first.runs_without_vnni
                 || p.factors.is_some() != first.factors.is_some()
             {
                 return None;
@@ -250,7 +246,6 @@ impl Packed {
             blocks: first.blocks,
             bits: first.bits,
             split: first.split,
-            runs_without_vnni: first.runs_without_vnni,
             q: parts
                 .iter()
                 .flat_map(|(p, _)| p.q.iter().copied())
