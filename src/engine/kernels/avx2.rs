@@ -21,8 +21,11 @@
 //!
 //! 4-bit weights are taken from their nibbles per half and quad, just before their products.
 //! 5- and 6-bit weights arrive widened to a byte per value (`widen`, once per group and call,
-//! into a per-thread buffer). Rebuilding them from their planes for every sub-tile of rows
-//! instead cost more than the products (0.5-0.6x on batches).
+//! into a per-thread buffer): rebuilding them from their planes for every sub-tile of rows
+//! instead cost more than the products (0.5-0.6x on batches). With VNNI, calls of up to 4 rows
+//! (decode of a few streams: one sub-tile, which reads each quad once) rebuild them in
+//! registers instead (one OR of the nibbles and the shifted bits) and save the widening's
+//! stores (`widens`).
 //!
 //! Activation rows run in sub-tiles of 4 (4-bit types, and every type with VNNI) or 3 (others
 //! without VNNI): sixteen ymm registers hold the f32 accumulators, the i16 (without VNNI) and
@@ -39,15 +42,16 @@ use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
 const HALF: usize = COLS / 2;
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
-/// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`.
+/// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`, or, when `wide`
+/// is empty, rebuilt from their planes in registers (see `widens`).
 ///
 /// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p`'s type runs without VNNI
 /// unless `vnni` (`packed::runs_without_vnni`); `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
-/// `out.len() >= TILE * 16`; when `p.widens()`, `wide` is group `g` widened
-/// (`p.blocks * 512` bytes).
+/// `out.len() >= TILE * 16`; `wide` is group `g` widened (`p.blocks * 512` bytes), or empty
+/// where the call's rows rebuild 5- and 6-bit values (`widens`; only with `vnni`).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,
@@ -62,35 +66,61 @@ pub unsafe fn group(
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
     // Once per group and tile: reading `wide` rests on it, in release builds too.
     assert!(
-        !p.widens() || wide.len() == p.blocks * 512,
+        wide.is_empty() || (p.widens() && wide.len() == p.blocks * 512),
         "avx2::group: group not widened"
     );
-    let (bits, fac) = (p.bits, p.factors.is_some());
-    // The group's own bytes (4 and 8 bits) or its widened ones.
-    let wq = if p.widens() {
+    let widened = !wide.is_empty();
+    // The group's own bytes (4 and 8 bits, and 5 and 6 rebuilt in registers) or its
+    // widened ones.
+    let wq = if widened {
         wide.as_ptr()
     } else {
         p.q.as_ptr().add(g * p.blocks * p.block_bytes())
     };
+    entry(p.bits, p.factors.is_some(), widened, vnni)(p, wq, g, acts, i0, rows, out);
+}
+
+/// Whether a call of `rows` activation rows takes `p`'s 5- and 6-bit values widened a group
+/// at a time (`widen`) rather than rebuilt from their planes in registers. With VNNI, up to 4
+/// rows (one sub-tile, which reads each quad once) rebuild them: there the widening is pure
+/// overhead, 27% of Qwen2.5-1.5B Q4_K_M's single-stream decode time (its Q6_K matrices), and
+/// `cargo bench --bench kernels` measured Q6_K at one row 1.2x faster rebuilt, at 4 rows the
+/// same. Without VNNI, sub-tiles of 3 rows made 4 rows 0.7-0.9x and one row no clearer than the
+/// noise, so that path always widens.
+pub fn widens(p: &Packed, rows: usize, vnni: bool) -> bool {
+    p.widens() && !(vnni && rows <= 4)
+}
+
+/// One monomorphized kernel: `(p, wq, g, acts, i0, rows, out)` as `sub_tiles`.
+type Entry = unsafe fn(&Packed, *const u8, usize, &Q8Acts, usize, usize, &mut [f32]);
+
+/// The kernel for `bits` (only Q6_K has 6: split and factored), K-quant factors `fac`,
+/// 5- and 6-bit values `widened` or rebuilt, on `vnni` or not.
+fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
     if vnni {
-        match (bits, fac) {
-            (4, false) => group_vnni::<4, false, false>(p, wq, g, acts, i0, rows, out),
-            (4, true) => group_vnni::<4, false, true>(p, wq, g, acts, i0, rows, out),
-            (5, false) => group_vnni::<5, false, false>(p, wq, g, acts, i0, rows, out),
-            (5, true) => group_vnni::<5, false, true>(p, wq, g, acts, i0, rows, out),
-            // Only Q6_K has 6 bits; it is split and factored.
-            (6, _) => group_vnni::<6, true, true>(p, wq, g, acts, i0, rows, out),
-            _ => group_vnni::<8, false, false>(p, wq, g, acts, i0, rows, out),
+        match (bits, fac, widened) {
+            (4, false, _) => group_vnni::<4, false, false, false>,
+            (4, true, _) => group_vnni::<4, false, true, false>,
+            (5, false, false) => group_vnni::<5, false, false, false>,
+            (5, false, true) => group_vnni::<5, false, false, true>,
+            (5, true, false) => group_vnni::<5, false, true, false>,
+            (5, true, true) => group_vnni::<5, false, true, true>,
+            (6, _, false) => group_vnni::<6, true, true, false>,
+            (6, _, true) => group_vnni::<6, true, true, true>,
+            _ => group_vnni::<8, false, false, false>,
         }
-        return;
-    }
-    match (bits, fac) {
-        (4, false) => group_t::<4, false, false>(p, wq, g, acts, i0, rows, out),
-        (4, true) => group_t::<4, false, true>(p, wq, g, acts, i0, rows, out),
-        (5, false) => group_t::<5, false, false>(p, wq, g, acts, i0, rows, out),
-        (5, true) => group_t::<5, false, true>(p, wq, g, acts, i0, rows, out),
-        (6, _) => group_t::<6, true, true>(p, wq, g, acts, i0, rows, out),
-        _ => unreachable!("Q8_0 would saturate vpmaddubsw: it stays in the file layout on AVX2"),
+    } else {
+        match (bits, fac, widened) {
+            (4, false, _) => group_t::<4, false, false, false>,
+            (4, true, _) => group_t::<4, false, true, false>,
+            (5, false, true) => group_t::<5, false, false, true>,
+            (5, true, true) => group_t::<5, false, true, true>,
+            (6, _, true) => group_t::<6, true, true, true>,
+            (5 | 6, _, false) => unreachable!("without VNNI, 5 and 6 bits are always widened"),
+            _ => {
+                unreachable!("Q8_0 would saturate vpmaddubsw: it stays in the file layout on AVX2")
+            }
+        }
     }
 }
 
@@ -129,7 +159,7 @@ unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool>(
+unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool, const WIDE: bool>(
     p: &Packed,
     wq: *const u8,
     g: usize,
@@ -138,11 +168,11 @@ unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool>(
     rows: usize,
     out: &mut [f32],
 ) {
-    sub_tiles::<BITS, SPLIT, FAC, false>(p, wq, g, acts, i0, rows, out);
+    sub_tiles::<BITS, SPLIT, FAC, WIDE, false>(p, wq, g, acts, i0, rows, out);
 }
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
-unsafe fn group_vnni<const BITS: u32, const SPLIT: bool, const FAC: bool>(
+unsafe fn group_vnni<const BITS: u32, const SPLIT: bool, const FAC: bool, const WIDE: bool>(
     p: &Packed,
     wq: *const u8,
     g: usize,
@@ -151,13 +181,19 @@ unsafe fn group_vnni<const BITS: u32, const SPLIT: bool, const FAC: bool>(
     rows: usize,
     out: &mut [f32],
 ) {
-    sub_tiles::<BITS, SPLIT, FAC, true>(p, wq, g, acts, i0, rows, out);
+    sub_tiles::<BITS, SPLIT, FAC, WIDE, true>(p, wq, g, acts, i0, rows, out);
 }
 
 /// The tile's activation rows in sub-tiles that fit the registers, each against both halves.
 // Inlined into the `target_feature` entry points, so the intrinsics compile for them.
 #[inline(always)]
-unsafe fn sub_tiles<const BITS: u32, const SPLIT: bool, const FAC: bool, const VNNI: bool>(
+unsafe fn sub_tiles<
+    const BITS: u32,
+    const SPLIT: bool,
+    const FAC: bool,
+    const WIDE: bool,
+    const VNNI: bool,
+>(
     p: &Packed,
     wq: *const u8,
     g: usize,
@@ -175,10 +211,10 @@ unsafe fn sub_tiles<const BITS: u32, const SPLIT: bool, const FAC: bool, const V
             let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
             let i = i0 + r0;
             match n {
-                1 => half_rows::<1, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
-                2 => half_rows::<2, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
-                3 => half_rows::<3, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
-                _ => half_rows::<4, BITS, SPLIT, FAC, VNNI>(p, wq, g, acts, i, half, o),
+                1 => half_rows::<1, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o),
+                2 => half_rows::<2, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o),
+                3 => half_rows::<3, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o),
+                _ => half_rows::<4, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o),
             }
         }
         r0 += n;
@@ -265,6 +301,7 @@ unsafe fn half_rows<
     const BITS: u32,
     const SPLIT: bool,
     const FAC: bool,
+    const WIDE: bool,
     const VNNI: bool,
 >(
     p: &Packed,
@@ -282,8 +319,12 @@ unsafe fn half_rows<
         5 => 4,
         _ => 2,
     };
-    // The group's own nibbles (4 bits) or bytes (8), or its widened bytes (`widen`).
-    let bb = if BITS == 4 { 256 } else { 512 };
+    // The group's own bytes, or its widened ones (`widen`: a byte per value).
+    let bb = if WIDE {
+        512
+    } else {
+        Packed::block_bytes_for(BITS)
+    };
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..p.blocks {
@@ -296,8 +337,10 @@ unsafe fn half_rows<
         for h in 0..8 {
             let w = if BITS == 4 {
                 nibbles(wp, h)
-            } else {
+            } else if WIDE || BITS == 8 {
                 _mm256_loadu_si256(wp.add(64 * h).cast())
+            } else {
+                _mm256_or_si256(nibbles(wp, h), high_bits::<BITS>(wp, h))
             };
             for r in 0..R {
                 let x = acts.q.as_ptr().add(((i0 + r) * acts.blocks + b) * 32);

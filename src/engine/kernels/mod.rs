@@ -253,7 +253,8 @@ impl QuantMatrix {
     /// caller):
     /// each task takes a run of 16-row groups, and for each group every tile of activation
     /// rows (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones
-    /// widened once per group to a byte per value in the worker's buffer); outputs are written
+    /// widened once per group to a byte per value in the worker's buffer, except in small calls
+    /// with VNNI: `avx2::widens`); outputs are written
     /// straight into their rows of `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
@@ -269,8 +270,9 @@ impl QuantMatrix {
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
         starts.into_par_iter().for_each(|g0| {
-            // AVX2 takes 5- and 6-bit weights widened (`avx2.rs`); AVX-512 rebuilds them.
-            let widen = isa != Isa::Avx512 && p.widens();
+            // AVX2 takes 5- and 6-bit weights widened (`avx2::widens`) or rebuilds them, as
+            // AVX-512 always does.
+            let widen = isa != Isa::Avx512 && avx2::widens(p, m, isa == Isa::AvxVnni);
             let need = if widen { p.blocks * 512 } else { 0 };
             WIDE.with_borrow_mut(|buf| {
                 // Grown only: `widen` overwrites what it uses.

@@ -108,7 +108,8 @@ impl Packed {
         Self::block_bytes_for(self.bits)
     }
 
-    const fn block_bytes_for(bits: u32) -> usize {
+    /// `block_bytes` for values of `bits` bits.
+    pub const fn block_bytes_for(bits: u32) -> usize {
         match bits {
             4 => 256,
             5 => 256 + 64,
