@@ -6,8 +6,13 @@
 //! by a hash chain, `key(j) = hash(key(j - 1), tokens of block j)`, so a key names the whole
 //! prefix up to the end of its block; each entry also keeps its tokens and its parent's key,
 //! checked on lookup, so a hash collision can never hand over another prompt's keys and
-//! values. `lookup` walks the prompt's blocks from the start and returns the longest run found
-//! (never the whole prompt: its last token must run to give logits). `insert` adds a prefilled
+//! values. `lookup` walks the prompt's blocks from the start and returns the longest run found,
+//! then, among the cached blocks that follow that run in an earlier prompt (its children), the
+//! one whose leading tokens continue the prompt furthest: those positions are copied, not
+//! shared, so a prompt reuses every token it has in common with a cached one, as llama.cpp's
+//! slot reuse does, not only whole blocks (never the whole prompt: its last token must run to
+//! give logits). Keys and values of a position depend only on the tokens up to it, so the
+//! copied rows are exactly those a prefill would write. `insert` adds a prefilled
 //! sequence's blocks. Blocks are reference-counted (`Arc<KvBlock>`): running sequences keep
 //! theirs alive whatever the cache evicts. Eviction is least recently used, over `budget`
 //! bytes of blocks held by the cache; a lookup touches a prefix's blocks from its last to its
@@ -36,6 +41,23 @@ fn chain(parent: u64, tokens: &[u32]) -> u64 {
 /// The key before the first block.
 const ROOT: u64 = 0;
 
+/// What `lookup` found for a prompt: keys and values of its first `tokens()` positions.
+#[derive(Default)]
+pub struct Prefix {
+    /// Whole blocks, shared read-only.
+    pub blocks: Vec<Arc<KvBlock>>,
+    /// A cached block whose first `n` positions (`1..BLOCK`) continue the prompt after
+    /// `blocks`: to be copied into the sequence's own rows, which go on after them.
+    pub partial: Option<(Arc<KvBlock>, usize)>,
+}
+
+impl Prefix {
+    /// Prompt tokens whose keys and values were found.
+    pub fn tokens(&self) -> usize {
+        self.blocks.len() * BLOCK + self.partial.as_ref().map_or(0, |(_, n)| *n)
+    }
+}
+
 struct Entry {
     parent: u64,
     tokens: [u32; BLOCK],
@@ -47,6 +69,8 @@ struct Entry {
 /// One model's prefix cache.
 pub struct PrefixCache {
     entries: HashMap<u64, Entry>,
+    /// The keys of the entries after each key (a prefix's continuations).
+    children: HashMap<u64, Vec<u64>>,
     /// Most bytes of blocks to keep (0: the cache is off).
     budget: usize,
     /// Bytes of the blocks in `entries`.
@@ -62,6 +86,7 @@ impl PrefixCache {
     pub fn new(budget: usize) -> Self {
         Self {
             entries: HashMap::new(),
+            children: HashMap::new(),
             budget,
             held: 0,
             clock: 0,
@@ -91,10 +116,9 @@ impl PrefixCache {
         }
     }
 
-    /// The cached blocks of the longest prefix of `prompt` (whole blocks, at most
-    /// `(prompt.len() - 1) / BLOCK` of them, so at least one token is left to run), marked as
-    /// just used.
-    pub fn lookup(&mut self, prompt: &[u32]) -> Vec<Arc<KvBlock>> {
+    /// The cached keys and values of the longest prefix of `prompt`, leaving at least its last
+    /// token to run: whole blocks, then part of one (see the module doc); marked as just used.
+    pub fn lookup(&mut self, prompt: &[u32]) -> Prefix {
         let most = prompt.len().saturating_sub(1) / BLOCK;
         let mut found = Vec::new();
         let mut keys = Vec::new();
@@ -110,15 +134,45 @@ impl PrefixCache {
             }
             parent = key;
         }
+        // At most the rest of one block, and never the prompt's last token.
+        let at = found.len() * BLOCK;
+        let room = prompt.len().saturating_sub(1).saturating_sub(at).min(BLOCK);
+        let partial = self.continuation(parent, &prompt[at..at + room]);
+        if let Some((key, _)) = partial {
+            keys.push(key);
+        }
+        let partial = partial.map(|(key, n)| (self.entries[&key].block.clone(), n));
+        let prefix = Prefix {
+            blocks: found,
+            partial,
+        };
         self.queried += prompt.len() as u64;
-        self.hits += (found.len() * BLOCK) as u64;
+        self.hits += prefix.tokens() as u64;
         let stamps = self.stamps(keys.len());
         for (key, used) in keys.iter().zip(stamps) {
             if let Some(e) = self.entries.get_mut(key) {
                 e.used = used;
             }
         }
-        found
+        prefix
+    }
+
+    /// The child of `parent` whose tokens share the longest start with `next` (at least one),
+    /// and how many they share.
+    fn continuation(&self, parent: u64, next: &[u32]) -> Option<(u64, usize)> {
+        let common = |e: &Entry| {
+            e.tokens
+                .iter()
+                .zip(next)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        self.children
+            .get(&parent)?
+            .iter()
+            .filter_map(|k| self.entries.get(k).map(|e| (*k, common(e))))
+            .filter(|&(_, n)| n > 0)
+            .max_by_key(|&(_, n)| n)
     }
 
     /// Use times for `n` blocks of one prefix touched now: the first block gets the latest,
@@ -147,6 +201,7 @@ impl PrefixCache {
                     let mut t = [0u32; BLOCK];
                     t.copy_from_slice(tokens);
                     self.held += block.bytes();
+                    self.children.entry(parent).or_default().push(key);
                     self.entries.insert(
                         key,
                         Entry {
@@ -172,6 +227,12 @@ impl PrefixCache {
             };
             if let Some(e) = self.entries.remove(&key) {
                 self.held -= e.block.bytes();
+                if let Some(siblings) = self.children.get_mut(&e.parent) {
+                    siblings.retain(|k| *k != key);
+                    if siblings.is_empty() {
+                        self.children.remove(&e.parent);
+                    }
+                }
             }
         }
     }
@@ -198,33 +259,76 @@ mod tests {
         blocks.iter().map(|b| b.layers[0].k[0]).collect()
     }
 
+    /// The tags of the shared blocks, and the partial block's tag and length.
+    fn found(p: &Prefix) -> (Vec<f32>, Option<(f32, usize)>) {
+        let partial = p.partial.as_ref().map(|(b, n)| (b.layers[0].k[0], *n));
+        (tags(&p.blocks), partial)
+    }
+
     #[test]
     fn the_longest_cached_prefix_is_found_and_one_token_is_always_left() {
         let mut c = PrefixCache::new(100 * BLOCK_BYTES);
         let prompt: Vec<u32> = (0..3 * BLOCK as u32 + 5).collect();
         c.insert(&prompt, &[block(1.0), block(2.0), block(3.0)]);
-        assert_eq!(tags(&c.lookup(&prompt)), [1.0, 2.0, 3.0]);
-        // Another prompt sharing the first block and a half.
+        assert_eq!(found(&c.lookup(&prompt)), (vec![1.0, 2.0, 3.0], None));
+        // Another prompt sharing the first block and 4 tokens of the second: the block, then
+        // those 4 positions of the second.
         let mut other = prompt.clone();
         other[BLOCK + 4] = 999;
-        assert_eq!(tags(&c.lookup(&other)), [1.0]);
-        // A prompt of exactly two blocks reuses one: its last token must run.
-        assert_eq!(tags(&c.lookup(&prompt[..2 * BLOCK])), [1.0]);
-        assert_eq!(tags(&c.lookup(&prompt[..2 * BLOCK + 1])), [1.0, 2.0]);
-        // A different first block shares nothing, even with the same later blocks.
+        let hit = c.lookup(&other);
+        assert_eq!(found(&hit), (vec![1.0], Some((2.0, 4))));
+        assert_eq!(hit.tokens(), BLOCK + 4);
+        // A prompt of exactly two blocks: one whole, 15 of the second; its last token runs.
+        assert_eq!(
+            found(&c.lookup(&prompt[..2 * BLOCK])),
+            (vec![1.0], Some((2.0, BLOCK - 1)))
+        );
+        assert_eq!(
+            found(&c.lookup(&prompt[..2 * BLOCK + 1])),
+            (vec![1.0, 2.0], None)
+        );
+        // A different first token shares nothing, even with the same later blocks.
         let mut shifted = prompt.clone();
         shifted[0] = 7;
-        assert!(c.lookup(&shifted).is_empty());
+        assert_eq!(c.lookup(&shifted).tokens(), 0);
+        // The same first 3 tokens: part of the first block.
+        let mut late = prompt.clone();
+        late[3] = 7;
+        assert_eq!(found(&c.lookup(&late)), (vec![], Some((1.0, 3))));
         assert_eq!(c.bytes(), 3 * BLOCK_BYTES);
-        let looked_up = 3 * prompt.len() + 2 * BLOCK + (2 * BLOCK + 1);
-        let found = (3 + 1 + 1 + 2) * BLOCK;
-        assert_eq!(c.hit_rate(), found as f64 / looked_up as f64);
+        let looked_up = 3 * prompt.len() + 2 * BLOCK + (2 * BLOCK + 1) + prompt.len();
+        let hits = (3 * BLOCK) + (BLOCK + 4) + (2 * BLOCK - 1) + 2 * BLOCK + 3;
+        assert_eq!(c.hit_rate(), hits as f64 / looked_up as f64);
         // Inserting the same prefix again adds nothing.
         c.insert(&prompt, &[block(9.0), block(9.0)]);
         assert_eq!(
-            (c.bytes(), tags(&c.lookup(&prompt))),
+            (c.bytes(), tags(&c.lookup(&prompt).blocks)),
             (3 * BLOCK_BYTES, vec![1.0, 2.0, 3.0])
         );
+    }
+
+    #[test]
+    fn the_continuation_sharing_most_tokens_is_copied() {
+        let mut c = PrefixCache::new(100 * BLOCK_BYTES);
+        let base: Vec<u32> = (0..2 * BLOCK as u32 + 1).collect();
+        // Two prompts after the same first block, their second blocks differing from token 2
+        // and from token 9 on.
+        let (mut a, mut b) = (base.clone(), base.clone());
+        a[BLOCK + 2] = 500;
+        b[BLOCK + 9] = 600;
+        c.insert(&a, &[block(1.0), block(2.0)]);
+        c.insert(&b, &[block(1.0), block(3.0)]);
+        assert_eq!(c.bytes(), 3 * BLOCK_BYTES);
+        assert_eq!(found(&c.lookup(&base)), (vec![1.0], Some((3.0, 9))));
+        let mut near_a = a.clone();
+        near_a[BLOCK + 5] = 700;
+        assert_eq!(found(&c.lookup(&near_a)), (vec![1.0], Some((2.0, 5))));
+        // Evicting a continuation forgets it as a child too.
+        let mut small = PrefixCache::new(2 * BLOCK_BYTES);
+        small.insert(&a, &[block(1.0), block(2.0)]);
+        small.insert(&b, &[block(1.0), block(3.0)]);
+        assert_eq!(found(&small.lookup(&base)), (vec![1.0], Some((3.0, 9))));
+        assert_eq!(small.children.values().map(Vec::len).sum::<usize>(), 2);
     }
 
     #[test]
@@ -236,13 +340,13 @@ mod tests {
         c.insert(&b, &[block(3.0), block(4.0)]);
         // Four blocks over a budget of three: `a`'s second block, the oldest, went first...
         assert_eq!(c.bytes(), 3 * BLOCK_BYTES);
-        assert_eq!(tags(&c.lookup(&a)), [1.0]);
-        assert_eq!(tags(&c.lookup(&b)), [3.0, 4.0]);
+        assert_eq!(tags(&c.lookup(&a).blocks), [1.0]);
+        assert_eq!(tags(&c.lookup(&b).blocks), [3.0, 4.0]);
         // ...and re-inserting `a` leaves `b` the least recent: its later block goes first.
         c.insert(&a, &[block(5.0), block(6.0)]);
         assert_eq!(c.bytes(), 3 * BLOCK_BYTES);
-        assert_eq!(tags(&c.lookup(&a)), [1.0, 6.0]);
-        let kept = c.lookup(&b);
+        assert_eq!(tags(&c.lookup(&a).blocks), [1.0, 6.0]);
+        let kept = c.lookup(&b).blocks;
         assert_eq!(
             tags(&kept),
             [3.0],
@@ -251,6 +355,6 @@ mod tests {
         // A budget of 0 keeps nothing.
         let mut off = PrefixCache::new(0);
         off.insert(&a, &[block(1.0)]);
-        assert!(!off.enabled() && off.lookup(&a).is_empty());
+        assert!(!off.enabled() && off.lookup(&a).tokens() == 0);
     }
 }

@@ -11,7 +11,8 @@
 //! never exit while the channel is open.
 //!
 //! Prefix cache (`prefix_cache.rs`): at admission a sequence starts from the longest cached
-//! run of whole KV blocks of its prompt and prefills only the rest; at the end of its prefill
+//! prefix of its prompt (whole KV blocks shared, then the leading positions of one more
+//! copied into its own rows) and prefills only the rest; at the end of its prefill
 //! (`share_prompt`) its prompt's full blocks are frozen, shared read-only and cached.
 //! A job of `n` choices runs as one sequence until its prompt is prefilled; then its choices
 //! 1.. become sequences of their own reading the same blocks (and a copy of the last partial
@@ -38,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::grammar::{self, Grammar};
 use super::model::attention::{SeqCache, BLOCK};
 use super::model::{StepSeq, Transformer};
-use super::prefix_cache::PrefixCache;
+use super::prefix_cache::{Prefix, PrefixCache};
 use super::sampler::Sampler;
 use super::stop::{StopMatcher, StopStep};
 use super::tokenizer::{ModelTokenizer, StreamDecoder};
@@ -378,31 +379,34 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     // from there.
     let (layers, row) = rt.model.kv_shape();
     let prompt = &job.request.prompt.token_ids;
-    let blocks = reuse_prefix(rt, prompt);
-    let cached = blocks.len() * BLOCK;
+    let found = reuse_prefix(rt, prompt);
+    let cached = found.tokens();
     let rest = prompt.len() + job.request.max_new_tokens - cached;
-    let cache = SeqCache::after_blocks(blocks, layers, rest.min(KV_PREALLOC), row);
+    let mut cache = SeqCache::after_blocks(found.blocks, layers, rest.min(KV_PREALLOC), row);
+    if let Some((block, n)) = &found.partial {
+        cache.copy_rows(block, *n);
+    }
     let kv = kv_reservation(runtimes, &job);
     let mut s = Seq::new(job, cache, &rt.id, kv);
     (s.fed, s.cached) = (cached, cached);
     running[s.job.model].push(s);
 }
 
-/// The prefix cache's blocks for `prompt`, counted in the cache metrics (prompt tokens
+/// What the prefix cache holds of `prompt`, counted in the cache metrics (prompt tokens
 /// looked up and found, labelled by model).
-fn reuse_prefix(rt: &Runtime, prompt: &[u32]) -> Vec<Arc<super::model::attention::KvBlock>> {
+fn reuse_prefix(rt: &Runtime, prompt: &[u32]) -> Prefix {
     let mut cache = rt.prefix.borrow_mut();
     if !cache.enabled() {
-        return Vec::new();
+        return Prefix::default();
     }
-    let blocks = cache.lookup(prompt);
+    let found = cache.lookup(prompt);
     let model = rt.id.clone();
     metrics::counter!("tollgate_prefix_cache_queries_total", "model" => model.clone())
         .increment(prompt.len() as u64);
     metrics::counter!("tollgate_prefix_cache_hits_total", "model" => model.clone())
-        .increment((blocks.len() * BLOCK) as u64);
+        .increment(found.tokens() as u64);
     metrics::gauge!("tollgate_prefix_cache_hit_rate", "model" => model).set(cache.hit_rate());
-    blocks
+    found
 }
 
 /// Most positions a sequence's KV cache reserves at admission (memory is reserved, and backed

@@ -34,7 +34,10 @@ impl StepModel for Scripted {
         Ok(seqs
             .iter_mut()
             .map(|s| {
+                // Own rows follow the shared blocks, cached ones copied in included.
+                let own = s.cache.len - s.cache.shared_len();
                 for l in &mut s.cache.layers {
+                    assert_eq!((l.k.len(), l.v.len()), (own * 8, own * 8));
                     l.k.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
                     l.v.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
                 }
@@ -343,9 +346,29 @@ fn a_prompt_starting_like_an_earlier_one_prefills_only_what_the_prefix_cache_lac
         (37, 32, 2)
     );
     assert_eq!(text.split_whitespace().collect::<Vec<_>>(), ["w5", "w6"]);
-    // A prompt that is one whole block long reuses nothing: its last token must run.
+    // A prompt one whole block long copies 15 positions of the cached block: its last token
+    // must run.
     let (c, _) = wait(h.submit(16, 1));
-    assert_eq!(c.cached_tokens, 0);
+    assert_eq!(c.cached_tokens, 15);
+    // After a prompt of three whole blocks (its third is new: 18 tokens run), one of 45
+    // tokens reuses two blocks and copies 12 positions of the third: only its last token runs.
+    let (d, _) = wait(h.submit(50, 1));
+    assert_eq!(d.cached_tokens, 32);
+    let (e, text) = wait(h.submit(45, 2));
+    assert_eq!((e.prompt_tokens, e.cached_tokens), (45, 44));
+    assert_eq!(text.split_whitespace().collect::<Vec<_>>(), ["w13", "w14"]);
     let steps = h.finish(thread);
-    assert_eq!(steps, vec![vec![40], vec![1], vec![5], vec![1], vec![16]]);
+    assert_eq!(
+        steps,
+        vec![
+            vec![40],
+            vec![1],
+            vec![5],
+            vec![1],
+            vec![1],
+            vec![18],
+            vec![1],
+            vec![1]
+        ]
+    );
 }

@@ -64,9 +64,9 @@ def price(usage):
 
 def billed_exactly(r, before):
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
-    # Whole 16-token blocks of an earlier prompt (the same instructions), never the last token.
+    # Tokens of an earlier prompt (the same instructions) still cached, never the last one.
     cached = r.usage.input_tokens_details.cached_tokens
-    assert cached % 16 == 0 and cached < r.usage.input_tokens
+    assert 0 <= cached < r.usage.input_tokens
     assert r.usage.output_tokens_details.reasoning_tokens == 0
     cost = r.model_extra["service"]["cost_micros"]
     assert cost == price(r.usage)

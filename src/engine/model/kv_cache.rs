@@ -86,6 +86,27 @@ impl SeqCache {
         }
     }
 
+    /// Append the first `n` positions of `block` as this sequence's own rows: a cached block
+    /// that continues its prompt only in part, copied because the sequence writes the positions
+    /// after them. Call before the sequence's first step.
+    ///
+    /// # Panics
+    /// When `n > BLOCK`, or `block` has another number of layers.
+    pub fn copy_rows(&mut self, block: &KvBlock, n: usize) {
+        assert!(
+            n <= BLOCK && block.layers.len() == self.layers.len(),
+            "copy_rows: {n} positions of a block of {} layers into {}",
+            block.layers.len(),
+            self.layers.len()
+        );
+        for (own, from) in self.layers.iter_mut().zip(&block.layers) {
+            let row = from.k.len() / BLOCK;
+            own.k.extend_from_slice(&from.k[..n * row]);
+            own.v.extend_from_slice(&from.v[..n * row]);
+        }
+        self.len += n;
+    }
+
     /// Positions read from shared blocks.
     pub fn shared_len(&self) -> usize {
         self.blocks.len() * BLOCK
@@ -259,5 +280,30 @@ mod tests {
         assert_eq!(c.len, BLOCK + 2, "the parent is untouched");
         let d = SeqCache::after_blocks(c.blocks.clone(), 1, 8, 2);
         assert_eq!((d.len, key(&d, 3)), (BLOCK, vec![3.0, 3.5]));
+    }
+
+    #[test]
+    fn copied_rows_of_a_cached_block_read_as_the_positions_they_held() {
+        let mut c = filled(2 * BLOCK + 1);
+        c.freeze(4, 2);
+        let mut d = SeqCache::after_blocks(vec![c.blocks[0].clone()], 1, 8, 2);
+        d.copy_rows(&c.blocks[1], 5);
+        assert_eq!(
+            (d.len, d.shared_len(), d.layers[0].k.len()),
+            (BLOCK + 5, BLOCK, 5 * 2)
+        );
+        for p in 0..d.len {
+            assert_eq!(key(&d, p), [p as f32, p as f32 + 0.5], "position {p}");
+        }
+        // They are the sequence's own: a full block of them freezes into a new shared block.
+        for p in d.len..2 * BLOCK {
+            d.layers[0].k.extend([p as f32, p as f32 + 0.5]);
+            d.layers[0].v.extend([0.0, 0.0]);
+        }
+        d.len = 2 * BLOCK;
+        assert_eq!(d.freeze(4, 2), 1);
+        assert!(!Arc::ptr_eq(&d.blocks[1], &c.blocks[1]));
+        let last = (2 * BLOCK - 1) as f32;
+        assert_eq!(key(&d, 2 * BLOCK - 1), [last, last + 0.5]);
     }
 }
