@@ -79,7 +79,7 @@ async fn cached_prefixes_change_no_output_and_are_billed_at_the_cached_price() {
             "the system prompt is reused: {want}"
         );
         (queried, hits) = (queried + ids.len(), hits + want);
-        partial |= want % 16 != 0;
+        partial |= !want.is_multiple_of(16);
         earlier.push(ids);
         // SmolLM2: 20,000 input, 2,000 cached input (a tenth), 40,000 output micro-USD per 1M.
         let (p, c, out) = (
