@@ -49,9 +49,10 @@ const HALF: usize = COLS / 2;
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p`'s type runs without VNNI
-/// unless `vnni` (`packed::runs_without_vnni`); `g < p.groups`, `i0 + rows <= acts.m`, `acts.blocks == p.blocks`,
-/// `out.len() >= TILE * 16`; `wide` is group `g` widened (`p.blocks * 512` bytes), or empty
-/// where the call's rows rebuild 5- and 6-bit values (`widens`; only with `vnni`).
+/// unless `vnni` (`packed::runs_without_vnni`); `g < p.groups`, `i0 + rows <= acts.m`,
+/// `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
+/// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
+/// (`widens`; only with `vnni`).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,

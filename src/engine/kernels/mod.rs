@@ -19,9 +19,8 @@
 //! `vpdpbusd` over ymm (`avx2.rs`, every type); with AVX2 + FMA only, on
 //! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`) for every type but Q8_0, which keeps the file layout on
 //! AVX2+FMA+F16C (`x86.rs`). The packed paths give bit-identical outputs. Without AVX2, the
-//! portable code, which
-//! the tests compare every SIMD path against. Block layouts: ggml `ggml-common.h`. Uses
-//! `std::arch`, `half` and `rayon` only.
+//! portable code, which the tests compare every SIMD path against. Block layouts: ggml
+//! `ggml-common.h`. Uses `std::arch`, `half` and `rayon` only.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -250,12 +249,11 @@ impl QuantMatrix {
     }
 
     /// `matmul` on the interleaved layout (`isa` is AVX-512, AVX-VNNI or AVX2, checked by the
-    /// caller):
-    /// each task takes a run of 16-row groups, and for each group every tile of activation
-    /// rows (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones
-    /// widened once per group to a byte per value in the worker's buffer, except in small calls
-    /// with VNNI: `avx2::widens`); outputs are written
-    /// straight into their rows of `y` (`[m][n]`).
+    /// caller): each task takes a run of 16-row groups, and for each group every tile of
+    /// activation rows (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and
+    /// 6-bit ones widened once per group to a byte per value in the worker's buffer, except in
+    /// small calls with VNNI: `avx2::widens`); outputs are written straight into their rows of
+    /// `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
@@ -269,11 +267,11 @@ impl QuantMatrix {
         let threads = rayon::current_num_threads().max(1);
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
+        // AVX2 takes 5- and 6-bit weights widened (`avx2::widens`) or rebuilds them, as AVX-512
+        // always does.
+        let widen = isa != Isa::Avx512 && avx2::widens(p, m, isa == Isa::AvxVnni);
+        let need = if widen { p.blocks * 512 } else { 0 };
         starts.into_par_iter().for_each(|g0| {
-            // AVX2 takes 5- and 6-bit weights widened (`avx2::widens`) or rebuilds them, as
-            // AVX-512 always does.
-            let widen = isa != Isa::Avx512 && avx2::widens(p, m, isa == Isa::AvxVnni);
-            let need = if widen { p.blocks * 512 } else { 0 };
             WIDE.with_borrow_mut(|buf| {
                 // Grown only: `widen` overwrites what it uses.
                 if buf.len() < need {
@@ -287,9 +285,10 @@ impl QuantMatrix {
                     }
                     // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
                     // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA) and that `isa` runs
-                    // this matrix's type packed (`Isa::packs`); `g` is in range, `acts` was quantized for this `k`, `y` is `[m][n]` and this task
-                    // alone writes group `g`'s columns (groups are disjoint), and the slice
-                    // holds group `g` widened where the type needs it.
+                    // this matrix's type packed (`Isa::packs`); `g` is in range, `acts` was
+                    // quantized for this `k`, `y` is `[m][n]` and this task alone writes group
+                    // `g`'s columns (groups are disjoint), and the slice holds group `g`
+                    // widened where `avx2::widens` says so, else is empty.
                     unsafe { Self::group_tiles(p, g, &buf[..need], acts, isa, n, out) };
                 }
             });

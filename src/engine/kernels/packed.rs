@@ -1,9 +1,9 @@
 //! Weights re-laid out (not requantized) for the kernels on the interleaved layout
-//! (`avx512.rs` with AVX-512 VNNI, `avx2.rs` with AVX-VNNI or without VNNI): 16 weight rows (output columns) interleaved per
-//! 32-block, so one 64-byte vector holds 4 consecutive weights of each of the 16 rows, the
-//! operand shape of `vpdpbusd` (16 lanes, each a dot of 4 unsigned bytes with 4 signed bytes);
-//! its two 32-byte halves are the same shape for 8 rows, the operand of AVX2's
-//! `vpmaddubsw` + `vpmaddwd`.
+//! (`avx512.rs` with AVX-512 VNNI, `avx2.rs` with AVX-VNNI or without VNNI): 16 weight rows
+//! (output columns) interleaved per 32-block, so one 64-byte vector holds 4 consecutive
+//! weights of each of the 16 rows, the operand shape of `vpdpbusd` (16 lanes, each a dot of 4
+//! unsigned bytes with 4 signed bytes); its two 32-byte halves are the same shape for 8 rows,
+//! the operand of AVX2's `vpmaddubsw` + `vpmaddwd` (or of `vpdpbusd` on ymm).
 //!
 //! Every type but Q6_K is one formula per 32-block, `w[e] = s * q[e] + min`. Stored here as
 //! unsigned `u = q + c` with the type's centre `c` (8 for Q4_0, 16 for Q5_0, 128 for Q8_0, 0
@@ -93,8 +93,8 @@ pub struct Factors {
 /// 32-blocks per K-quant super-block.
 pub const SUPER: usize = 8;
 
-/// Whether the AVX2 kernel can run type `t` on this layout: every type but Q8_0, whose `u`
-/// reaches 255 and would saturate `vpmaddubsw`.
+/// Whether the AVX2 kernel without VNNI can run type `t` on this layout: every type but Q8_0,
+/// whose `u` reaches 255 and would saturate `vpmaddubsw` (AVX-VNNI runs every type).
 pub fn runs_without_vnni(t: WeightType) -> bool {
     t != WeightType::Q8_0
 }
