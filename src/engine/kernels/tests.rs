@@ -196,6 +196,16 @@ fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_every_isa_and_fused_par
                 let alone = fused.matmul_with(&x[i * k..(i + 1) * k], 1, isa);
                 let row = &batch[i * 39..(i + 1) * 39];
                 assert_eq!(bits(&alone), bits(row), "{g:?} {isa:?} row {i}");
+                if i + 1 < m {
+                    // Two rows take another path on AVX2 (both halves in one pass).
+                    let two = fused.matmul_with(&x[i * k..(i + 2) * k], 2, isa);
+                    assert_eq!(
+                        bits(&two),
+                        bits(&batch[i * 39..(i + 2) * 39]),
+                        "{g:?} {isa:?} rows {i}, {}",
+                        i + 1
+                    );
+                }
                 assert_eq!(&row[..32], &ya[i * 32..(i + 1) * 32], "{g:?} part a");
                 assert_eq!(&row[32..], &yb[i * 7..(i + 1) * 7], "{g:?} part b");
             }
