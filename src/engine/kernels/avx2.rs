@@ -94,6 +94,19 @@ pub fn widens(p: &Packed, rows: usize, vnni: bool) -> bool {
     p.widens() && !(vnni && rows <= 4)
 }
 
+/// `$body` once for each quad `$h` in 0..8, as 8 copies with `$h` a literal.
+macro_rules! each_quad {
+    ($h:ident, $body:block) => {
+        each_quad!(@ $h, $body, 0, 1, 2, 3, 4, 5, 6, 7)
+    };
+    (@ $h:ident, $body:block, $($n:literal),*) => {
+        $({
+            let $h: usize = $n;
+            $body
+        })*
+    };
+}
+
 /// One monomorphized kernel: `(p, wq, g, acts, i0, rows, out)` as `sub_tiles`.
 type Entry = unsafe fn(&Packed, *const u8, usize, &Q8Acts, usize, usize, &mut [f32]);
 
@@ -376,17 +389,13 @@ unsafe fn half_rows<
         }
         let mut part = [[zero; 2]; R];
         let mut dots = [[zero; 2]; R];
-        for h in 0..8 {
+        // Unrolled, so that each quad's offsets, shifts and masks are constants: as a loop,
+        // LLVM kept two of the nine AVX-VNNI kernels rolled, with them computed at run time
+        // (`cargo bench --bench kernels`: packed Q4_K and Q6_K at 64 rows 1.03-1.1x unrolled).
+        each_quad!(h, {
             let mut w = [zero; 2];
             for (hf, w) in w.iter_mut().enumerate().take(NH) {
-                let wp = wq.add(b * bb + HALF * 4 * (half + hf));
-                *w = if BITS == 4 {
-                    nibbles(wp, h)
-                } else if WIDE || BITS == 8 {
-                    _mm256_loadu_si256(wp.add(64 * h).cast())
-                } else {
-                    _mm256_or_si256(nibbles(wp, h), high_bits::<BITS>(wp, h))
-                };
+                *w = quad::<BITS, WIDE>(wq.add(b * bb + HALF * 4 * (half + hf)), h);
             }
             for r in 0..R {
                 let x = acts.q.as_ptr().add(((i0 + r) * acts.blocks + b) * 32);
@@ -400,7 +409,7 @@ unsafe fn half_rows<
                     }
                 }
             }
-            if !VNNI && (h + 1) % chunk == 0 {
+            if !VNNI && (h + 1).is_multiple_of(chunk) {
                 for (d, pr) in dots.iter_mut().zip(part.iter_mut()) {
                     for hf in 0..NH {
                         d[hf] = _mm256_add_epi32(d[hf], _mm256_madd_epi16(pr[hf], ones));
@@ -410,42 +419,86 @@ unsafe fn half_rows<
             }
             if SPLIT && (h == 3 || h == 7) {
                 // One half of the block is summed: centre it and scale it.
-                for (r, (a, d)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
-                    let ab = (i0 + r) * acts.blocks + b;
-                    let lo = *acts.sum_lo.get_unchecked(ab);
-                    let sum = if h == 3 {
-                        lo
-                    } else {
-                        *acts.sum.get_unchecked(ab) - lo
-                    };
-                    let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
-                    for hf in 0..NH {
-                        let s = if h == 3 { sc[hf].0 } else { sc[hf].1 };
-                        let centred =
-                            _mm256_sub_epi32(d[hf], _mm256_set1_epi32(SPLIT_CENTRE * sum));
-                        let f = _mm256_mul_ps(s, da);
-                        a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(centred), f, a[hf]);
-                        d[hf] = zero;
-                    }
-                }
+                let hi = h == 7;
+                let s = [sc[0], sc[1]].map(|(lo_s, hi_s, _)| if hi { hi_s } else { lo_s });
+                scale_split::<R, NH>(&mut acc, &mut dots, s, acts, i0, b, hi);
             }
-        }
+        });
         if !SPLIT {
-            for (r, (a, d)) in acc.iter_mut().zip(&dots).enumerate() {
-                let ab = (i0 + r) * acts.blocks + b;
-                let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
-                let dsum = _mm256_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
-                for hf in 0..NH {
-                    let (s, _, mn) = sc[hf];
-                    a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[hf]), _mm256_mul_ps(s, da), a[hf]);
-                    a[hf] = _mm256_fmadd_ps(mn, dsum, a[hf]);
-                }
-            }
+            scale_block::<R, NH>(&mut acc, &dots, sc, acts, i0, b);
         }
     }
     for (r, a) in acc.iter().enumerate() {
         for (hf, a) in a.iter().enumerate().take(NH) {
             _mm256_storeu_ps(out.add(r * COLS + hf * HALF), *a);
+        }
+    }
+}
+
+/// Quad `h` of one half of a block at `wp`: 4 weights of each of its 8 rows as bytes `u`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn quad<const BITS: u32, const WIDE: bool>(wp: *const u8, h: usize) -> __m256i {
+    if BITS == 4 {
+        nibbles(wp, h)
+    } else if WIDE || BITS == 8 {
+        _mm256_loadu_si256(wp.add(64 * h).cast())
+    } else {
+        _mm256_or_si256(nibbles(wp, h), high_bits::<BITS>(wp, h))
+    }
+}
+
+/// Q6_K: the i32 sums `dots` of one 16-element half of block `b` (the high one when `hi`),
+/// centred (`32 Σ qa` of the half) and scaled by `s * da` into `acc`; `dots` are zeroed.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2 + FMA.
+#[inline(always)]
+unsafe fn scale_split<const R: usize, const NH: usize>(
+    acc: &mut [[__m256; 2]; R],
+    dots: &mut [[__m256i; 2]; R],
+    s: [__m256; 2],
+    acts: &Q8Acts,
+    i0: usize,
+    b: usize,
+    hi: bool,
+) {
+    for (r, (a, d)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
+        let ab = (i0 + r) * acts.blocks + b;
+        let lo = *acts.sum_lo.get_unchecked(ab);
+        let sum = if hi {
+            *acts.sum.get_unchecked(ab) - lo
+        } else {
+            lo
+        };
+        let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
+        for hf in 0..NH {
+            let centred = _mm256_sub_epi32(d[hf], _mm256_set1_epi32(SPLIT_CENTRE * sum));
+            let f = _mm256_mul_ps(s[hf], da);
+            a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(centred), f, a[hf]);
+            d[hf] = _mm256_setzero_si256();
+        }
+    }
+}
+
+/// One formula per block: block `b`'s i32 sums `dots` scaled by `s * da`, then `min' * dsum`,
+/// into `acc` (`sc` holds each half's `(s, _, min')`).
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2 + FMA.
+#[inline(always)]
+unsafe fn scale_block<const R: usize, const NH: usize>(
+    acc: &mut [[__m256; 2]; R],
+    dots: &[[__m256i; 2]; R],
+    sc: [(__m256, __m256, __m256); 2],
+    acts: &Q8Acts,
+    i0: usize,
+    b: usize,
+) {
+    for (r, (a, d)) in acc.iter_mut().zip(dots).enumerate() {
+        let ab = (i0 + r) * acts.blocks + b;
+        let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
+        let dsum = _mm256_set1_ps(*acts.dsum.get_unchecked(b * acts.m + i0 + r));
+        for hf in 0..NH {
+            let (s, _, mn) = sc[hf];
+            a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[hf]), _mm256_mul_ps(s, da), a[hf]);
+            a[hf] = _mm256_fmadd_ps(mn, dsum, a[hf]);
         }
     }
 }
