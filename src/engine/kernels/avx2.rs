@@ -341,7 +341,8 @@ unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
 /// and share the activation broadcasts; one half per pass (`NH == 1`, from `half`) leaves the
 /// registers to more rows. Each lane's operations are the same either way, so are its outputs.
 /// Qwen2.5-1.5B Q4_K_M's single-stream decode (`BENCH_DECODE_ONLY=1 cargo bench --bench
-/// engine`) ran 1.17x faster with AVX-VNNI and 1.1-1.3x without for reading the group once.
+/// engine`) ran 1.15x faster with AVX-VNNI for reading the group once (without VNNI 1.1x,
+/// noisier).
 // Inlined into the `target_feature` entry points, so the intrinsics compile for them.
 #[inline(always)]
 unsafe fn half_rows<
