@@ -234,32 +234,43 @@ unsafe fn sub_tiles<
         let i = i0 + r0;
         if both {
             let o = out.as_mut_ptr().add(r0 * COLS);
-            match n {
-                1 => half_rows::<1, 2, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, 0, o),
-                2 => half_rows::<2, 2, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, 0, o),
-                3 => half_rows::<3, 2, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, 0, o),
-                _ => half_rows::<4, 2, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, 0, o),
-            }
+            rows_of::<2, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, g, acts, i, 0, o);
         } else {
             for half in 0..2 {
                 let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
-                match n {
-                    1 => {
-                        half_rows::<1, 1, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o)
-                    }
-                    2 => {
-                        half_rows::<2, 1, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o)
-                    }
-                    3 => {
-                        half_rows::<3, 1, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o)
-                    }
-                    _ => {
-                        half_rows::<4, 1, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i, half, o)
-                    }
-                }
+                rows_of::<1, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, g, acts, i, half, o);
             }
         }
         r0 += n;
+    }
+}
+
+/// `half_rows` for a sub-tile of `n` (1..=4) rows, `NH` halves from `half`.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_of<
+    const NH: usize,
+    const BITS: u32,
+    const SPLIT: bool,
+    const FAC: bool,
+    const WIDE: bool,
+    const VNNI: bool,
+>(
+    n: usize,
+    p: &Packed,
+    wq: *const u8,
+    g: usize,
+    acts: &Q8Acts,
+    i0: usize,
+    half: usize,
+    out: *mut f32,
+) {
+    match n {
+        1 => half_rows::<1, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
+        2 => half_rows::<2, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
+        3 => half_rows::<3, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
+        _ => half_rows::<4, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
     }
 }
 
@@ -421,7 +432,7 @@ unsafe fn half_rows<
             if SPLIT && (h == 3 || h == 7) {
                 // One half of the block is summed: centre it and scale it.
                 let hi = h == 7;
-                let s = [sc[0], sc[1]].map(|(lo_s, hi_s, _)| if hi { hi_s } else { lo_s });
+                let s = sc.map(|(lo_s, hi_s, _)| if hi { hi_s } else { lo_s });
                 scale_split::<R, NH>(&mut acc, &mut dots, s, acts, i0, b, hi);
             }
         });
