@@ -5,8 +5,10 @@
 //! under `TOLLGATE_ISA=avx2` or on a CPU without either; Q8_0 stays in the file layout on AVX2
 //! without VNNI), our portable kernels, and candle 0.11's
 //! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
-//! 1536 FFN) and a 2048 x 2048 one. `cargo bench --bench kernels` (RAYON_NUM_THREADS and
-//! CANDLE_NUM_THREADS set the pools; both are the same rayon pool size here).
+//! 1536 FFN) and a 2048 x 2048 one; `KERNEL_SHAPES=1536x1536,8960x1536` (n x k each) measures
+//! others instead (a model's own, such as Qwen2.5-1.5B's) and `KERNEL_ROWS=1,4,16` other
+//! batch rows. `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the
+//! pools; both are the same rayon pool size here).
 
 use std::time::Instant;
 
@@ -36,6 +38,19 @@ fn main() {
         return;
     }
     let only: Option<String> = std::env::var("KERNEL_TYPES").ok();
+    let shapes: Vec<(usize, usize)> = std::env::var("KERNEL_SHAPES").map_or_else(
+        |_| vec![(1536, 576), (576, 1536), (2048, 2048)],
+        |v| {
+            v.split(',')
+                .filter_map(|s| s.split_once('x'))
+                .filter_map(|(n, k)| Some((n.trim().parse().ok()?, k.trim().parse().ok()?)))
+                .collect()
+        },
+    );
+    let rows: Vec<usize> = std::env::var("KERNEL_ROWS").map_or_else(
+        |_| vec![1, 4, 16, 64],
+        |v| v.split(',').filter_map(|m| m.trim().parse().ok()).collect(),
+    );
     println!(
         "threads={} isa={:?}",
         rayon::current_num_threads(),
@@ -58,7 +73,7 @@ fn main() {
         {
             continue;
         }
-        for (n, k) in [(1536, 576), (576, 1536), (2048, 2048)] {
+        for &(n, k) in &shapes {
             if k % 256 != 0 && matches!(g, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) {
                 continue;
             }
@@ -71,7 +86,7 @@ fn main() {
             // The interleaved layout for this CPU's best (or the capped) instruction set.
             let packed = ours.clone().packed();
             let candle = QMatMul::from_qtensor(q).unwrap();
-            for m in [1usize, 4, 16, 64] {
+            for &m in &rows {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 31 % 200) as f32 / 100.0) - 1.0)
                     .collect();

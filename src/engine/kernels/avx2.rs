@@ -31,7 +31,9 @@
 //! without VNNI): sixteen ymm registers hold the f32 accumulators, the i16 (without VNNI) and
 //! i32 partial sums of each row, and the weights. With VNNI, and without it for calls of up to
 //! 2 rows, a sub-tile takes both halves in one pass (`half_rows`), so each weight line is read
-//! from memory once and in order; otherwise it takes one half, then the other.
+//! from memory once and in order; otherwise it takes one half, then the other. The last pass
+//! over a group (or its widening) prefetches the next group into L2, as on AVX-512
+//! (`packed::prefetch_next_group`).
 
 #![allow(clippy::cast_ptr_alignment)]
 
@@ -163,6 +165,7 @@ unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
     let bb = p.block_bytes();
     for b in 0..p.blocks {
         let src = p.q.as_ptr().add((g * p.blocks + b) * bb);
+        super::packed::prefetch_next_group(p, g * p.blocks + b, bb);
         let dst = wide.as_mut_ptr().add(b * 512);
         for half in 0..2 {
             let (src, dst) = (src.add(HALF * 4 * half), dst.add(HALF * 4 * half));
@@ -389,8 +392,14 @@ unsafe fn half_rows<
     let ones = _mm256_set1_epi16(1);
     let zero = _mm256_setzero_si256();
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // The last pass over the group's own bytes (last rows, last half) brings in the next
+    // group (`prefetch_next_group`); widened groups are read by `widen_t`, which does.
+    let prefetch = !WIDE && i0 + R >= acts.m && half + NH == 2;
     for b in 0..p.blocks {
         let at = g * p.blocks + b;
+        if prefetch {
+            super::packed::prefetch_next_group(p, at, bb);
+        }
         let mut sc = [(
             _mm256_setzero_ps(),
             _mm256_setzero_ps(),

