@@ -7,7 +7,11 @@
 //! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
 //! 1536 FFN) and a 2048 x 2048 one; `KERNEL_SHAPES=1536x1536,8960x1536` (n x k each) measures
 //! others instead (a model's own, such as Qwen2.5-1.5B's) and `KERNEL_ROWS=1,4,16` other
-//! batch rows. `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the
+//! batch rows. `TOLLGATE_ISA` caps our kernels only: candle picks its own (AVX-512 where the CPU
+//! has it), so under a cap the candle column is not the same instruction set. A matrix that
+//! fits in the caches (the default shapes do, in a large L3) measures compute; a model's
+//! matrices come from memory, so a shape larger than the caches (`65536x1536`) measures how
+//! well a kernel streams. `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the
 //! pools; both are the same rayon pool size here).
 
 use std::time::Instant;
