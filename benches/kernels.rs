@@ -3,16 +3,17 @@
 //! AVX-512 VNNI one where the CPU has it, the AVX2 one with `vpdpbusd` on ymm under
 //! `TOLLGATE_ISA=avxvnni` or on a CPU with AVX-VNNI but not AVX-512, the AVX2 one without VNNI
 //! under `TOLLGATE_ISA=avx2` or on a CPU without either; Q8_0 stays in the file layout on AVX2
-//! without VNNI), our portable kernels, and candle 0.11's
-//! `QMatMul` on the same weights as the baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
-//! 1536 FFN) and a 2048 x 2048 one; `KERNEL_SHAPES=1536x1536,8960x1536` (n x k each) measures
-//! others instead (a model's own, such as Qwen2.5-1.5B's) and `KERNEL_ROWS=1,4,16` other
-//! batch rows. `TOLLGATE_ISA` caps our kernels only: candle picks its own (AVX-512 where the CPU
-//! has it), so under a cap the candle column is not the same instruction set. A matrix that
-//! fits in the caches (the default shapes do, in a large L3) measures compute; a model's
-//! matrices come from memory, so a shape larger than the caches (`65536x1536`) measures how
-//! well a kernel streams. `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the
-//! pools; both are the same rayon pool size here).
+//! without VNNI), our portable kernels, and candle 0.11's `QMatMul` on the same weights as the
+//! baseline measured in the same run (ratios printed). Shapes are SmolLM2-135M's (576 hidden,
+//! 1536 FFN) and a 2048 x 2048 one; `KERNEL_SHAPES=1536x1536,8960x1536` (n x k each, k a
+//! multiple of 256 for the K-quants, of 32 for the others) measures others instead (a model's
+//! own, such as Qwen2.5-1.5B's) and `KERNEL_ROWS=1,4,16` other batch rows. `TOLLGATE_ISA`
+//! caps our kernels only: candle picks its own (AVX-512 where the CPU has it), so under a cap
+//! the candle column is not the same instruction set. A matrix that fits in the caches (the
+//! default shapes do, in a large L3) measures compute; a model's matrices come from memory, so
+//! a shape larger than the caches (`65536x1536`) measures how well a kernel streams.
+//! `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the pools; both
+//! are the same rayon pool size here).
 
 use std::time::Instant;
 
@@ -36,6 +37,15 @@ fn time<F: FnMut()>(mut f: F) -> f64 {
     }
 }
 
+/// One `KERNEL_SHAPES` entry, `NxK`: both positive, `k` a multiple of 32 (the block size).
+fn shape(s: &str) -> (usize, usize) {
+    let parsed = s.trim().split_once('x').and_then(|(n, k)| {
+        let (n, k): (usize, usize) = (n.parse().ok()?, k.parse().ok()?);
+        (n > 0 && k > 0 && k % 32 == 0).then_some((n, k))
+    });
+    parsed.unwrap_or_else(|| panic!("KERNEL_SHAPES: {s:?} is not NxK with k a multiple of 32"))
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("kernels bench: skipped (run with `cargo bench --bench kernels`)");
@@ -44,16 +54,18 @@ fn main() {
     let only: Option<String> = std::env::var("KERNEL_TYPES").ok();
     let shapes: Vec<(usize, usize)> = std::env::var("KERNEL_SHAPES").map_or_else(
         |_| vec![(1536, 576), (576, 1536), (2048, 2048)],
-        |v| {
-            v.split(',')
-                .filter_map(|s| s.split_once('x'))
-                .filter_map(|(n, k)| Some((n.trim().parse().ok()?, k.trim().parse().ok()?)))
-                .collect()
-        },
+        |v| v.split(',').map(shape).collect(),
     );
     let rows: Vec<usize> = std::env::var("KERNEL_ROWS").map_or_else(
         |_| vec![1, 4, 16, 64],
-        |v| v.split(',').filter_map(|m| m.trim().parse().ok()).collect(),
+        |v| {
+            v.split(',')
+                .map(|m| match m.trim().parse() {
+                    Ok(m) if m > 0 => m,
+                    _ => panic!("KERNEL_ROWS: {m:?} is not a positive row count"),
+                })
+                .collect()
+        },
     );
     println!(
         "threads={} isa={:?}",

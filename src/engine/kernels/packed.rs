@@ -94,7 +94,9 @@ pub struct Factors {
 pub const SUPER: usize = 8;
 
 /// Ask the caches for block `at`'s bytes one group ahead (block `at + blocks`: the same block
-/// of the next group), the weights and the K-quants' factor bytes, into L2 (`prefetcht1`).
+/// of the next group), the weights and the K-quants' integer factor bytes (`sc`, `sc_hi`,
+/// `m`; not the per-super-block `d`, nor the f32 scales of the other types), into L2
+/// (`prefetcht1`).
 ///
 /// A kernel passes over a group's blocks once per tile of activation rows, and the hardware
 /// prefetcher follows demand misses: measured on a 65536 x 1536 Q4_K matrix (larger than the
@@ -103,8 +105,10 @@ pub const SUPER: usize = 8;
 /// with the matrix in cache. The kernels call this in their last pass over a group, so the
 /// next group's lines are in flight while it computes and in L2 when it starts (in the first
 /// pass they would have to outlast every later pass's activations in L2, and a long prefill
-/// runs 32 tiles). Reads nothing: a prefetch never faults, and the addresses are formed with
-/// `wrapping_add`, so the last group's ask past the end is harmless.
+/// runs 32 tiles). One exception: AVX2 widens a 5- or 6-bit group once per call before its
+/// passes (`avx2::widen_t`), and prefetches the next group while widening. Reads nothing: a
+/// prefetch never faults, and the addresses are formed with `wrapping_add`, so the last
+/// group's ask past the end is harmless.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn prefetch_next_group(p: &Packed, at: usize, bb: usize) {
@@ -115,7 +119,7 @@ pub fn prefetch_next_group(p: &Packed, at: usize, bb: usize) {
         unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(line).cast()) };
     }
     if let Some(f) = &p.factors {
-        // 16 bytes per block and vector: one 64-byte line holds four blocks' worth.
+        // 16 bytes per block and vector: one ask every four blocks covers every 64 bytes.
         if at.is_multiple_of(4) {
             for v in [&f.sc, &f.sc_hi, &f.m] {
                 if !v.is_empty() {
