@@ -21,7 +21,8 @@
 //!
 //! The last tile's pass over a group prefetches the next group into L2
 //! (`packed::prefetch_next_group`): Qwen2.5-1.5B Q4_K_M in `cargo bench --bench engine`
-//! decoded 1.15-1.35x faster and aggregated 1.1-1.4x more at 16 streams with it.
+//! decoded 1.15-1.33x faster (AVX-512 pairs) and aggregated 1.1-1.4x more at 16 streams
+//! with it.
 
 use std::arch::x86_64::*;
 
