@@ -165,7 +165,7 @@ unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
     let bb = p.block_bytes();
     for b in 0..p.blocks {
         let src = p.q.as_ptr().add((g * p.blocks + b) * bb);
-        super::packed::prefetch_next_group(p, g * p.blocks + b, bb);
+        super::packed::prefetch_next_group(p, g * p.blocks + b);
         let dst = wide.as_mut_ptr().add(b * 512);
         for half in 0..2 {
             let (src, dst) = (src.add(HALF * 4 * half), dst.add(HALF * 4 * half));
@@ -398,7 +398,7 @@ unsafe fn half_rows<
     for b in 0..p.blocks {
         let at = g * p.blocks + b;
         if prefetch {
-            super::packed::prefetch_next_group(p, at, bb);
+            super::packed::prefetch_next_group(p, at);
         }
         let mut sc = [(
             _mm256_setzero_ps(),

@@ -119,7 +119,7 @@ unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bo
         let at = g * p.blocks + b;
         let wp = p.q.as_ptr().add(at * bb);
         if last {
-            super::packed::prefetch_next_group(p, at, bb);
+            super::packed::prefetch_next_group(p, at);
         }
         let mut w = [_mm512_setzero_si512(); 8];
         if BITS < 8 {

@@ -111,8 +111,9 @@ pub const SUPER: usize = 8;
 /// group's ask past the end is harmless.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub fn prefetch_next_group(p: &Packed, at: usize, bb: usize) {
+pub fn prefetch_next_group(p: &Packed, at: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let bb = p.block_bytes();
     let next = p.q.as_ptr().wrapping_add((at + p.blocks) * bb);
     for line in (0..bb).step_by(64) {
         // SAFETY: a prefetch only hints the caches; it reads nothing and never faults.
