@@ -1,7 +1,7 @@
 //! Grammar-constrained decoding: JSON Schema and Lark grammars compiled by `llguidance` into a
 //! per-sequence `Matcher` that says which tokens may come next.
 //!
-//! Protocol per decode step of a constrained sequence (see `scheduler::sample_and_emit`): the
+//! Protocol per decode step of a constrained sequence (see `sequence::sample_and_emit`): the
 //! sampler picks a token from the unmasked logits; if the matcher accepts it (the cheap path,
 //! most steps) nothing else is computed; otherwise the full token mask is computed, applied
 //! (`-inf` for every forbidden token) and the sampler picks again. The accepted token is then

@@ -27,6 +27,7 @@ pub mod resolve;
 pub mod safetensors;
 pub mod sampler;
 mod scheduler;
+mod sequence;
 pub mod stop;
 pub mod store;
 pub mod template;

@@ -6,8 +6,8 @@
 //! sequence leaves before the next step and its KV cache is freed), (3) builds one step for one
 //! model (round robin when several are loaded): one decode token per decoding sequence plus
 //! prefill chunks of prompts up to `step_tokens` tokens, (4) runs the forward, (5) samples,
-//! detokenizes, matches stop strings and sends deltas; finished sequences send their `Outcome`
-//! and leave. A panic or error in a step fails only the sequences of that step. The loop must
+//! detokenizes, matches stop strings and sends deltas (per sequence: `sequence.rs`, which owns
+//! a sequence's state); finished sequences send their `Outcome` and leave. A panic or error in a step fails only the sequences of that step. The loop must
 //! never exit while the channel is open.
 //!
 //! Prefix cache (`prefix_cache.rs`): at admission a sequence starts from the longest cached
@@ -32,18 +32,14 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
-
-use super::grammar::{self, Grammar};
 use super::model::attention::{SeqCache, BLOCK};
 use super::model::{StepSeq, Transformer};
 use super::prefix_cache::{Prefix, PrefixCache};
-use super::sampler::Sampler;
-use super::stop::{StopMatcher, StopStep};
-use super::tokenizer::{ModelTokenizer, StreamDecoder};
-use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
+use super::sequence::{sample_and_emit, started, Seq};
+pub use super::sequence::{ChoiceTx, Job};
+use super::tokenizer::ModelTokenizer;
+use super::FinishReason;
 
 /// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
 /// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
@@ -119,27 +115,6 @@ impl Runtime {
     }
 }
 
-/// Where one choice's events and outcome go.
-pub struct ChoiceTx {
-    pub events: mpsc::UnboundedSender<GenerationEvent>,
-    pub outcome: oneshot::Sender<Outcome>,
-}
-
-/// A submitted request on its way to the engine thread.
-pub struct Job {
-    pub model: usize,
-    pub request: GenerateRequest,
-    /// Choice 0's events.
-    pub events: mpsc::UnboundedSender<GenerationEvent>,
-    /// Choice 0's outcome.
-    pub outcome: oneshot::Sender<Outcome>,
-    /// Choices 1.. of `request.n`: forked from this job's sequence once its prompt is
-    /// prefilled (see `fork`). A job that ends before then ends them the same way.
-    pub forks: Vec<ChoiceTx>,
-    /// When `submit` queued it (TTFT is measured from here).
-    pub queued: Instant,
-}
-
 /// Scheduler limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -154,88 +129,6 @@ pub struct Limits {
     pub kv_cache_bytes: usize,
     /// Most bytes of KV blocks each model's prefix cache keeps (0: no prefix cache).
     pub prefix_cache_bytes: usize,
-}
-
-struct Seq {
-    job: Job,
-    cache: SeqCache,
-    /// Prompt tokens already in the cache.
-    fed: usize,
-    /// Last sampled token, not yet in the cache.
-    pending: Option<u32>,
-    generated: usize,
-    sampler: Sampler,
-    stop: StopMatcher,
-    decoder: StreamDecoder,
-    /// The model's id (metric label).
-    model_id: String,
-    last_token: Option<Instant>,
-    /// KV cache bytes reserved at admission (see `Limits::kv_cache_bytes`).
-    kv_reserved: usize,
-    /// The output constraint, taken out of the prompt at admission.
-    grammar: Option<Box<Grammar>>,
-    /// A choice forked from another sequence's prefill (its prompt was not computed here).
-    fork: bool,
-    /// Prompt tokens whose KV cache came from the prefix cache.
-    cached: usize,
-}
-
-impl Seq {
-    fn new(mut job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
-        let grammar = job.request.prompt.grammar.take();
-        let sampler = Sampler::new(job.request.sampling.clone());
-        let stop = StopMatcher::new(job.request.stop.clone());
-        Self {
-            job,
-            cache,
-            fed: 0,
-            pending: None,
-            generated: 0,
-            sampler,
-            stop,
-            decoder: StreamDecoder::default(),
-            model_id: model_id.to_owned(),
-            last_token: None,
-            kv_reserved,
-            grammar,
-            fork: false,
-            cached: 0,
-        }
-    }
-
-    fn finish(self, finish: FinishReason) {
-        let model = self.model_id.clone();
-        let reason = match &finish {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Cancelled => "cancelled",
-            FinishReason::Failed(_) => "failed",
-        };
-        if !self.fork {
-            metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())
-                .increment(self.job.request.prompt.token_ids.len() as u64);
-        }
-        metrics::counter!("tollgate_generation_tokens_total", "model" => model.clone())
-            .increment(self.generated as u64);
-        metrics::counter!("tollgate_request_finished_total", "model" => model, "finish_reason" => reason)
-            .increment(1);
-        let prompt_tokens = self.job.request.prompt.token_ids.len();
-        for fork in self.job.forks {
-            // Never forked (cancelled or failed during prefill): they end as this one did.
-            let _ = fork.outcome.send(Outcome {
-                prompt_tokens,
-                cached_tokens: self.cached,
-                completion_tokens: 0,
-                finish: finish.clone(),
-            });
-        }
-        let _ = self.job.outcome.send(Outcome {
-            prompt_tokens,
-            cached_tokens: self.cached,
-            completion_tokens: self.generated,
-            finish,
-        });
-    }
 }
 
 /// What the engine thread receives: a generation, or a newly loaded model to serve.
@@ -545,10 +438,10 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
                 continue;
             }
             let forks = share_prompt(rt, &mut s);
-            started(rt, &s);
+            started(&s);
             slots.push((s, Some(row.clone())));
             for f in forks {
-                started(rt, &f);
+                started(&f);
                 slots.push((f, Some(row.clone())));
             }
             continue;
@@ -584,13 +477,6 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
     out
 }
 
-/// A sequence's prefill is done: tell its request, record its time to first token.
-fn started(rt: &Runtime, s: &Seq) {
-    let _ = s.job.events.send(GenerationEvent::Started);
-    metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => rt.id.clone())
-        .record(s.job.queued.elapsed().as_secs_f64());
-}
-
 /// Gauges after a step: running and waiting sequences, KV cache tokens and bytes (f32 keys
 /// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
 #[allow(clippy::cast_precision_loss)]
@@ -614,86 +500,4 @@ fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
         .set(rt.waiting.load(Ordering::Relaxed) as f64);
     metrics::gauge!("tollgate_kv_cache_tokens", "model" => model.clone()).set(tokens as f64);
     metrics::gauge!("tollgate_kv_cache_bytes", "model" => model).set((tokens * per_token) as f64);
-}
-
-/// Sample the next token of a sequence whose logits are ready; returns a finish reason when
-/// the sequence ends (a stop token or string, `max_new_tokens`, the context, or a complete
-/// grammar).
-fn sample_and_emit(
-    tokenizer: &ModelTokenizer,
-    model_id: &str,
-    s: &mut Seq,
-    row: &mut [f32],
-) -> Option<FinishReason> {
-    let tok = grammar::pick_token(
-        &mut s.sampler,
-        s.grammar.as_deref_mut(),
-        row,
-        &tokenizer.stop_ids,
-        &s.job.request.prompt.banned_tokens,
-    );
-    s.generated += 1;
-    if let Some(k) = s.job.request.sampling.logprobs {
-        if !tokenizer.stop_ids.contains(&tok) {
-            let (logprob, top) = super::sampler::logprobs(row, tok, k);
-            let _ = s.job.events.send(GenerationEvent::Logprob(TokenLogprob {
-                token: tokenizer.token_text(tok),
-                logprob,
-                top: top
-                    .into_iter()
-                    .map(|(t, l)| (tokenizer.token_text(t), l))
-                    .collect(),
-            }));
-        }
-    }
-    let now = Instant::now();
-    if let Some(prev) = s.last_token.replace(now) {
-        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => model_id.to_owned())
-            .record((now - prev).as_secs_f64());
-    }
-    let req = &s.job.request;
-    if tokenizer.stop_ids.contains(&tok) {
-        let rest = s.stop.flush();
-        if !rest.is_empty() {
-            let _ = s.job.events.send(GenerationEvent::Delta(rest));
-        }
-        return Some(FinishReason::Stop);
-    }
-    let mut grammar_done = false;
-    if let Some(g) = s.grammar.as_mut().filter(|g| g.is_active()) {
-        grammar_done = !g.consume(tok) || g.is_finished();
-    }
-    let text = s.decoder.step(tokenizer, tok);
-    if let Some(g) = s.grammar.as_mut().filter(|g| !g.is_active()) {
-        g.observe(tok, text.as_deref(), tokenizer);
-    }
-    if let Some(text) = text {
-        match s.stop.push(&text) {
-            StopStep::Continue(t) => {
-                if !t.is_empty() {
-                    let _ = s.job.events.send(GenerationEvent::Delta(t));
-                }
-            }
-            StopStep::Stopped(t) => {
-                if !t.is_empty() {
-                    let _ = s.job.events.send(GenerationEvent::Delta(t));
-                }
-                return Some(FinishReason::Stop);
-            }
-        }
-    }
-    let in_context = s.cache.len + 1 < req.prompt.context_length;
-    if grammar_done || s.generated >= req.max_new_tokens || !in_context {
-        let rest = s.stop.flush();
-        if !rest.is_empty() {
-            let _ = s.job.events.send(GenerationEvent::Delta(rest));
-        }
-        return Some(if grammar_done {
-            FinishReason::Stop
-        } else {
-            FinishReason::Length
-        });
-    }
-    s.pending = Some(tok);
-    None
 }

@@ -7,11 +7,13 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use tokenizers::Tokenizer;
+use tokio::sync::{mpsc, oneshot};
 
 use super::*;
-use crate::engine::{Prompt, SamplingParams};
+use crate::engine::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingParams};
 
 const VOCAB: u32 = 16;
 

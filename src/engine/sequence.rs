@@ -1,0 +1,212 @@
+//! One request's sequence on the engine thread: the job `submit` queues (`Job`, with a
+//! `ChoiceTx` per extra choice), the running state the scheduler keeps for it (`Seq`: KV
+//! cache, sampler, stop matcher, incremental detokenizer, grammar), and what happens per
+//! sampled token (`sample_and_emit`: pick, logprobs, deltas, finish checks) and at its end
+//! (`Seq::finish`: the outcome, resolved exactly once, and the request counters).
+//!
+//! Uses the sampler, grammar, stop matcher, tokenizer and KV cache types; never the scheduler
+//! loop (`scheduler.rs` decides when a sequence is admitted, stepped and dropped) and never
+//! HTTP.
+
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::grammar::{self, Grammar};
+use super::model::attention::SeqCache;
+use super::sampler::Sampler;
+use super::stop::{StopMatcher, StopStep};
+use super::tokenizer::{ModelTokenizer, StreamDecoder};
+use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
+
+/// Where one choice's events and outcome go.
+pub struct ChoiceTx {
+    pub events: mpsc::UnboundedSender<GenerationEvent>,
+    pub outcome: oneshot::Sender<Outcome>,
+}
+
+/// A submitted request on its way to the engine thread.
+pub struct Job {
+    pub model: usize,
+    pub request: GenerateRequest,
+    /// Choice 0's events.
+    pub events: mpsc::UnboundedSender<GenerationEvent>,
+    /// Choice 0's outcome.
+    pub outcome: oneshot::Sender<Outcome>,
+    /// Choices 1.. of `request.n`: forked from this job's sequence once its prompt is
+    /// prefilled (`scheduler::share_prompt`). A job that ends before then ends them the same way.
+    pub forks: Vec<ChoiceTx>,
+    /// When `submit` queued it (TTFT is measured from here).
+    pub queued: Instant,
+}
+
+pub(super) struct Seq {
+    pub(super) job: Job,
+    pub(super) cache: SeqCache,
+    /// Prompt tokens already in the cache.
+    pub(super) fed: usize,
+    /// Last sampled token, not yet in the cache.
+    pub(super) pending: Option<u32>,
+    pub(super) generated: usize,
+    pub(super) sampler: Sampler,
+    pub(super) stop: StopMatcher,
+    pub(super) decoder: StreamDecoder,
+    /// The model's id (metric label).
+    pub(super) model_id: String,
+    pub(super) last_token: Option<Instant>,
+    /// KV cache bytes reserved at admission (see `Limits::kv_cache_bytes`).
+    pub(super) kv_reserved: usize,
+    /// The output constraint, taken out of the prompt at admission.
+    pub(super) grammar: Option<Box<Grammar>>,
+    /// A choice forked from another sequence's prefill (its prompt was not computed here).
+    pub(super) fork: bool,
+    /// Prompt tokens whose KV cache came from the prefix cache.
+    pub(super) cached: usize,
+}
+
+impl Seq {
+    pub(super) fn new(mut job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
+        let grammar = job.request.prompt.grammar.take();
+        let sampler = Sampler::new(job.request.sampling.clone());
+        let stop = StopMatcher::new(job.request.stop.clone());
+        Self {
+            job,
+            cache,
+            fed: 0,
+            pending: None,
+            generated: 0,
+            sampler,
+            stop,
+            decoder: StreamDecoder::default(),
+            model_id: model_id.to_owned(),
+            last_token: None,
+            kv_reserved,
+            grammar,
+            fork: false,
+            cached: 0,
+        }
+    }
+
+    pub(super) fn finish(self, finish: FinishReason) {
+        let model = self.model_id.clone();
+        let reason = match &finish {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Failed(_) => "failed",
+        };
+        if !self.fork {
+            metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())
+                .increment(self.job.request.prompt.token_ids.len() as u64);
+        }
+        metrics::counter!("tollgate_generation_tokens_total", "model" => model.clone())
+            .increment(self.generated as u64);
+        metrics::counter!("tollgate_request_finished_total", "model" => model, "finish_reason" => reason)
+            .increment(1);
+        let prompt_tokens = self.job.request.prompt.token_ids.len();
+        for fork in self.job.forks {
+            // Never forked (cancelled or failed during prefill): they end as this one did.
+            let _ = fork.outcome.send(Outcome {
+                prompt_tokens,
+                cached_tokens: self.cached,
+                completion_tokens: 0,
+                finish: finish.clone(),
+            });
+        }
+        let _ = self.job.outcome.send(Outcome {
+            prompt_tokens,
+            cached_tokens: self.cached,
+            completion_tokens: self.generated,
+            finish,
+        });
+    }
+}
+
+/// A sequence's prefill is done: tell its request, record its time to first token.
+pub(super) fn started(s: &Seq) {
+    let _ = s.job.events.send(GenerationEvent::Started);
+    metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => s.model_id.clone())
+        .record(s.job.queued.elapsed().as_secs_f64());
+}
+
+/// Sample the next token of a sequence whose logits are ready; returns a finish reason when
+/// the sequence ends (a stop token or string, `max_new_tokens`, the context, or a complete
+/// grammar).
+pub(super) fn sample_and_emit(
+    tokenizer: &ModelTokenizer,
+    model_id: &str,
+    s: &mut Seq,
+    row: &mut [f32],
+) -> Option<FinishReason> {
+    let tok = grammar::pick_token(
+        &mut s.sampler,
+        s.grammar.as_deref_mut(),
+        row,
+        &tokenizer.stop_ids,
+        &s.job.request.prompt.banned_tokens,
+    );
+    s.generated += 1;
+    if let Some(k) = s.job.request.sampling.logprobs {
+        if !tokenizer.stop_ids.contains(&tok) {
+            let (logprob, top) = super::sampler::logprobs(row, tok, k);
+            let _ = s.job.events.send(GenerationEvent::Logprob(TokenLogprob {
+                token: tokenizer.token_text(tok),
+                logprob,
+                top: top
+                    .into_iter()
+                    .map(|(t, l)| (tokenizer.token_text(t), l))
+                    .collect(),
+            }));
+        }
+    }
+    let now = Instant::now();
+    if let Some(prev) = s.last_token.replace(now) {
+        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => model_id.to_owned())
+            .record((now - prev).as_secs_f64());
+    }
+    let req = &s.job.request;
+    if tokenizer.stop_ids.contains(&tok) {
+        let rest = s.stop.flush();
+        if !rest.is_empty() {
+            let _ = s.job.events.send(GenerationEvent::Delta(rest));
+        }
+        return Some(FinishReason::Stop);
+    }
+    let mut grammar_done = false;
+    if let Some(g) = s.grammar.as_mut().filter(|g| g.is_active()) {
+        grammar_done = !g.consume(tok) || g.is_finished();
+    }
+    let text = s.decoder.step(tokenizer, tok);
+    if let Some(g) = s.grammar.as_mut().filter(|g| !g.is_active()) {
+        g.observe(tok, text.as_deref(), tokenizer);
+    }
+    if let Some(text) = text {
+        match s.stop.push(&text) {
+            StopStep::Continue(t) => {
+                if !t.is_empty() {
+                    let _ = s.job.events.send(GenerationEvent::Delta(t));
+                }
+            }
+            StopStep::Stopped(t) => {
+                if !t.is_empty() {
+                    let _ = s.job.events.send(GenerationEvent::Delta(t));
+                }
+                return Some(FinishReason::Stop);
+            }
+        }
+    }
+    let in_context = s.cache.len + 1 < req.prompt.context_length;
+    if grammar_done || s.generated >= req.max_new_tokens || !in_context {
+        let rest = s.stop.flush();
+        if !rest.is_empty() {
+            let _ = s.job.events.send(GenerationEvent::Delta(rest));
+        }
+        return Some(if grammar_done {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        });
+    }
+    s.pending = Some(tok);
+    None
+}
