@@ -1,7 +1,7 @@
 //! AVX-512 (F, BW) + VNNI kernel on the interleaved layout of `packed.rs`: for a group of 16
-//! weight rows and a tile of up to `TILE` activation rows, each 32-block is 8 `vpdpbusd`
-//! per activation row (16 output lanes x 4 weights each), accumulated exactly in i32, then
-//! one conversion and one FMA with `s[16] * da`, and one FMA with the offsets
+//! weight rows and a tile of up to `WIDE_TILE` (16) activation rows, each 32-block is 8
+//! `vpdpbusd` per activation row (16 output lanes x 4 weights each), accumulated exactly in
+//! i32, then one conversion and one FMA with `s[16] * da`, and one FMA with the offsets
 //! `min'[16] * (da Σ qa)` into the row's f32 accumulator. A `split` matrix (Q6_K) sums each
 //! 16-element half apart, subtracts the centre `32 Σ qa` of that half in i32, and FMAs the
 //! two halves with `s[16] * da` and `s_hi[16] * da`. `avx2.rs` does the same lane operations
@@ -26,16 +26,17 @@
 
 use std::arch::x86_64::*;
 
-use super::blocks::{Q8Acts, TILE};
+use super::blocks::{Q8Acts, WIDE_TILE};
 use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
 
-/// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
+/// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most
+/// `WIDE_TILE`: 16 rows in one pass, 9 to 15 as a pass of 8 and one of the rest).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F and BW and AVX-512 VNNI; `g < p.groups`,
-/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`.
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= WIDE_TILE * 16`.
 pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize, out: &mut [f32]) {
-    debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
+    debug_assert!(out.len() >= WIDE_TILE * COLS && rows <= WIDE_TILE && acts.blocks == p.blocks);
     match (p.bits, p.factors.is_some()) {
         (4, false) => group_n::<4, false, false>(p, g, acts, i0, rows, out),
         (4, true) => group_n::<4, false, true>(p, g, acts, i0, rows, out),
@@ -64,7 +65,12 @@ unsafe fn group_n<const BITS: u32, const SPLIT: bool, const FAC: bool>(
         5 => tile::<5, BITS, SPLIT, FAC>(p, g, acts, i0, out),
         6 => tile::<6, BITS, SPLIT, FAC>(p, g, acts, i0, out),
         7 => tile::<7, BITS, SPLIT, FAC>(p, g, acts, i0, out),
-        _ => tile::<TILE, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        8 => tile::<8, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        16 => tile::<16, BITS, SPLIT, FAC>(p, g, acts, i0, out),
+        _ => {
+            tile::<8, BITS, SPLIT, FAC>(p, g, acts, i0, out);
+            group_n::<BITS, SPLIT, FAC>(p, g, acts, i0 + 8, rows - 8, &mut out[8 * COLS..]);
+        }
     }
 }
 

@@ -5,8 +5,8 @@
 //!
 //! Written for batches: each 32-weight block is unpacked once into 32 signed 8-bit values and
 //! up to two scales plus an offset, and that unpacked block serves every activation row of the
-//! step before the next block is read (rows in tiles of `TILE`). Output columns (weight rows)
-//! are split across the rayon pool, whose size is `--threads`.
+//! step before the next block is read (rows in tiles of `TILE`, of `WIDE_TILE` on AVX-512).
+//! Output columns (weight rows) are split across the rayon pool, whose size is `--threads`.
 //!
 //! Every weight type is described by one formula per 32-block: `w[e] = s(e) * q[e] + min` with
 //! `q[e]` in i8, `s(e) = s0` for `e < 16` and `s1` otherwise (only Q6_K's 16-element sub-blocks
@@ -36,7 +36,7 @@ use packed::Packed;
 #[cfg(target_arch = "x86_64")]
 use packed::COLS;
 
-pub use blocks::{Q8Acts, WeightType, TILE};
+pub use blocks::{Q8Acts, WeightType, TILE, WIDE_TILE};
 use candle_core::quantized::QTensor;
 use rayon::prelude::*;
 
@@ -312,10 +312,11 @@ impl QuantMatrix {
         n: usize,
         out: OutPtr,
     ) {
-        let mut local = [0.0f32; TILE * COLS];
+        let mut local = [0.0f32; WIDE_TILE * COLS];
         let cols = COLS.min(n - g * COLS);
-        for i0 in (0..acts.m).step_by(TILE) {
-            let rows = TILE.min(acts.m - i0);
+        let tile = if isa == Isa::Avx512 { WIDE_TILE } else { TILE };
+        for i0 in (0..acts.m).step_by(tile) {
+            let rows = tile.min(acts.m - i0);
             if isa == Isa::Avx512 {
                 avx512::group(p, g, acts, i0, rows, &mut local);
             } else {
