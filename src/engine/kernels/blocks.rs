@@ -13,7 +13,7 @@ pub const TILE: usize = 8;
 /// serves twice `TILE`'s rows. Measured in a scratch build of `cargo bench --bench kernels`
 /// that alternated a 16-row and an 8-row tile five times in one process (this machine's speed
 /// drifts between runs), median GMAC/s of packed Q4_K and Q6_K on Qwen2.5-1.5B's shapes:
-/// 1.05-1.16x at 16 rows, 1.05-1.13x at 64, 0.98-1.13x at 384; 8 rows and fewer run as before.
+/// 1.05-1.16x at 16 rows, 1.05-1.12x at 64, 0.98-1.13x at 384; 8 rows and fewer run as before.
 pub const WIDE_TILE: usize = 16;
 
 /// A weight type with its block geometry.
