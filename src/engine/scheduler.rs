@@ -151,28 +151,6 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
     let mut next_model = 0usize;
     // A job taken off the channel that did not fit the KV budget; admitted before any other.
     let mut held: Option<Job> = None;
-    // Returns whether `cmd` was a job (admitted) rather than a model load.
-    let take =
-        |cmd: Cmd, runtimes: &mut Vec<Option<Runtime>>, running: &mut Vec<Vec<Seq>>| match cmd {
-            Cmd::Job(job) => {
-                admit(runtimes, running, *job);
-                true
-            }
-            Cmd::Load(rt) => {
-                tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
-                runtimes.push(Some(rt.with_prefix_cache(cache)));
-                running.push(Vec::new());
-                false
-            }
-            Cmd::Unload(i) => {
-                if running.get(i).is_some_and(Vec::is_empty) {
-                    if let Some(rt) = runtimes.get_mut(i).and_then(Option::take) {
-                        tracing::info!(model = %rt.id, "model evicted");
-                    }
-                }
-                false
-            }
-        };
     loop {
         // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
         // until a batch slot frees up. Block only when nothing runs.
@@ -186,48 +164,20 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
         while total == 0 {
             match rx.recv() {
                 Ok(cmd) => {
-                    if take(cmd, &mut runtimes, &mut running) {
+                    if take(cmd, &mut runtimes, &mut running, cache) {
                         total = 1;
                     }
                 }
                 Err(_) => return,
             }
         }
-        while total < limits.max_batch {
-            let job = match held.take() {
-                Some(job) => job,
-                None => match rx.try_recv() {
-                    Ok(Cmd::Job(job)) => *job,
-                    Ok(cmd) => {
-                        take(cmd, &mut runtimes, &mut running);
-                        continue;
-                    }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                },
-            };
-            let reserved: usize = running.iter().flatten().map(|s| s.kv_reserved).sum();
-            if limits.kv_cache_bytes > 0
-                && reserved + kv_reservation(&runtimes, &job) > limits.kv_cache_bytes
-            {
-                held = Some(job);
-                break;
-            }
-            admit(&runtimes, &mut running, job);
-            total += 1;
-        }
-        for (m, seqs) in running.iter_mut().enumerate() {
-            let before = seqs.len();
-            let (keep, gone): (Vec<Seq>, Vec<Seq>) =
-                seqs.drain(..).partition(|s| !s.job.events.is_closed());
-            *seqs = keep;
-            for s in gone {
-                tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
-                s.finish(FinishReason::Cancelled);
-            }
-            if let Some(rt) = &runtimes[m] {
-                rt.running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
-            }
-        }
+        let mut queue = Queue {
+            rx,
+            held: &mut held,
+            cache,
+        };
+        admit_more(&mut queue, &mut runtimes, &mut running, total, limits);
+        drop_cancelled(&runtimes, &mut running);
         let Some(m) = (0..runtimes.len())
             .map(|i| (next_model + i) % runtimes.len())
             .find(|&i| !running[i].is_empty())
@@ -240,21 +190,115 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             continue;
         };
         let seqs = std::mem::take(&mut running[m]);
-        let result =
-            std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits.step_tokens)));
-        match result {
-            Ok(kept) => running[m] = kept,
-            Err(panic) => {
-                // The sequences of the step were consumed by the panicking call: their outcome
-                // senders dropped, which the API layer reports as an engine failure.
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".to_owned());
-                tracing::error!(model = %rt.id, "engine step panicked: {msg}");
-                rt.running.store(0, Ordering::Relaxed);
+        running[m] = guarded_step(rt, seqs, limits.step_tokens);
+    }
+}
+
+/// Take one command off the channel: admit a job (returns true), serve a newly loaded model,
+/// or drop an idle evicted one.
+fn take(
+    cmd: Cmd,
+    runtimes: &mut Vec<Option<Runtime>>,
+    running: &mut Vec<Vec<Seq>>,
+    cache: usize,
+) -> bool {
+    match cmd {
+        Cmd::Job(job) => {
+            admit(runtimes, running, *job);
+            true
+        }
+        Cmd::Load(rt) => {
+            tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
+            runtimes.push(Some(rt.with_prefix_cache(cache)));
+            running.push(Vec::new());
+            false
+        }
+        Cmd::Unload(i) => {
+            if running.get(i).is_some_and(Vec::is_empty) {
+                if let Some(rt) = runtimes.get_mut(i).and_then(Option::take) {
+                    tracing::info!(model = %rt.id, "model evicted");
+                }
             }
+            false
+        }
+    }
+}
+
+/// Where `admit_more` takes jobs from: the job held back by the KV budget first, then the
+/// channel.
+struct Queue<'a> {
+    rx: &'a Receiver<Cmd>,
+    held: &'a mut Option<Job>,
+    /// Prefix cache bytes of a newly loaded model.
+    cache: usize,
+}
+
+/// Admit jobs without blocking while fewer than `max_batch` sequences run (`total` now) and
+/// the KV budget allows; a job that does not fit is held for the next round.
+fn admit_more(
+    q: &mut Queue<'_>,
+    runtimes: &mut Vec<Option<Runtime>>,
+    running: &mut Vec<Vec<Seq>>,
+    mut total: usize,
+    limits: Limits,
+) {
+    while total < limits.max_batch {
+        let job = match q.held.take() {
+            Some(job) => job,
+            None => match q.rx.try_recv() {
+                Ok(Cmd::Job(job)) => *job,
+                Ok(cmd) => {
+                    take(cmd, runtimes, running, q.cache);
+                    continue;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            },
+        };
+        let reserved: usize = running.iter().flatten().map(|s| s.kv_reserved).sum();
+        if limits.kv_cache_bytes > 0
+            && reserved + kv_reservation(runtimes, &job) > limits.kv_cache_bytes
+        {
+            *q.held = Some(job);
+            break;
+        }
+        admit(runtimes, running, job);
+        total += 1;
+    }
+}
+
+/// End the sequences whose client went away (their events receiver is closed): they leave
+/// before the next step and their KV cache is freed.
+fn drop_cancelled(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>]) {
+    for (m, seqs) in running.iter_mut().enumerate() {
+        let before = seqs.len();
+        let (keep, gone): (Vec<Seq>, Vec<Seq>) =
+            seqs.drain(..).partition(|s| !s.job.events.is_closed());
+        *seqs = keep;
+        for s in gone {
+            tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
+            s.finish(FinishReason::Cancelled);
+        }
+        if let Some(rt) = &runtimes[m] {
+            rt.running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// `step`, with a panic failing only that step's sequences: they were consumed by the
+/// panicking call, so their outcome senders dropped, which the API layer reports as an engine
+/// failure. Returns the sequences still running.
+fn guarded_step(rt: &Runtime, seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, step_tokens))) {
+        Ok(kept) => kept,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            tracing::error!(model = %rt.id, "engine step panicked: {msg}");
+            rt.running.store(0, Ordering::Relaxed);
+            Vec::new()
         }
     }
 }
@@ -365,7 +409,37 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
 
 /// One forward step for the sequences of one model; returns those still running.
 fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
-    // Decode tokens first (one each), then prefill chunks in arrival order within the budget.
+    let plan = plan_step(&seqs, step_tokens);
+    #[allow(clippy::cast_precision_loss)]
+    {
+        let tokens: usize = plan.iter().map(|p| p.1.len()).sum();
+        metrics::histogram!("tollgate_batch_size", "model" => rt.id.clone())
+            .record(plan.len() as f64);
+        metrics::histogram!("tollgate_step_tokens", "model" => rt.id.clone()).record(tokens as f64);
+    }
+    let logits = match forward_plan(rt, &mut seqs, &plan) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(model = %rt.id, "forward failed: {e}");
+            let msg = e.to_string();
+            let n = seqs.len();
+            for s in seqs {
+                s.finish(FinishReason::Failed(msg.clone()));
+            }
+            rt.running.fetch_sub(n, Ordering::Relaxed);
+            return Vec::new();
+        }
+    };
+    let planned: Vec<usize> = plan.iter().map(|p| p.0).collect();
+    let slots = take_rows(rt, seqs, &planned, logits);
+    let out = sample_slots(rt, slots);
+    record_occupancy(rt, &out);
+    out
+}
+
+/// The step's plan, `(index in seqs, tokens to feed)` in index order: decode tokens first
+/// (one each), then prefill chunks in arrival order within `step_tokens` (at least 1).
+fn plan_step(seqs: &[Seq], step_tokens: usize) -> Vec<(usize, Vec<u32>)> {
     let mut budget = step_tokens.max(1);
     let mut plan: Vec<(usize, Vec<u32>)> = Vec::new();
     for (i, s) in seqs.iter().enumerate() {
@@ -383,46 +457,45 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
         }
     }
     plan.sort_by_key(|p| p.0);
-    #[allow(clippy::cast_precision_loss)]
-    {
-        let tokens: usize = plan.iter().map(|p| p.1.len()).sum();
-        metrics::histogram!("tollgate_batch_size", "model" => rt.id.clone())
-            .record(plan.len() as f64);
-        metrics::histogram!("tollgate_step_tokens", "model" => rt.id.clone()).record(tokens as f64);
+    plan
+}
+
+/// Run the model on the planned sequences (`plan` in index order); one logits row per entry.
+///
+/// # Errors
+/// The model's forward error.
+fn forward_plan(
+    rt: &Runtime,
+    seqs: &mut [Seq],
+    plan: &[(usize, Vec<u32>)],
+) -> candle_core::Result<Vec<Vec<f32>>> {
+    let mut refs: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
+    let mut rest: &mut [Seq] = seqs;
+    let mut base = 0;
+    for (i, toks) in plan {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
+        let (cur, tail) = tail.split_first_mut().expect("planned index is in range");
+        refs.push(StepSeq {
+            cache: &mut cur.cache,
+            tokens: toks,
+        });
+        rest = tail;
+        base = i + 1;
     }
-    let planned: Vec<usize> = plan.iter().map(|p| p.0).collect();
-    let logits = {
-        let mut refs: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
-        let mut rest: &mut [Seq] = &mut seqs;
-        let mut base = 0;
-        for (i, toks) in &plan {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
-            let (cur, tail) = tail.split_first_mut().expect("planned index is in range");
-            refs.push(StepSeq {
-                cache: &mut cur.cache,
-                tokens: toks,
-            });
-            rest = tail;
-            base = i + 1;
-        }
-        // Audio work waits for this step to end, and the step for audio's (`cpu_turns`).
-        crate::cpu_turns::TURNS.engine_step(|| rt.model.forward(&mut refs))
-    };
-    let logits = match logits {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(model = %rt.id, "forward failed: {e}");
-            let msg = e.to_string();
-            let n = seqs.len();
-            for s in seqs {
-                s.finish(FinishReason::Failed(msg.clone()));
-            }
-            rt.running.fetch_sub(n, Ordering::Relaxed);
-            return Vec::new();
-        }
-    };
+    // Audio work waits for this step to end, and the step for audio's (`cpu_turns`).
+    crate::cpu_turns::TURNS.engine_step(|| rt.model.forward(&mut refs))
+}
+
+/// Each sequence in order, with its logits row when it samples this step: every decoding
+/// sequence, and one whose prompt this step finished (with its forked choices, which sample
+/// from the same row). A sequence still prefilling gets none.
+fn take_rows(
+    rt: &Runtime,
+    seqs: Vec<Seq>,
+    planned: &[usize],
+    logits: Vec<Vec<f32>>,
+) -> Vec<(Seq, Option<Vec<f32>>)> {
     let mut rows = logits.into_iter();
-    // Each sequence in order, with its logits row when it samples this step.
     let mut slots: Vec<(Seq, Option<Vec<f32>>)> = Vec::with_capacity(seqs.len());
     for (i, mut s) in seqs.into_iter().enumerate() {
         if !planned.contains(&i) {
@@ -448,6 +521,12 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
         }
         slots.push((s, Some(row)));
     }
+    slots
+}
+
+/// Sample every slot that has a logits row; finished sequences send their outcome and leave,
+/// the rest are returned in order.
+fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Option<Vec<f32>>)>) -> Vec<Seq> {
     // Constrained sequences may need a token mask (hundreds of microseconds): sample the batch
     // on the pool then, so one sequence's mask does not hold up the others.
     let (tok, id) = (&*rt.tokenizer, rt.id.as_str());
@@ -473,7 +552,6 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
             }
         }
     }
-    record_occupancy(rt, &out);
     out
 }
 
