@@ -232,9 +232,7 @@ impl Transformer {
         from: Option<usize>,
     ) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
-        let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-        let t = ids.len();
         let positions: Vec<usize> = seqs
             .iter()
             .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
@@ -257,59 +255,8 @@ impl Transformer {
                 Some(w) => self.norm(&x, w)?,
                 None => x.clone(),
             };
-            let (mut q, mut k, v) = match &layer.qkv {
-                Qkv::Separate(q, k, v) => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
-                Qkv::Fused(qkv) => {
-                    let y = qkv.forward(&h)?;
-                    (
-                        y.narrow(1, 0, hq * d)?,
-                        y.narrow(1, hq * d, hk * d)?,
-                        y.narrow(1, (hq + hk) * d, hk * d)?,
-                    )
-                }
-            };
-            if let Some(w) = &layer.q_norm {
-                q = self.qk_norm(&q.contiguous()?, w, t, hq)?;
-            }
-            if let Some(w) = &layer.k_norm {
-                k = self.qk_norm(&k.contiguous()?, w, t, hk)?;
-            }
-            let mut qv = q.flatten_all()?.to_vec1::<f32>()?;
-            let mut kv = k.flatten_all()?.to_vec1::<f32>()?;
-            let vv = v.flatten_all()?.to_vec1::<f32>()?;
-            let rope = &self.ropes[layer.rope];
             let (cos, sin) = &tables[layer.rope];
-            rope.apply(&mut qv, hq, cos, sin);
-            rope.apply(&mut kv, hk, cos, sin);
-            let row = hk * d;
-            let mut off = 0;
-            for s in seqs.iter_mut() {
-                let n = s.tokens.len();
-                let lc = &mut s.cache.layers[li];
-                lc.k.extend_from_slice(&kv[off * row..(off + n) * row]);
-                lc.v.extend_from_slice(&vv[off * row..(off + n) * row]);
-                off += n;
-            }
-            let views: Vec<_> = seqs
-                .iter()
-                .map(|s| {
-                    (
-                        s.cache.layer(li),
-                        s.tokens.len(),
-                        s.cache.len + s.tokens.len(),
-                    )
-                })
-                .collect();
-            let shape = AttnShape {
-                n_heads: hq,
-                n_kv_heads: hk,
-                head_dim: d,
-                scale: c.attn_scale,
-                window: layer.window,
-                softcap: c.attn_softcap,
-            };
-            let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
-            let mut o = layer.o.forward(&att)?;
+            let mut o = self.attention(layer, li, &h, seqs, (cos.as_slice(), sin.as_slice()))?;
             if let Some(w) = &layer.post_attn_norm {
                 o = self.norm(&o, w)?;
             }
@@ -322,21 +269,7 @@ impl Transformer {
                 (Some(w), false) => self.norm(&x, w)?,
                 (None, false) => x.clone(),
             };
-            let mut f = match &layer.mlp {
-                Mlp::Experts(moe) => moe.forward(&h)?,
-                Mlp::Dense { gate_up, down } => {
-                    let (g, u) = match gate_up {
-                        GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
-                        GateUp::Fused(gu) => {
-                            let y = gu.forward(&h)?;
-                            let n = y.dim(1)? / 2;
-                            (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
-                        }
-                    };
-                    let g = if c.gelu { g.gelu()? } else { g.silu()? };
-                    down.forward(&(g * u)?)?
-                }
-            };
+            let mut f = self.mlp(layer, &h)?;
             if let Some(w) = &layer.post_ffn_norm {
                 f = self.norm(&f, w)?;
             }
@@ -346,6 +279,118 @@ impl Transformer {
                 residual(&x, f)?
             };
         }
+        self.logits(&x, seqs, from)
+    }
+
+    /// Layer `li`'s attention for the step's `t` tokens (`h`: `[t][hidden]`, normed): the Q,
+    /// K and V projections (with the optional per-head norms), RoPE with the step's `cos`/`sin`
+    /// tables, each sequence's new keys and values appended to its cache, attention over it,
+    /// and the output projection; `[t][hidden]`.
+    ///
+    /// # Errors
+    /// candle errors (shapes, device).
+    fn attention(
+        &self,
+        layer: &Layer,
+        li: usize,
+        h: &Tensor,
+        seqs: &mut [StepSeq<'_>],
+        (cos, sin): (&[f32], &[f32]),
+    ) -> candle_core::Result<Tensor> {
+        let c = &self.config;
+        let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        let t = h.dim(0)?;
+        let (mut q, mut k, v) = match &layer.qkv {
+            Qkv::Separate(q, k, v) => (q.forward(h)?, k.forward(h)?, v.forward(h)?),
+            Qkv::Fused(qkv) => {
+                let y = qkv.forward(h)?;
+                (
+                    y.narrow(1, 0, hq * d)?,
+                    y.narrow(1, hq * d, hk * d)?,
+                    y.narrow(1, (hq + hk) * d, hk * d)?,
+                )
+            }
+        };
+        if let Some(w) = &layer.q_norm {
+            q = self.qk_norm(&q.contiguous()?, w, t, hq)?;
+        }
+        if let Some(w) = &layer.k_norm {
+            k = self.qk_norm(&k.contiguous()?, w, t, hk)?;
+        }
+        let mut qv = q.flatten_all()?.to_vec1::<f32>()?;
+        let mut kv = k.flatten_all()?.to_vec1::<f32>()?;
+        let vv = v.flatten_all()?.to_vec1::<f32>()?;
+        let rope = &self.ropes[layer.rope];
+        rope.apply(&mut qv, hq, cos, sin);
+        rope.apply(&mut kv, hk, cos, sin);
+        let row = hk * d;
+        let mut off = 0;
+        for s in seqs.iter_mut() {
+            let n = s.tokens.len();
+            let lc = &mut s.cache.layers[li];
+            lc.k.extend_from_slice(&kv[off * row..(off + n) * row]);
+            lc.v.extend_from_slice(&vv[off * row..(off + n) * row]);
+            off += n;
+        }
+        let views: Vec<_> = seqs
+            .iter()
+            .map(|s| {
+                (
+                    s.cache.layer(li),
+                    s.tokens.len(),
+                    s.cache.len + s.tokens.len(),
+                )
+            })
+            .collect();
+        let shape = AttnShape {
+            n_heads: hq,
+            n_kv_heads: hk,
+            head_dim: d,
+            scale: c.attn_scale,
+            window: layer.window,
+            softcap: c.attn_softcap,
+        };
+        let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
+        layer.o.forward(&att)
+    }
+
+    /// Layer `layer`'s feed-forward block on `h` (`[t][hidden]`, normed): the experts, or
+    /// `down(act(gate(h)) * up(h))` with SiLU or GELU; `[t][hidden]`.
+    ///
+    /// # Errors
+    /// candle errors (shapes, device).
+    fn mlp(&self, layer: &Layer, h: &Tensor) -> candle_core::Result<Tensor> {
+        let c = &self.config;
+        match &layer.mlp {
+            Mlp::Experts(moe) => moe.forward(h),
+            Mlp::Dense { gate_up, down } => {
+                let (g, u) = match gate_up {
+                    GateUp::Separate(g, u) => (g.forward(h)?, u.forward(h)?),
+                    GateUp::Fused(gu) => {
+                        let y = gu.forward(h)?;
+                        let n = y.dim(1)? / 2;
+                        (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
+                    }
+                };
+                let g = if c.gelu { g.gelu()? } else { g.silu()? };
+                down.forward(&(g * u)?)
+            }
+        }
+    }
+
+    /// The logits of each sequence's last token (`from` `None`) or of its tokens from index
+    /// `from` on, from the last layer's `x` (`[t][hidden]`); advances each cache's length by
+    /// the tokens it was fed. `[rows][vocab]`.
+    ///
+    /// # Errors
+    /// candle errors (shapes, device).
+    fn logits(
+        &self,
+        x: &Tensor,
+        seqs: &mut [StepSeq<'_>],
+        from: Option<usize>,
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let c = &self.config;
         let mut last = Vec::with_capacity(seqs.len());
         let mut off = 0u32;
         for s in seqs.iter_mut() {
