@@ -2,13 +2,15 @@
 //!
 //! Protocol: requests arrive on a bounded channel (full -> `Overloaded`). The loop blocks on the
 //! channel only when nothing runs. Each iteration it (1) admits waiting jobs up to `max_batch`
-//! running sequences and within the KV cache budget (first come, first served), (2) drops sequences whose receiver is gone (client disconnected: the
-//! sequence leaves before the next step and its KV cache is freed), (3) builds one step for one
+//! running sequences and within the KV cache budget (first come, first served), (2) drops
+//! sequences whose receiver is gone (client disconnected: the sequence leaves before the next
+//! step and its KV cache is freed), (3) builds one step for one
 //! model (round robin when several are loaded): one decode token per decoding sequence plus
 //! prefill chunks of prompts up to `step_tokens` tokens, (4) runs the forward, (5) samples,
 //! detokenizes, matches stop strings and sends deltas (per sequence: `sequence.rs`, which owns
-//! a sequence's state); finished sequences send their `Outcome` and leave. A panic or error in a step fails only the sequences of that step. The loop must
-//! never exit while the channel is open.
+//! a sequence's state); finished sequences send their `Outcome` and leave. A panic or error in
+//! a step fails only the sequences of that step. The loop must never exit while the channel is
+//! open.
 //!
 //! Prefix cache (`prefix_cache.rs`): at admission a sequence starts from the longest cached
 //! prefix of its prompt (whole KV blocks shared, then the leading positions of one more
@@ -171,12 +173,7 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
                 Err(_) => return,
             }
         }
-        let mut queue = Queue {
-            rx,
-            held: &mut held,
-            cache,
-        };
-        admit_more(&mut queue, &mut runtimes, &mut running, total, limits);
+        admit_more(rx, &mut held, &mut runtimes, &mut running, total, limits);
         drop_cancelled(&runtimes, &mut running);
         let Some(m) = (0..runtimes.len())
             .map(|i| (next_model + i) % runtimes.len())
@@ -224,31 +221,24 @@ fn take(
     }
 }
 
-/// Where `admit_more` takes jobs from: the job held back by the KV budget first, then the
-/// channel.
-struct Queue<'a> {
-    rx: &'a Receiver<Cmd>,
-    held: &'a mut Option<Job>,
-    /// Prefix cache bytes of a newly loaded model.
-    cache: usize,
-}
-
 /// Admit jobs without blocking while fewer than `max_batch` sequences run (`total` now) and
-/// the KV budget allows; a job that does not fit is held for the next round.
+/// the KV budget allows: the `held` job first, then the channel. A job that does not fit is
+/// held for the next round.
 fn admit_more(
-    q: &mut Queue<'_>,
+    rx: &Receiver<Cmd>,
+    held: &mut Option<Job>,
     runtimes: &mut Vec<Option<Runtime>>,
     running: &mut Vec<Vec<Seq>>,
     mut total: usize,
     limits: Limits,
 ) {
     while total < limits.max_batch {
-        let job = match q.held.take() {
+        let job = match held.take() {
             Some(job) => job,
-            None => match q.rx.try_recv() {
+            None => match rx.try_recv() {
                 Ok(Cmd::Job(job)) => *job,
                 Ok(cmd) => {
-                    take(cmd, runtimes, running, q.cache);
+                    take(cmd, runtimes, running, limits.prefix_cache_bytes);
                     continue;
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
@@ -258,7 +248,7 @@ fn admit_more(
         if limits.kv_cache_bytes > 0
             && reserved + kv_reservation(runtimes, &job) > limits.kv_cache_bytes
         {
-            *q.held = Some(job);
+            *held = Some(job);
             break;
         }
         admit(runtimes, running, job);
@@ -529,9 +519,9 @@ fn take_rows(
 fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Option<Vec<f32>>)>) -> Vec<Seq> {
     // Constrained sequences may need a token mask (hundreds of microseconds): sample the batch
     // on the pool then, so one sequence's mask does not hold up the others.
-    let (tok, id) = (&*rt.tokenizer, rt.id.as_str());
+    let tok = &*rt.tokenizer;
     let sample = |(s, row): &mut (Seq, Option<Vec<f32>>)| {
-        row.as_mut().map(|row| sample_and_emit(tok, id, s, row))
+        row.as_mut().map(|row| sample_and_emit(tok, s, row))
     };
     let ended: Vec<Option<Option<FinishReason>>> = if slots
         .iter()

@@ -134,7 +134,6 @@ pub(super) fn started(s: &Seq) {
 /// grammar).
 pub(super) fn sample_and_emit(
     tokenizer: &ModelTokenizer,
-    model_id: &str,
     s: &mut Seq,
     row: &mut [f32],
 ) -> Option<FinishReason> {
@@ -161,7 +160,7 @@ pub(super) fn sample_and_emit(
     }
     let now = Instant::now();
     if let Some(prev) = s.last_token.replace(now) {
-        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => model_id.to_owned())
+        metrics::histogram!("tollgate_inter_token_latency_seconds", "model" => s.model_id.clone())
             .record((now - prev).as_secs_f64());
     }
     let req = &s.job.request;
