@@ -221,15 +221,12 @@ fn main() {
         println!("constrained bench: skipped (run with `cargo bench --bench constrained`)");
         return;
     }
+    let threads = common::compute_threads();
     let flags: Vec<&str> = ["avx2", "fma", "avx512f", "avx512vnni", "avx512bw"]
         .into_iter()
         .filter(|f| std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(f)))
         .collect();
-    println!(
-        "threads={} cpu flags: {}",
-        std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
-        flags.join(" ")
-    );
+    println!("threads={} cpu flags: {}", threads, flags.join(" "));
     let qwen = weights("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
     if qwen.exists() {
         mask_cost(&qwen);

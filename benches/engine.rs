@@ -68,6 +68,7 @@ fn main() {
         println!("engine bench: skipped (run with `cargo bench --bench engine`)");
         return;
     }
+    let threads = common::compute_threads();
     // `BENCH_GGUF=FILE BENCH_MODEL=ID` measures another catalogue model (its tokenizer and
     // template come from the catalogue entry `ID`).
     let path = std::env::var_os("BENCH_GGUF").map_or_else(
@@ -92,7 +93,7 @@ fn main() {
         let solo_decode = (solo.completion_tokens.saturating_sub(1)) as f64 / solo.decode;
         let solo_prefill = solo.prompt_tokens as f64 / solo.ttft;
         println!("threads={} single stream: prefill {solo_prefill:.1} tok/s ({} tokens, TTFT {:.3} s), decode {solo_decode:.1} tok/s ({} tokens)",
-            std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()), solo.prompt_tokens, solo.ttft, solo.completion_tokens);
+            threads, solo.prompt_tokens, solo.ttft, solo.completion_tokens);
         if std::env::var_os("BENCH_DECODE_ONLY").is_some() {
             for i in 0..5 {
                 one(&engine, prompt(i), NEW_TOKENS).await;

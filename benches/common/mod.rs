@@ -25,6 +25,15 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
     .expect("engine")
 }
 
+/// Size the compute pools as `tollgate serve --threads N` does (`cli::set_compute_threads`),
+/// with N from `CANDLE_NUM_THREADS` (the cores the engine may use; default: all). Call first,
+/// before any thread starts. Returns N as printed (`default` when unset).
+pub fn compute_threads() -> String {
+    let n = std::env::var("CANDLE_NUM_THREADS").ok();
+    tollgate::cli::set_compute_threads(n.as_deref().and_then(|v| v.parse().ok()));
+    n.unwrap_or_else(|| "default".into())
+}
+
 /// A multi-threaded tokio runtime with two workers.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -452,21 +452,35 @@ impl Isa {
 
 impl Q8Acts {
     /// Quantize `x` (`[m][k]`, `k` a multiple of 32): `d = max|x| / 127`,
-    /// `q = round(x / d)` with ties to even (AVX2 when the CPU has it, same results).
+    /// `q = round(x / d)` with ties to even (AVX2 when the CPU has it, same results). Each
+    /// 32-value block is independent, so large inputs (prefill chunks) are split by rows over
+    /// the rayon pool, with the same results.
     pub fn quantize(x: &[f32], m: usize, k: usize) -> Self {
         let blocks = k / 32;
         let mut q = vec![0i8; m * k];
         let mut d = vec![0.0f32; m * blocks];
         let mut sum = vec![0i32; m * blocks];
         let mut sum_lo = vec![0i32; m * blocks];
-        let sums = (&mut sum[..], &mut sum_lo[..]);
-        match Isa::detect() {
+        let isa = Isa::detect();
+        let run = |x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])| match isa
+        {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: detected AVX2; the slices have the sizes `quantize` documents.
-            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => unsafe {
-                x86::quantize(x, &mut q, &mut d, sums)
-            },
-            _ => quantize_portable(x, &mut q, &mut d, sums),
+            // SAFETY: detected AVX2; the caller passes whole rows, so the slices have the sizes
+            // `quantize` documents.
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => unsafe { x86::quantize(x, q, d, sums) },
+            _ => quantize_portable(x, q, d, sums),
+        };
+        // About 64K values per task (a few tens of microseconds); decode rows stay on one thread.
+        let rows = ((1 << 16) / k.max(1)).max(1);
+        if m > rows && blocks > 0 {
+            x.par_chunks(rows * k)
+                .zip(q.par_chunks_mut(rows * k))
+                .zip(d.par_chunks_mut(rows * blocks))
+                .zip(sum.par_chunks_mut(rows * blocks))
+                .zip(sum_lo.par_chunks_mut(rows * blocks))
+                .for_each(|((((x, q), d), s), lo)| run(x, q, d, (s, lo)));
+        } else {
+            run(x, &mut q, &mut d, (&mut sum[..], &mut sum_lo[..]));
         }
         let mut dsum = vec![0.0f32; m * blocks];
         for i in 0..m {

@@ -22,6 +22,7 @@ mod family_shapes;
 mod family_tests;
 #[cfg(test)]
 mod family_tests_hf;
+mod glu;
 pub mod kv_cache;
 pub mod linear;
 mod load;
@@ -366,6 +367,9 @@ impl Transformer {
             Mlp::Dense { gate_up, down } => {
                 let (g, u) = match gate_up {
                     GateUp::Separate(g, u) => (g.forward(h)?, u.forward(h)?),
+                    GateUp::Fused(gu) if !c.gelu => {
+                        return down.forward(&glu::silu_glu(&gu.forward(h)?)?)
+                    }
                     GateUp::Fused(gu) => {
                         let y = gu.forward(h)?;
                         let n = y.dim(1)? / 2;
