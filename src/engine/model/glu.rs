@@ -56,8 +56,13 @@ fn exp(x: f32) -> f32 {
     p * scale
 }
 
-/// `silu(g) * u = g / (1 + exp(-g)) * u`, elementwise into `out`; the three slices have one
-/// length.
+/// `silu(g) * u = g / (1 + exp(-g)) * u` for one value.
+#[inline(always)]
+fn silu_mul1(g: f32, u: f32) -> f32 {
+    g / (1.0 + exp(-g)) * u
+}
+
+/// `silu_mul1` elementwise into `out`; the three slices have one length.
 fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::engine::kernels::Isa::detect().has_avx2() {
@@ -66,11 +71,11 @@ fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
         return;
     }
     for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-        *o = g / (1.0 + exp(-g)) * u;
+        *o = silu_mul1(g, u);
     }
 }
 
-/// `silu_mul` 8 lanes at a time: the same operations as `exp` and `silu_mul`, lane by lane.
+/// `silu_mul` 8 lanes at a time: the same operations as `exp` and `silu_mul1`, lane by lane.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -119,7 +124,7 @@ unsafe fn silu_mul_avx2(g: &[f32], u: &[f32], out: &mut [f32]) {
         i += 8;
     }
     for j in full..len {
-        out[j] = g[j] / (1.0 + exp(-g[j])) * u[j];
+        out[j] = silu_mul1(g[j], u[j]);
     }
 }
 
@@ -221,7 +226,7 @@ mod tests {
             // SAFETY: AVX2 detected above.
             unsafe { silu_mul_avx2(&g, &u, &mut fast) };
             for i in 0..len {
-                let want = g[i] / (1.0 + exp(-g[i])) * u[i];
+                let want = silu_mul1(g[i], u[i]);
                 assert_eq!(fast[i].to_bits(), want.to_bits(), "len {len}, i {i}");
             }
         }

@@ -365,19 +365,20 @@ impl Transformer {
         match &layer.mlp {
             Mlp::Experts(moe) => moe.forward(h),
             Mlp::Dense { gate_up, down } => {
-                let (g, u) = match gate_up {
-                    GateUp::Separate(g, u) => (g.forward(h)?, u.forward(h)?),
-                    GateUp::Fused(gu) if !c.gelu => {
-                        return down.forward(&glu::silu_glu(&gu.forward(h)?)?)
-                    }
+                let act = |g: Tensor, u: Tensor| {
+                    let g = if c.gelu { g.gelu()? } else { g.silu()? };
+                    g * u
+                };
+                let y = match gate_up {
+                    GateUp::Separate(g, u) => act(g.forward(h)?, u.forward(h)?)?,
+                    GateUp::Fused(gu) if !c.gelu => glu::silu_glu(&gu.forward(h)?)?,
                     GateUp::Fused(gu) => {
                         let y = gu.forward(h)?;
                         let n = y.dim(1)? / 2;
-                        (y.narrow(1, 0, n)?, y.narrow(1, n, n)?)
+                        act(y.narrow(1, 0, n)?, y.narrow(1, n, n)?)?
                     }
                 };
-                let g = if c.gelu { g.gelu()? } else { g.silu()? };
-                down.forward(&(g * u)?)
+                down.forward(&y)
             }
         }
     }
