@@ -1,8 +1,8 @@
 //! The dashboard's account and key settings over HTTP: per-key spend limits (402
 //! `KEY_SPEND_LIMIT` through metering while other keys keep working), expiry, rename, per-key
-//! usage and filters, the spend chart's data, resending the verification e-mail, the starter
-//! credit on every verification path, case-insensitive codes, password change and account
-//! deletion. Uses the deterministic FAKE engine (generation is not the point here).
+//! usage and filters, the spend chart's data, the verification e-mail through an SMTP relay and
+//! resending it, the starter credit on every verification path, case-insensitive codes, password
+//! change and account deletion. Uses the deterministic FAKE engine (generation is not the point here).
 
 mod common;
 #[path = "common/dashboard.rs"]
@@ -349,4 +349,54 @@ async fn the_password_changes_and_the_account_is_deleted_with_its_books_kept() {
         "the ledger is kept"
     );
     assert!(s.ledger.check().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn with_an_smtp_relay_the_verification_link_is_mailed() {
+    let (port, got) = dash::smtp_stand_in();
+    let (s, _fake) = common::fake_server_configured(10_000, move |state| {
+        state.accounts.mail = std::sync::Arc::new(
+            tollgate::mail::Outbox::smtp(
+                &format!("smtp://127.0.0.1:{port}"),
+                "tollgate <noreply@example.com>",
+            )
+            .unwrap(),
+        );
+    });
+    let mut b = Browser::new(&s);
+    let (st, _, v) = b
+        .post(
+            "/api/v1/auth/signup",
+            json!({"email": "mailed@example.com", "password": "hunter2hunter2"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    // Delivery runs in the background: wait for it (up to 10 s).
+    let mut data = None;
+    for _ in 0..200 {
+        data = got.lock().unwrap().last().cloned();
+        if data.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let data = data.expect("the relay got a message");
+    assert!(data.contains("To: mailed@example.com"), "{data}");
+    assert!(
+        data.contains("From: tollgate <noreply@example.com>"),
+        "{data}"
+    );
+    assert!(
+        data.contains("Subject: Confirm your tollgate account"),
+        "{data}"
+    );
+    assert!(
+        data.contains("Content-Transfer-Encoding: quoted-printable"),
+        "{data}"
+    );
+    let data = dash::quoted_printable(&data);
+    let at = data.find("/verify?token=").expect("link in the mail") + "/verify?token=".len();
+    let token = &data[at..at + 64];
+    let (st, _, v) = b.post("/api/v1/auth/verify", json!({"token": token})).await;
+    assert_eq!(st, 200, "{v}\n{data}");
 }

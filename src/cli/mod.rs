@@ -310,57 +310,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
     use std::fmt::Write as _;
     let mut out = String::new();
     match command {
-        Command::Accounts {
-            command:
-                AccountsCommand::Create {
-                    email,
-                    starter_balance_usd,
-                },
-        } => {
-            let a = open(db)?.create_account(&email, usd_to_micros(&starter_balance_usd)?)?;
-            writeln!(
-                out,
-                "account {} <{}> balance {}",
-                a.id, a.email, a.balance_micros
-            )?;
-        }
-        Command::Accounts {
-            command: AccountsCommand::SetRole { account, role },
-        } => {
-            let l = open(db)?;
-            let a = l.find_account(&account)?;
-            let a = l.set_admin(a.id, role == "admin")?;
-            writeln!(out, "account {} <{}> is now {role}", a.id, a.email)?;
-        }
-        Command::Accounts {
-            command: AccountsCommand::Show { account },
-        } => {
-            let l = open(db)?;
-            let a = l.find_account(&account)?;
-            writeln!(
-                out,
-                "account {} <{}>\nbalance {} ({} micros)\nreserved {} ({} micros)\navailable {}",
-                a.id,
-                a.email,
-                a.balance_micros,
-                a.balance_micros.0,
-                a.reserved_micros,
-                a.reserved_micros.0,
-                a.available_micros()
-            )?;
-            for u in l.recent_usage(a.id, 10)? {
-                writeln!(
-                    out,
-                    "  {} {} prompt {} completion {} cost {} micros {:?}",
-                    u.request_id,
-                    u.model,
-                    u.prompt_tokens,
-                    u.completion_tokens,
-                    u.cost_micros.0,
-                    u.status
-                )?;
-            }
-        }
+        Command::Accounts { command } => accounts_command(command, db, &mut out)?,
         Command::Keys { command } => keys_command(command, db, &mut out)?,
         Command::Credit {
             account,
@@ -391,19 +341,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
         }
         Command::Ledger {
             command: LedgerCommand::Check,
-        } => {
-            let violations = open(db)?.check()?;
-            if !violations.is_empty() {
-                for v in &violations {
-                    writeln!(out, "VIOLATION {}: {}", v.invariant, v.detail)?;
-                }
-                anyhow::bail!(
-                    "{out}ledger check failed: {} violation(s)",
-                    violations.len()
-                );
-            }
-            writeln!(out, "ledger check: ok")?;
-        }
+        } => ledger_check(db, &mut out)?,
         Command::MeasureLanguages {
             models,
             weights,
@@ -415,28 +353,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             let data_dir = crate::app::data_dir(data_dir.as_deref(), db);
             let tokenizers = tokenizers.unwrap_or_else(|| data_dir.join("tokenizers"));
             let out_path = out_path.unwrap_or_else(|| data_dir.join(crate::app::LANGUAGES_FILE));
-            let catalog = crate::catalog::Catalog::load(&models).map_err(anyhow::Error::msg)?;
-            let texts = crate::engine::languages::read_corpus(&corpus)?;
-            let measured =
-                crate::engine::languages::measure_catalog(&catalog, &weights, &texts, &tokenizers);
-            let with = measured.values().filter(|m| m.languages.is_some()).count();
-            let doc = serde_json::json!({
-                "corpus": {
-                    "name": "Universal Declaration of Human Rights",
-                    "provenance": format!("{}/README.md", corpus.display()),
-                    "languages": texts.keys().collect::<Vec<_>>(),
-                },
-                "rule": "multiplier = tokens(language) / tokens(eng) for the same passages; tokens counted without special tokens",
-                "models": measured,
-            });
-            std::fs::write(&out_path, serde_json::to_string_pretty(&doc)? + "\n")?;
-            writeln!(
-                out,
-                "measured {with} of {} models over {} languages -> {}",
-                catalog.models.len(),
-                texts.len(),
-                out_path.display()
-            )?;
+            measure_languages(&models, &weights, &corpus, &tokenizers, &out_path, &mut out)?;
         }
         Command::Perplexity {
             model,
@@ -459,4 +376,113 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
         }
     }
     Ok(out)
+}
+
+/// The `accounts` commands: create (with a starter balance), set a role, show a balance and
+/// the latest usage. Output goes to `out`.
+fn accounts_command(
+    command: AccountsCommand,
+    db: &std::path::Path,
+    out: &mut String,
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    match command {
+        AccountsCommand::Create {
+            email,
+            starter_balance_usd,
+        } => {
+            let a = open(db)?.create_account(&email, usd_to_micros(&starter_balance_usd)?)?;
+            writeln!(
+                *out,
+                "account {} <{}> balance {}",
+                a.id, a.email, a.balance_micros
+            )?;
+        }
+        AccountsCommand::SetRole { account, role } => {
+            let l = open(db)?;
+            let a = l.find_account(&account)?;
+            let a = l.set_admin(a.id, role == "admin")?;
+            writeln!(*out, "account {} <{}> is now {role}", a.id, a.email)?;
+        }
+        AccountsCommand::Show { account } => {
+            let l = open(db)?;
+            let a = l.find_account(&account)?;
+            writeln!(
+                *out,
+                "account {} <{}>\nbalance {} ({} micros)\nreserved {} ({} micros)\navailable {}",
+                a.id,
+                a.email,
+                a.balance_micros,
+                a.balance_micros.0,
+                a.reserved_micros,
+                a.reserved_micros.0,
+                a.available_micros()
+            )?;
+            for u in l.recent_usage(a.id, 10)? {
+                writeln!(
+                    *out,
+                    "  {} {} prompt {} completion {} cost {} micros {:?}",
+                    u.request_id,
+                    u.model,
+                    u.prompt_tokens,
+                    u.completion_tokens,
+                    u.cost_micros.0,
+                    u.status
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ledger check`: the ledger's invariants; an error naming every violation.
+fn ledger_check(db: &std::path::Path, out: &mut String) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let violations = open(db)?.check()?;
+    if !violations.is_empty() {
+        for v in &violations {
+            writeln!(*out, "VIOLATION {}: {}", v.invariant, v.detail)?;
+        }
+        anyhow::bail!(
+            "{out}ledger check failed: {} violation(s)",
+            violations.len()
+        );
+    }
+    writeln!(*out, "ledger check: ok")?;
+    Ok(())
+}
+
+/// `measure-languages`: each catalogue model's token multipliers per language over `corpus`,
+/// written as JSON to `out_path`; a summary line goes to `out`.
+fn measure_languages(
+    models: &std::path::Path,
+    weights: &std::path::Path,
+    corpus: &std::path::Path,
+    tokenizers: &std::path::Path,
+    out_path: &std::path::Path,
+    out: &mut String,
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
+    let texts = crate::engine::languages::read_corpus(corpus)?;
+    let measured = crate::engine::languages::measure_catalog(&catalog, weights, &texts, tokenizers);
+    let with = measured.values().filter(|m| m.languages.is_some()).count();
+    let doc = serde_json::json!({
+        "corpus": {
+            "name": "Universal Declaration of Human Rights",
+            "provenance": format!("{}/README.md", corpus.display()),
+            "languages": texts.keys().collect::<Vec<_>>(),
+        },
+        "rule": "multiplier = tokens(language) / tokens(eng) for the same passages; tokens counted without special tokens",
+        "models": measured,
+    });
+    std::fs::write(out_path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    writeln!(
+        *out,
+        "measured {with} of {} models over {} languages -> {}",
+        catalog.models.len(),
+        texts.len(),
+        out_path.display()
+    )?;
+    Ok(())
 }

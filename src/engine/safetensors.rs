@@ -274,7 +274,7 @@ impl TensorStore for HfModel {
 type Translated = (HashMap<String, gguf_file::Value>, HashMap<String, Vec<f32>>);
 
 /// `config.json` fields as GGUF metadata (`{arch}.*` keys) plus computed RoPE factor tensors.
-#[allow(clippy::cast_possible_truncation, clippy::too_many_lines)]
+#[allow(clippy::cast_possible_truncation)]
 fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
     use gguf_file::Value as G;
     let mut meta = HashMap::new();
@@ -339,73 +339,104 @@ fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
         meta.insert(format!("{arch}.rope.dimension_count"), G::U64(dim));
     }
     if let Some(scaling) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
-        let kind = scaling
-            .get("rope_type")
-            .or_else(|| scaling.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let theta = float("rope_theta").unwrap_or(10_000.0);
-        match kind {
-            "default" => {}
-            "linear" => {
-                meta.insert(
-                    format!("{arch}.rope.scaling.type"),
-                    G::String("linear".into()),
-                );
-                let f = scaling.get("factor").and_then(Value::as_f64).unwrap_or(1.0);
-                meta.insert(format!("{arch}.rope.scaling.factor"), G::F32(f as f32));
-            }
-            "llama3" => {
-                tensors.insert(
-                    "rope_freqs.weight".to_owned(),
-                    llama3_factors(scaling, head_dim, theta)?,
-                );
-            }
-            "longrope" | "su" => {
-                let short: Vec<f32> = scaling
-                    .get("short_factor")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| anyhow::anyhow!("longrope rope_scaling without short_factor"))?
-                    .iter()
-                    .map(|x| x.as_f64().unwrap_or(1.0) as f32)
-                    .collect();
-                tensors.insert("rope_factors_short.weight".to_owned(), short);
-                if let Some(long) = scaling.get("long_factor").and_then(Value::as_array) {
-                    let long = long.iter().map(|x| x.as_f64().unwrap_or(1.0) as f32);
-                    tensors.insert("rope_factors_long.weight".to_owned(), long.collect());
-                }
-                if let Some(original) = float("original_max_position_embeddings") {
-                    meta.insert(
-                        format!("{arch}.rope.scaling.original_context_length"),
-                        G::U64(original as u64),
-                    );
-                }
-                // cos/sin multiplier: `attention_factor`, else sqrt(1 + ln(s) / ln(original))
-                // with s = max_position_embeddings / original (transformers
-                // `_compute_longrope_parameters`).
-                let factor = scaling
-                    .get("attention_factor")
-                    .and_then(Value::as_f64)
-                    .or_else(|| {
-                        let original = float("original_max_position_embeddings")?;
-                        let max = float("max_position_embeddings")?;
-                        let s = max / original;
-                        Some(if s <= 1.0 {
-                            1.0
-                        } else {
-                            (1.0 + s.ln() / original.ln()).sqrt()
-                        })
-                    })
-                    .unwrap_or(1.0);
-                meta.insert(
-                    format!("{arch}.rope.scaling.attn_factor"),
-                    G::F32(factor as f32),
-                );
-            }
-            other => anyhow::bail!("unsupported rope_scaling type `{other}`"),
-        }
+        rope_scaling(cfg, scaling, arch, head_dim, &mut meta, &mut tensors)?;
     }
     Ok((meta, tensors))
+}
+
+/// `rope_scaling` of `config.json` as GGUF metadata and RoPE factor tensors: linear, Llama 3
+/// (`rope_freqs`) or LongRoPE; other types are an error.
+#[allow(clippy::cast_possible_truncation)]
+fn rope_scaling(
+    cfg: &Value,
+    scaling: &Value,
+    arch: &str,
+    head_dim: usize,
+    meta: &mut HashMap<String, gguf_file::Value>,
+    tensors: &mut HashMap<String, Vec<f32>>,
+) -> anyhow::Result<()> {
+    use gguf_file::Value as G;
+    let float = |k: &str| cfg.get(k).and_then(Value::as_f64);
+    let kind = scaling
+        .get("rope_type")
+        .or_else(|| scaling.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let theta = float("rope_theta").unwrap_or(10_000.0);
+    match kind {
+        "default" => {}
+        "linear" => {
+            meta.insert(
+                format!("{arch}.rope.scaling.type"),
+                G::String("linear".into()),
+            );
+            let f = scaling.get("factor").and_then(Value::as_f64).unwrap_or(1.0);
+            meta.insert(format!("{arch}.rope.scaling.factor"), G::F32(f as f32));
+        }
+        "llama3" => {
+            tensors.insert(
+                "rope_freqs.weight".to_owned(),
+                llama3_factors(scaling, head_dim, theta)?,
+            );
+        }
+        "longrope" | "su" => longrope(cfg, scaling, arch, meta, tensors)?,
+        other => anyhow::bail!("unsupported rope_scaling type `{other}`"),
+    }
+    Ok(())
+}
+
+/// LongRoPE (Phi-3.5, Phi-4-mini): short and long factor tensors, the original context length
+/// and the cos/sin multiplier.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn longrope(
+    cfg: &Value,
+    scaling: &Value,
+    arch: &str,
+    meta: &mut HashMap<String, gguf_file::Value>,
+    tensors: &mut HashMap<String, Vec<f32>>,
+) -> anyhow::Result<()> {
+    use gguf_file::Value as G;
+    let float = |k: &str| cfg.get(k).and_then(Value::as_f64);
+    let short: Vec<f32> = scaling
+        .get("short_factor")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow::anyhow!("longrope rope_scaling without short_factor"))?
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(1.0) as f32)
+        .collect();
+    tensors.insert("rope_factors_short.weight".to_owned(), short);
+    if let Some(long) = scaling.get("long_factor").and_then(Value::as_array) {
+        let long = long.iter().map(|x| x.as_f64().unwrap_or(1.0) as f32);
+        tensors.insert("rope_factors_long.weight".to_owned(), long.collect());
+    }
+    if let Some(original) = float("original_max_position_embeddings") {
+        meta.insert(
+            format!("{arch}.rope.scaling.original_context_length"),
+            G::U64(original as u64),
+        );
+    }
+    // cos/sin multiplier: `attention_factor`, else sqrt(1 + ln(s) / ln(original))
+    // with s = max_position_embeddings / original (transformers
+    // `_compute_longrope_parameters`).
+    let factor = scaling
+        .get("attention_factor")
+        .and_then(Value::as_f64)
+        .or_else(|| {
+            let original = float("original_max_position_embeddings")?;
+            let max = float("max_position_embeddings")?;
+            let s = max / original;
+            Some(if s <= 1.0 {
+                1.0
+            } else {
+                (1.0 + s.ln() / original.ln()).sqrt()
+            })
+        })
+        .unwrap_or(1.0);
+    meta.insert(
+        format!("{arch}.rope.scaling.attn_factor"),
+        G::F32(factor as f32),
+    );
+    Ok(())
 }
 
 /// Llama 3.1 frequency divisors, one per rotated pair (`head_dim / 2` values); source:

@@ -1,5 +1,5 @@
 //! A dashboard client for the `/api/v1` tests: keeps the session cookie, checks every body is
-//! the dashboard envelope; sign-up and sign-in helpers. Included by the tests that need it
+//! the dashboard envelope; sign-up and sign-in helpers; a stand-in SMTP relay. Included by the tests that need it
 //! (`#[path = "common/dashboard.rs"] mod dash;`).
 #![allow(dead_code)]
 
@@ -123,4 +123,65 @@ pub async fn chat(s: &TestServer, key: &str) -> (u16, Value) {
         )
         .await;
     (st, v)
+}
+
+/// Decode quoted-printable (RFC 2045 6.7): soft line breaks and `=XX` escapes.
+pub fn quoted_printable(s: &str) -> String {
+    let joined = s.replace("=\r\n", "");
+    let b = joined.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'=' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&joined[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A stand-in SMTP relay on loopback (enough of RFC 5321 for one client at a time): answers
+/// every command and keeps each message's DATA.
+pub fn smtp_stand_in() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = got.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let mut w = conn.unwrap();
+            let mut r = BufReader::new(w.try_clone().unwrap());
+            w.write_all(b"220 stand-in ESMTP\r\n").unwrap();
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                let cmd = line.to_ascii_uppercase();
+                if cmd.starts_with("DATA") {
+                    w.write_all(b"354 end with .\r\n").unwrap();
+                    let mut data = String::new();
+                    loop {
+                        let mut l = String::new();
+                        if r.read_line(&mut l).unwrap_or(0) == 0 || l == ".\r\n" {
+                            break;
+                        }
+                        data.push_str(&l);
+                    }
+                    store.lock().unwrap().push(data);
+                    w.write_all(b"250 queued\r\n").unwrap();
+                } else if cmd.starts_with("QUIT") {
+                    w.write_all(b"221 bye\r\n").unwrap();
+                    break;
+                } else {
+                    w.write_all(b"250 ok\r\n").unwrap();
+                }
+                line.clear();
+            }
+        }
+    });
+    (port, got)
 }

@@ -1,119 +1,14 @@
-//! Host-side attention for the packed batch: rotary position embedding (RoPE), per-sequence
-//! KV caches, and causal (optionally sliding-window) softmax attention in f32.
+//! Host-side attention for the packed batch: per-sequence KV caches and causal (optionally
+//! sliding-window) softmax attention in f32; rotary position embedding is `rope.rs`.
 //!
 //! Each sequence's cache (`kv_cache.rs`: its own rows, after rows shared with the other choices
 //! of its request) is read in place, so no per-step copy of the caches is made. Work is split over (token, head) rows with rayon; a row's result depends only on its
 //! own sequence, which keeps outputs identical whether a sequence runs alone or in a batch.
-//!
-//! RoPE: Su et al., "RoFormer" (2021). Two layouts: `Interleaved` pairs (x[2i], x[2i+1]) as in
-//! GGUF llama files (llama.cpp permutes q/k at conversion); `Neox` pairs (x[i], x[i + d/2]) as in
-//! Hugging Face `rotate_half` (Qwen2, Gemma).
 
 use rayon::prelude::*;
 
 pub use super::kv_cache::{KvBlock, LayerCache, LayerView, SeqCache, BLOCK};
-
-/// RoPE pairing layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    Interleaved,
-    Neox,
-}
-
-/// Rotary embedding parameters for a group of layers.
-#[derive(Debug, Clone)]
-pub struct Rope {
-    pub style: RopeStyle,
-    /// Inverse frequencies, `rotary_dim / 2` entries (after any scaling).
-    pub inv_freq: Vec<f32>,
-    /// Head dimension; entries past the rotary dimension pass through (partial rotary, e.g.
-    /// Phi-4-mini rotates 96 of 128).
-    pub head_dim: usize,
-    /// Multiplier on cos and sin (LongRoPE's attention factor; 1 otherwise).
-    pub mscale: f32,
-}
-
-impl Rope {
-    /// `theta` is the base (e.g. 10000); `factors` divide the frequencies (Llama 3 `rope_freqs`,
-    /// linear scaling); `dim` is the rotary dimension (the head dimension unless `for_head`
-    /// says otherwise).
-    pub fn new(
-        style: RopeStyle,
-        theta: f32,
-        dim: usize,
-        factors: Option<&[f32]>,
-        linear: f32,
-    ) -> Self {
-        let half = dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| {
-                #[allow(clippy::cast_precision_loss)]
-                let f = 1.0 / theta.powf((2 * i) as f32 / dim as f32);
-                let f = factors.and_then(|fs| fs.get(i)).map_or(f, |s| f / s);
-                f / linear
-            })
-            .collect();
-        Self {
-            style,
-            inv_freq,
-            head_dim: dim,
-            mscale: 1.0,
-        }
-    }
-
-    /// Set the head dimension (>= the rotary dimension) and the cos/sin multiplier.
-    #[must_use]
-    pub fn for_head(mut self, head_dim: usize, mscale: f32) -> Self {
-        self.head_dim = head_dim.max(self.inv_freq.len() * 2);
-        self.mscale = mscale;
-        self
-    }
-
-    /// cos/sin tables for the given positions: each `positions.len() * head_dim / 2`.
-    pub fn tables(&self, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
-        let half = self.inv_freq.len();
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
-        for &p in positions {
-            for &f in &self.inv_freq {
-                #[allow(clippy::cast_precision_loss)]
-                let a = p as f32 * f;
-                cos.push(a.cos() * self.mscale);
-                sin.push(a.sin() * self.mscale);
-            }
-        }
-        (cos, sin)
-    }
-
-    /// Rotate `x` laid out as `[tokens][heads][head_dim]` in place (the first rotary-dimension
-    /// entries of each head).
-    pub fn apply(&self, x: &mut [f32], heads: usize, cos: &[f32], sin: &[f32]) {
-        let half = self.inv_freq.len();
-        for (row, v) in x.chunks_exact_mut(self.head_dim).enumerate() {
-            let t = row / heads;
-            let (c, s) = (
-                &cos[t * half..(t + 1) * half],
-                &sin[t * half..(t + 1) * half],
-            );
-            match self.style {
-                RopeStyle::Interleaved => {
-                    for i in 0..half {
-                        let (a, b) = (v[2 * i], v[2 * i + 1]);
-                        v[2 * i] = a * c[i] - b * s[i];
-                        v[2 * i + 1] = a * s[i] + b * c[i];
-                    }
-                }
-                RopeStyle::Neox => {
-                    for i in 0..half {
-                        let (a, b) = (v[i], v[i + half]);
-                        v[i] = a * c[i] - b * s[i];
-                        v[i + half] = a * s[i] + b * c[i];
-                    }
-                }
-            }
-        }
-    }
-}
+pub use super::rope::{Rope, RopeStyle};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +47,7 @@ pub fn attend(q: &[f32], seqs: &[(LayerView<'_>, usize, usize)], shape: AttnShap
     }
     let mut out = vec![0f32; q.len()];
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::engine::kernels::Isa::detect().has_avx2();
+    let isa = crate::engine::kernels::Isa::detect();
     // One task per (token, KV head): the `group` query heads sharing a KV head read each cached
     // key and value row once. With few tasks (a decode step of one or two sequences) that
     // leaves the pool unbalanced, so then each query head is its own task. Either way each
@@ -179,16 +74,27 @@ pub fn attend(q: &[f32], seqs: &[(LayerView<'_>, usize, usize)], shape: AttnShap
                 shape,
             };
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
+            if isa == crate::engine::kernels::Isa::Avx512 {
+                // SAFETY: the CPU has AVX-512 F (`Isa::Avx512` is only detected with it).
+                unsafe { job.run_avx512(scores, o) };
+                return;
+            } else if isa.has_avx2() {
                 // SAFETY: the CPU has AVX2 (checked above).
                 unsafe { job.run_avx2(scores, o) };
                 return;
             }
-            job.run::<false>(scores, o);
+            job.run::<PORTABLE>(scores, o);
         },
     );
     out
 }
+
+/// `GroupJob::run`'s instruction sets: plain Rust, AVX2 (8 lanes), AVX-512 (16 lanes).
+const PORTABLE: u8 = 0;
+#[cfg(target_arch = "x86_64")]
+const AVX2: u8 = 1;
+#[cfg(target_arch = "x86_64")]
+const AVX512: u8 = 2;
 
 /// The query heads of one token that share KV head `kv_head`, attending to `start..=pos`.
 struct GroupJob<'a> {
@@ -207,14 +113,23 @@ impl GroupJob<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn run_avx2(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
-        self.run::<true>(scores, o);
+        self.run::<AVX2>(scores, o);
+    }
+
+    /// The same code with AVX-512: dot products and weighted sums 16 wide, the operations,
+    /// and so the results, still those of `run` (`dot16_avx512`, `weighted_rows_avx512`).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn run_avx512(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+        self.run::<AVX512>(scores, o);
     }
 
     /// Scores (scaled, soft-capped), an f32 softmax per head, and the weighted sum of values
     /// into `o` (`[group][head_dim]`, zeroed).
-    /// `AVX` selects the AVX2 dot product (only from `run_avx2`).
+    /// `SIMD` selects the dot product and weighted sum: `PORTABLE`, `AVX2` (only from
+    /// `run_avx2`) or `AVX512` (only from `run_avx512`).
     #[inline(always)]
-    fn run<const AVX: bool>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+    fn run<const SIMD: u8>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
         let AttnShape {
             n_kv_heads,
             head_dim: d,
@@ -234,11 +149,11 @@ impl GroupJob<'_> {
             let kv = &rows.k[row_at(p)..row_at(p) + d];
             for (j, qj) in self.q.chunks_exact(d).enumerate() {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `AVX` is only true inside `run_avx2`.
-                let raw = if AVX {
-                    unsafe { dot8_avx2(qj, kv) }
-                } else {
-                    dot8(qj, kv)
+                // SAFETY: `SIMD` is `AVX2` only inside `run_avx2`, `AVX512` inside `run_avx512`.
+                let raw = match SIMD {
+                    AVX512 => unsafe { dot16_avx512(qj, kv) },
+                    AVX2 => unsafe { dot8_avx2(qj, kv) },
+                    _ => dot8(qj, kv),
                 };
                 #[cfg(not(target_arch = "x86_64"))]
                 let raw = dot8(qj, kv);
@@ -274,11 +189,14 @@ impl GroupJob<'_> {
         for (j, oj) in o.chunks_exact_mut(d).enumerate() {
             let w = &scores[j * len..(j + 1) * len];
             #[cfg(target_arch = "x86_64")]
-            if AVX {
-                // SAFETY: `AVX` is only true inside `run_avx2`; every row has `d` floats.
-                unsafe { weighted_rows_avx2(w, v_row, oj) };
-                continue;
+            match SIMD {
+                // SAFETY: `SIMD` is `AVX512` only inside `run_avx512`, `AVX2` only inside
+                // `run_avx2`; every row has `d` floats.
+                AVX512 => unsafe { weighted_rows_avx512(w, v_row, oj) },
+                AVX2 => unsafe { weighted_rows_avx2(w, v_row, oj) },
+                _ => weighted_rows(w, v_row, oj),
             }
+            #[cfg(not(target_arch = "x86_64"))]
             weighted_rows(w, v_row, oj);
         }
     }
@@ -367,11 +285,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{
-        _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_loadu_ps,
-        _mm256_mul_ps, _mm256_setzero_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps,
-        _mm_shuffle_ps,
-    };
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps};
     let n = a.len().min(b.len());
     let full = n / 8 * 8;
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -388,26 +302,137 @@ unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
         }
         i += 8;
     }
-    let acc = _mm256_add_ps(acc0, acc1);
     let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
+    reduce8(_mm256_add_ps(acc0, acc1)) + tail
+}
+
+/// `dot8`'s combination of its eight lanes `l`: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+///
+/// # Safety
+/// The CPU must support AVX (the caller is compiled with it enabled).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn reduce8(acc: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
+        _mm_movehl_ps, _mm_shuffle_ps,
+    };
     // [l0+l4, l1+l5, l2+l6, l3+l7] -> [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)] -> their sum.
     let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1))) + tail
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// `dot8` with AVX-512: lanes 0-7 of one f32x16 register are `acc[0]` (the even 8-element
+/// chunks), lanes 8-15 `acc[1]` (the odd ones), so each 16 elements take one multiply and one
+/// add where AVX2 takes two of each; an odd last 8-element chunk goes to `acc[0]`, as in
+/// `dot8`. The same products and sums in the same order, so the same bits.
+///
+/// # Safety
+/// The CPU must support AVX-512 F (the caller is compiled with it enabled).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm512_add_ps,
+        _mm512_castps512_ps256, _mm512_castps_pd, _mm512_extractf64x4_pd, _mm512_loadu_ps,
+        _mm512_mul_ps, _mm512_setzero_ps,
+    };
+    let n = a.len().min(b.len());
+    let (full, pairs) = (n / 8 * 8, n / 16 * 16);
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < pairs {
+        let p = _mm512_mul_ps(
+            _mm512_loadu_ps(a.as_ptr().add(i)),
+            _mm512_loadu_ps(b.as_ptr().add(i)),
+        );
+        acc = _mm512_add_ps(acc, p);
+        i += 16;
+    }
+    let mut acc0 = _mm512_castps512_ps256(acc);
+    let acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+    if pairs < full {
+        let p = _mm256_mul_ps(
+            _mm256_loadu_ps(a.as_ptr().add(pairs)),
+            _mm256_loadu_ps(b.as_ptr().add(pairs)),
+        );
+        acc0 = _mm256_add_ps(acc0, p);
+    }
+    let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
+    reduce8(_mm256_add_ps(acc0, acc1)) + tail
+}
+
+/// `weighted_rows` with the output held in AVX-512 registers across all rows: 128 dims at a
+/// time in eight registers (eight independent add chains, so the adds' latency is hidden), then
+/// 64 in four; the same operations in the same order, element by element.
+///
+/// # Safety
+/// The CPU must support AVX-512 F; every `row(i)` must hold at least `o.len()` floats.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn weighted_rows_avx512<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+    let d = o.len();
+    let mut c = 0;
+    while c + 128 <= d {
+        weighted_span_avx512::<8>(w, &row, o, c);
+        c += 128;
+    }
+    if c + 64 <= d {
+        weighted_span_avx512::<4>(w, &row, o, c);
+        c += 64;
+    }
+    if c < d {
+        weighted_rows(w, |i| &row(i)[c..d], &mut o[c..]);
+    }
+}
+
+/// `o[c..c + 16 * R] += Σ_i w[i] * row(i)[c..c + 16 * R]`, the span held in `R` registers.
+///
+/// # Safety
+/// As `weighted_rows_avx512`; `c + 16 * R <= o.len()`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn weighted_span_avx512<'v, const R: usize>(
+    w: &[f32],
+    row: &impl Fn(usize) -> &'v [f32],
+    o: &mut [f32],
+    c: usize,
+) {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps,
+    };
+    let op = o.as_mut_ptr().add(c);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for (l, a) in acc.iter_mut().enumerate() {
+        *a = _mm512_loadu_ps(op.add(16 * l));
+    }
+    for (i, &wi) in w.iter().enumerate() {
+        let wv = _mm512_set1_ps(wi);
+        let src = row(i).as_ptr().add(c);
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, _mm512_loadu_ps(src.add(16 * l))));
+        }
+    }
+    for (l, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(op.add(16 * l), *a);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The AVX dot product and weighted row sum are the portable ones, bit for bit.
+    /// The AVX2 and AVX-512 dot products and weighted row sums are the portable ones, bit for
+    /// bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx_paths_equal_the_portable_ones_exactly() {
         if !is_x86_feature_detected!("avx2") {
             return;
         }
-        for n in [1, 7, 8, 16, 24, 64, 65, 80, 128, 130, 256] {
+        for n in [1, 7, 8, 16, 24, 64, 65, 80, 128, 130, 200, 256] {
             let a: Vec<f32> = (0..n).map(|i| det(i) * 3.7).collect();
             let b: Vec<f32> = (0..n).map(|i| det(i + 1000) - 0.1).collect();
             // SAFETY: AVX2 detected above.
@@ -422,6 +447,15 @@ mod tests {
             // SAFETY: AVX2 detected above; every row holds `n` floats.
             unsafe { weighted_rows_avx2(&w, at, &mut o2) };
             assert_eq!(o1, o2, "weighted rows, n = {n}");
+            if is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512 F detected; every row holds `n` floats.
+                let wide = unsafe { dot16_avx512(&a, &b) };
+                assert_eq!(wide.to_bits(), fast.to_bits(), "AVX-512 dot, n = {n}");
+                let mut o3 = vec![0.5f32; n];
+                // SAFETY: as above.
+                unsafe { weighted_rows_avx512(&w, at, &mut o3) };
+                assert_eq!(o1, o3, "AVX-512 weighted rows, n = {n}");
+            }
         }
     }
 
@@ -533,55 +567,6 @@ mod tests {
             fork.len = tot;
             let got = attend(&q, &[(fork.layer(0), n_new, tot)], shape);
             assert_eq!(got, want, "frozen after {k} positions");
-        }
-    }
-
-    #[test]
-    fn partial_rotary_rotates_the_leading_dims_and_passes_the_rest() {
-        // Two heads of dim 6, rotary dim 4: equal to full RoPE on the first 4 entries.
-        let partial = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0).for_head(6, 1.0);
-        let full = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0);
-        let (c, s) = partial.tables(&[5]);
-        let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
-        let mut got = x.clone();
-        partial.apply(&mut got, 2, &c, &s);
-        for head in 0..2 {
-            let mut want = x[head * 6..head * 6 + 4].to_vec();
-            full.apply(&mut want, 1, &c, &s);
-            assert_eq!(&got[head * 6..head * 6 + 4], want.as_slice());
-            assert_eq!(
-                &got[head * 6 + 4..head * 6 + 6],
-                &x[head * 6 + 4..head * 6 + 6]
-            );
-        }
-        // The LongRoPE multiplier scales cos and sin.
-        let scaled = Rope::new(RopeStyle::Neox, 10000.0, 4, None, 1.0).for_head(4, 1.5);
-        let (c2, _) = scaled.tables(&[0]);
-        assert!(c2.iter().all(|v| (v - 1.5).abs() < 1e-6));
-    }
-
-    #[test]
-    fn rope_styles_rotate_the_right_pairs_and_keep_norms() {
-        let d = 4;
-        for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
-            let rope = Rope::new(style, 10000.0, d, None, 1.0);
-            let (c, s) = rope.tables(&[0, 3]);
-            let mut x = vec![1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0];
-            rope.apply(&mut x, 1, &c, &s);
-            assert_eq!(&x[..4], &[1.0, 2.0, 3.0, 4.0], "position 0 is the identity");
-            let n: f32 = x[4..].iter().map(|v| v * v).sum();
-            assert!((n - 30.0).abs() < 1e-4);
-            // Position 3 rotates the first pair by 3 radians.
-            let (a, b) = match style {
-                RopeStyle::Interleaved => (x[4], x[5]),
-                RopeStyle::Neox => (x[4], x[6]),
-            };
-            let (x0, y0) = match style {
-                RopeStyle::Interleaved => (1.0f32, 2.0f32),
-                RopeStyle::Neox => (1.0, 3.0),
-            };
-            assert!((a - (x0 * 3f32.cos() - y0 * 3f32.sin())).abs() < 1e-5);
-            assert!((b - (x0 * 3f32.sin() + y0 * 3f32.cos())).abs() < 1e-5);
         }
     }
 }

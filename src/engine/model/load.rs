@@ -130,8 +130,78 @@ impl Transformer {
         let family = Family::of(&arch).ok_or_else(|| {
             anyhow::anyhow!("unsupported architecture `{arch}` (supported: {SUPPORTED})")
         })?;
-        let a = arch.as_str();
-        let key = |k: &str| format!("{a}.{k}");
+        let mut meta = Meta {
+            file: &mut *file,
+            arch: &arch,
+        };
+        let mut config = meta.config(family)?;
+        let ropes = meta.ropes(&config, context)?;
+        let window = meta
+            .file
+            .usize_or(&meta.key("attention.sliding_window"), 4096);
+        let top_k = meta.file.usize_or(&meta.key("expert_used_count"), 2);
+        let mut ld = Loader { file };
+        let layers = (0..config.n_layers)
+            .map(|i| ld.layer(i, family, window, top_k.max(1)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let embed = ld.file.qtensor("token_embd.weight")?;
+        let lm_head = if ld.file.has_tensor("output.weight") {
+            ld.matmul("output.weight")?
+        } else {
+            // Tied embeddings: the same matrix, as our matmul.
+            ld.matmul("token_embd.weight")?
+        };
+        let output_norm = ld.file.tensor_f32("output_norm.weight")?;
+        config.vocab_size = embed.shape().dims().first().copied().unwrap_or(0);
+        let device = embed.device();
+        let zero_bias = Tensor::zeros(
+            config.hidden.max(config.n_heads * config.head_dim),
+            candle_core::DType::F32,
+            &device,
+        )?;
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            output_norm,
+            zero_bias,
+            lm_head,
+            ropes,
+            device,
+        })
+    }
+}
+
+/// A store's metadata under its architecture's prefix (`{arch}.{key}`).
+struct Meta<'a> {
+    file: &'a mut dyn TensorStore,
+    arch: &'a str,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// A positive f32 value (the soft-capping keys, where 0 means none).
+    fn softcap(&self, k: &str) -> Option<f32> {
+        self.file
+            .get(&self.key(k))
+            .and_then(|v| v.to_f32().ok())
+            .filter(|c| *c > 0.0)
+    }
+
+    fn f64_key(&self, k: &str) -> Option<f64> {
+        self.file
+            .get(&self.key(k))
+            .and_then(|v| v.to_f32().ok())
+            .map(f64::from)
+    }
+
+    /// The hyper-parameters; `vocab_size` is 0 until the embedding is read.
+    fn config(&self, family: Family) -> anyhow::Result<Config> {
+        let file = &*self.file;
+        let key = |k: &str| self.key(k);
         let hidden = file.usize(&key("embedding_length"))?;
         let n_heads = file.usize(&key("attention.head_count"))?;
         let n_kv_heads = file.usize_or(&key("attention.head_count_kv"), n_heads);
@@ -145,7 +215,48 @@ impl Transformer {
             &key("attention.layer_norm_rms_epsilon"),
             file.f32_or(&key("attention.layer_norm_epsilon"), 1e-6),
         ));
-        let context_length = file.usize_or(&key("context_length"), 4096);
+        let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
+        let only = |f: Family, v: Option<f64>| if family == f { v } else { None };
+        #[allow(clippy::cast_precision_loss)]
+        Ok(Config {
+            family,
+            n_layers,
+            hidden,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_eps,
+            context_length: file.usize_or(&key("context_length"), 4096),
+            vocab_size: 0, // set from the embedding
+            embed_scale: if gemma {
+                Some((hidden as f64).sqrt())
+            } else {
+                self.f64_key("embedding_scale")
+            },
+            #[allow(clippy::cast_possible_truncation)]
+            attn_scale: self
+                .f64_key("attention.scale")
+                .map_or(1.0 / (head_dim as f32).sqrt(), |s| s as f32),
+            attn_softcap: (family == Family::Gemma2)
+                .then(|| self.softcap("attn_logit_softcapping"))
+                .flatten(),
+            final_softcap: (family == Family::Gemma2)
+                .then(|| self.softcap("final_logit_softcapping"))
+                .flatten(),
+            residual_scale: self.f64_key("residual_scale"),
+            logit_scale: only(Family::Granite, self.f64_key("logit_scale")),
+            gelu: gemma,
+            layer_norm: family == Family::Cohere,
+            parallel_block: family == Family::Cohere,
+            logit_mul: only(Family::Cohere, self.f64_key("logit_scale")),
+        })
+    }
+
+    /// The rotary embeddings: the model's, then (Gemma 3) the local layers' at base 10000.
+    fn ropes(&mut self, c: &Config, context: usize) -> anyhow::Result<Vec<Rope>> {
+        let arch = self.arch;
+        let key = |k: &str| format!("{arch}.{k}");
+        let file = &mut *self.file;
         let theta = file.f32_or(&key("rope.freq_base"), 10_000.0);
         let linear = match file.string(&key("rope.scaling.type")) {
             Ok("linear") => file.f32_or(&key("rope.scaling.factor"), 1.0),
@@ -168,176 +279,106 @@ impl Transformer {
             Some(n) => Some(file.tensor_f32(n)?.flatten_all()?.to_vec1::<f32>()?),
             None => None,
         };
-        let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
         // llama.cpp's GGUF conversion permutes q/k for llama-style models (interleaved pairs);
         // the others, and every Hugging Face checkpoint, keep the rotate-half layout.
         let style = if file.rope_layout() == RopeLayout::LlamaCpp
-            && matches!(family, Family::Llama | Family::Granite | Family::Cohere)
+            && matches!(c.family, Family::Llama | Family::Granite | Family::Cohere)
         {
             RopeStyle::Interleaved
         } else {
             RopeStyle::Neox
         };
         // Partial rotary (Phi-4-mini) and LongRoPE's cos/sin multiplier.
-        let rotary_dim = file.usize_or(&key("rope.dimension_count"), head_dim);
+        let rotary_dim = file.usize_or(&key("rope.dimension_count"), c.head_dim);
         let mscale = file.f32_or(&key("rope.scaling.attn_factor"), 1.0);
         let mut ropes = vec![
             Rope::new(style, theta, rotary_dim, factors.as_deref(), linear)
-                .for_head(head_dim, mscale),
+                .for_head(c.head_dim, mscale),
         ];
-        if family == Family::Gemma3 {
-            ropes.push(Rope::new(style, 10_000.0, head_dim, None, 1.0));
+        if c.family == Family::Gemma3 {
+            ropes.push(Rope::new(style, 10_000.0, c.head_dim, None, 1.0));
         }
-        let window = file.usize_or(&key("attention.sliding_window"), 4096);
-        let top_k = file.usize_or(&key("expert_used_count"), 2);
-        let softcap = |k: &str| {
-            file.get(&key(k))
-                .and_then(|v| v.to_f32().ok())
-                .filter(|c| *c > 0.0)
-        };
-        let f64_key = |k: &str| {
-            file.get(&key(k))
-                .and_then(|v| v.to_f32().ok())
-                .map(f64::from)
-        };
-        #[allow(clippy::cast_precision_loss)]
-        let mut config = Config {
-            family,
-            n_layers,
-            hidden,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            rms_eps,
-            context_length,
-            vocab_size: 0, // set from the embedding below
-            embed_scale: if gemma {
-                Some((hidden as f64).sqrt())
-            } else {
-                f64_key("embedding_scale")
-            },
-            #[allow(clippy::cast_possible_truncation)]
-            attn_scale: f64_key("attention.scale")
-                .map_or(1.0 / (head_dim as f32).sqrt(), |s| s as f32),
-            attn_softcap: if family == Family::Gemma2 {
-                softcap("attn_logit_softcapping")
-            } else {
-                None
-            },
-            final_softcap: if family == Family::Gemma2 {
-                softcap("final_logit_softcapping")
-            } else {
-                None
-            },
-            residual_scale: f64_key("residual_scale"),
-            logit_scale: if family == Family::Granite {
-                f64_key("logit_scale")
-            } else {
-                None
-            },
-            gelu: gemma,
-            layer_norm: family == Family::Cohere,
-            parallel_block: family == Family::Cohere,
-            logit_mul: if family == Family::Cohere {
-                f64_key("logit_scale")
-            } else {
-                None
-            },
-        };
-        let mut ld = Loader { file };
-        let mut layers = Vec::with_capacity(n_layers);
-        for i in 0..n_layers {
-            let p = format!("blk.{i}");
-            let qkv = if ld.file.has_tensor(&format!("{p}.attn_qkv.weight")) {
-                Qkv::Fused(ld.linear(&format!("{p}.attn_qkv"))?)
-            } else {
-                fuse_qkv(
-                    ld.linear(&format!("{p}.attn_q"))?,
-                    ld.linear(&format!("{p}.attn_k"))?,
-                    ld.linear(&format!("{p}.attn_v"))?,
-                )?
-            };
-            let mlp = if ld.file.has_tensor(&format!("{p}.ffn_gate_inp.weight")) {
-                let router = ld.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
-                let fused = ld.file.has_tensor(&format!("{p}.ffn_gate_exps.weight"));
-                let (gates, ups, downs) = if fused {
-                    let mut split = |n: &str| -> anyhow::Result<Vec<Matmul>> {
-                        let q = ld.file.qtensor(&format!("{p}.{n}.weight"))?;
-                        super::moe::split_experts(&q, &ld.file.device())
-                    };
-                    (
-                        split("ffn_gate_exps")?,
-                        split("ffn_up_exps")?,
-                        split("ffn_down_exps")?,
-                    )
-                } else {
-                    // Older files store one tensor per expert: `ffn_gate.{e}.weight`, ...
-                    let n = (0..)
-                        .take_while(|e| ld.file.has_tensor(&format!("{p}.ffn_gate.{e}.weight")))
-                        .count();
-                    let mut per = |kind: &str| -> anyhow::Result<Vec<Matmul>> {
-                        (0..n)
-                            .map(|e| ld.matmul(&format!("{p}.{kind}.{e}.weight")))
-                            .collect()
-                    };
-                    (per("ffn_gate")?, per("ffn_up")?, per("ffn_down")?)
-                };
-                Mlp::Experts(super::moe::Moe::new(
-                    router,
-                    gates,
-                    ups,
-                    downs,
-                    top_k.max(1),
-                ))
-            } else {
-                Mlp::Dense {
-                    gate_up: dense_gate_up(&mut ld, &p)?,
-                    down: ld.matmul(&format!("{p}.ffn_down.weight"))?,
-                }
-            };
-            let (rope, window) = match family {
-                Family::Gemma3 if (i + 1) % 6 != 0 => (1, Some(window)),
-                Family::Gemma2 if i % 2 == 0 => (0, Some(window)),
-                _ => (0, None),
-            };
-            layers.push(Layer {
-                attn_norm: ld.opt(&format!("{p}.attn_norm.weight"))?,
-                qkv,
-                o: ld.matmul(&format!("{p}.attn_output.weight"))?,
-                q_norm: ld.opt(&format!("{p}.attn_q_norm.weight"))?,
-                k_norm: ld.opt(&format!("{p}.attn_k_norm.weight"))?,
-                post_attn_norm: ld.opt(&format!("{p}.post_attention_norm.weight"))?,
-                ffn_norm: ld.opt(&format!("{p}.ffn_norm.weight"))?,
-                mlp,
-                post_ffn_norm: ld.opt(&format!("{p}.post_ffw_norm.weight"))?,
-                rope,
-                window,
-            });
-        }
-        let embed = ld.file.qtensor("token_embd.weight")?;
-        let lm_head = if ld.file.has_tensor("output.weight") {
-            ld.matmul("output.weight")?
+        Ok(ropes)
+    }
+}
+
+impl Loader<'_> {
+    /// Layer `i`: its projections, norms, feed-forward block, rope and attention window
+    /// (Gemma 3: five local layers of `window` to one global; Gemma 2: alternating).
+    fn layer(
+        &mut self,
+        i: usize,
+        family: Family,
+        window: usize,
+        top_k: usize,
+    ) -> anyhow::Result<Layer> {
+        let p = format!("blk.{i}");
+        let qkv = if self.file.has_tensor(&format!("{p}.attn_qkv.weight")) {
+            Qkv::Fused(self.linear(&format!("{p}.attn_qkv"))?)
         } else {
-            // Tied embeddings: the same matrix, as our matmul.
-            ld.matmul("token_embd.weight")?
+            fuse_qkv(
+                self.linear(&format!("{p}.attn_q"))?,
+                self.linear(&format!("{p}.attn_k"))?,
+                self.linear(&format!("{p}.attn_v"))?,
+            )?
         };
-        let output_norm = ld.file.tensor_f32("output_norm.weight")?;
-        config.vocab_size = embed.shape().dims().first().copied().unwrap_or(0);
-        let device = embed.device();
-        let zero_bias = Tensor::zeros(
-            hidden.max(n_heads * head_dim),
-            candle_core::DType::F32,
-            &device,
-        )?;
-        Ok(Self {
-            config,
-            embed,
-            layers,
-            output_norm,
-            zero_bias,
-            lm_head,
-            ropes,
-            device,
+        let mlp = if self.file.has_tensor(&format!("{p}.ffn_gate_inp.weight")) {
+            self.experts(&p, top_k)?
+        } else {
+            Mlp::Dense {
+                gate_up: dense_gate_up(self, &p)?,
+                down: self.matmul(&format!("{p}.ffn_down.weight"))?,
+            }
+        };
+        let (rope, window) = match family {
+            Family::Gemma3 if (i + 1) % 6 != 0 => (1, Some(window)),
+            Family::Gemma2 if i % 2 == 0 => (0, Some(window)),
+            _ => (0, None),
+        };
+        Ok(Layer {
+            attn_norm: self.opt(&format!("{p}.attn_norm.weight"))?,
+            qkv,
+            o: self.matmul(&format!("{p}.attn_output.weight"))?,
+            q_norm: self.opt(&format!("{p}.attn_q_norm.weight"))?,
+            k_norm: self.opt(&format!("{p}.attn_k_norm.weight"))?,
+            post_attn_norm: self.opt(&format!("{p}.post_attention_norm.weight"))?,
+            ffn_norm: self.opt(&format!("{p}.ffn_norm.weight"))?,
+            mlp,
+            post_ffn_norm: self.opt(&format!("{p}.post_ffw_norm.weight"))?,
+            rope,
+            window,
         })
+    }
+
+    /// A sparse mixture of experts under prefix `p`: the router and the experts' gate, up and
+    /// down matrices, from fused `ffn_*_exps` tensors or (older files) one per expert.
+    fn experts(&mut self, p: &str, top_k: usize) -> anyhow::Result<Mlp> {
+        let router = self.matmul(&format!("{p}.ffn_gate_inp.weight"))?;
+        let fused = self.file.has_tensor(&format!("{p}.ffn_gate_exps.weight"));
+        let (gates, ups, downs) = if fused {
+            let mut split = |n: &str| -> anyhow::Result<Vec<Matmul>> {
+                let q = self.file.qtensor(&format!("{p}.{n}.weight"))?;
+                super::moe::split_experts(&q, &self.file.device())
+            };
+            (
+                split("ffn_gate_exps")?,
+                split("ffn_up_exps")?,
+                split("ffn_down_exps")?,
+            )
+        } else {
+            // Older files store one tensor per expert: `ffn_gate.{e}.weight`, ...
+            let n = (0..)
+                .take_while(|e| self.file.has_tensor(&format!("{p}.ffn_gate.{e}.weight")))
+                .count();
+            let mut per = |kind: &str| -> anyhow::Result<Vec<Matmul>> {
+                (0..n)
+                    .map(|e| self.matmul(&format!("{p}.{kind}.{e}.weight")))
+                    .collect()
+            };
+            (per("ffn_gate")?, per("ffn_up")?, per("ffn_down")?)
+        };
+        Ok(Mlp::Experts(super::moe::Moe::new(
+            router, gates, ups, downs, top_k,
+        )))
     }
 }

@@ -17,6 +17,8 @@
 
 pub mod attention;
 #[cfg(test)]
+mod family_reference;
+#[cfg(test)]
 mod family_shapes;
 #[cfg(test)]
 mod family_tests;
@@ -27,6 +29,7 @@ pub mod kv_cache;
 pub mod linear;
 mod load;
 mod moe;
+mod rope;
 
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
