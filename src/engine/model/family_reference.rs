@@ -255,7 +255,7 @@ fn attention(f: Fam, qkv: &[Qkv], pos: usize, local: bool) -> Vec<f32> {
 
 /// The rest of layer `l` for one position: output projection, residual adds (Cohere's parallel
 /// block: the MLP reads the same normed input as attention) and the feed-forward block.
-fn block(f: Fam, w: &W, l: usize, x: &mut Vec<f32>, att: &[f32]) {
+fn block(f: Fam, w: &W, l: usize, x: &mut [f32], att: &[f32]) {
     let p = |s: &str| format!("blk.{l}.{s}");
     let res_scale = if f == Fam::Granite { 0.5 } else { 1.0 };
     let mut o = matvec(w.req(&p("attn_output.weight")), att, H);
@@ -268,7 +268,7 @@ fn block(f: Fam, w: &W, l: usize, x: &mut Vec<f32>, att: &[f32]) {
         add(x, &o, res_scale);
         match w.get(&p("ffn_norm.weight")) {
             Some(g) => rmsnorm(x, g),
-            None => x.clone(),
+            None => x.to_vec(),
         }
     };
     if f == Fam::Cohere {

@@ -331,8 +331,8 @@ impl Loader<'_> {
             }
         };
         let (rope, window) = match family {
-            Family::Gemma3 if (i + 1) % 6 != 0 => (1, Some(window)),
-            Family::Gemma2 if i % 2 == 0 => (0, Some(window)),
+            Family::Gemma3 if !(i + 1).is_multiple_of(6) => (1, Some(window)),
+            Family::Gemma2 if i.is_multiple_of(2) => (0, Some(window)),
             _ => (0, None),
         };
         Ok(Layer {
