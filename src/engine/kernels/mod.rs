@@ -250,10 +250,10 @@ impl QuantMatrix {
 
     /// `matmul` on the interleaved layout (`isa` is AVX-512, AVX-VNNI or AVX2, checked by the
     /// caller): each task takes a run of 16-row groups, and for each group every tile of
-    /// activation rows (in blocks of `ROW_BLOCK` rows when there are many) (the group's weights stay in L1 or L2 between tiles; on AVX2, 5- and
-    /// 6-bit ones widened once per group to a byte per value in the worker's buffer, except in
-    /// small calls with VNNI: `avx2::widens`); outputs are written straight into their rows of
-    /// `y` (`[m][n]`).
+    /// activation rows, in row blocks when there are many (`row_block`). The group's weights
+    /// stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones are widened once per group and
+    /// row block to a byte per value in the worker's buffer, except in small calls with VNNI
+    /// (`avx2::widens`). Outputs are written straight into their rows of `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
@@ -534,9 +534,6 @@ fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], 
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 /// Activation rows per pass over the weights in a call of more than `2 * ROW_BLOCK` rows
 /// (prefill): every 16-row group of weights takes one block of rows, then the next block starts
 /// over the groups. Without it a prefill-sized call passes each group over all its rows, and
@@ -559,3 +556,6 @@ fn row_block(m: usize) -> usize {
         ROW_BLOCK
     }
 }
+
+#[cfg(test)]
+mod tests;
