@@ -8,12 +8,18 @@
 //! Where the CPU has AVX-VNNI (`Isa::AvxVnni`: Alder Lake and later Intel, Zen 5), that one
 //! `vpdpbusd` on ymm does it (`VNNI`): it accumulates the same four products straight into
 //! i32, so the integers, and every output, are the same as without it. It never saturates,
-//! so Q8_0 runs there too, and each sub-tile takes 4 activation rows whatever the type.
+//! so it takes Q8_0's `u` as they are, and each sub-tile takes 4 activation rows whatever the
+//! type.
 //!
 //! The i16 partial sums are exact: with `u <= 15` (4-bit types) eight products of pairs fit
-//! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two;
-//! Q8_0 (`u` up to 255) would saturate, so it runs here only with VNNI
-//! (`packed::runs_without_vnni`). After the
+//! (`8 * 2 * 15 * 127 = 30480`), with `u <= 31` (5-bit) four, with `u <= 63` (Q6_K) two.
+//! Q8_0's `u` (up to 255) would saturate the pairs, so without VNNI it runs on the signed
+//! `q = u - 128`, with llama.cpp's sign trick: `vpmaddubsw` of `|q|` (at most 128) with the
+//! activation carrying `q`'s sign (`vpsignb`), pairs of at most `2 * 128 * 127 = 32512`,
+//! widened after every quad; then `128 Σ qa` is added back in i32 (`q8_recentre`), so the
+//! sums are `vpdpbusd`'s. Against the file layout's kernel (`x86.rs`), which Q8_0 ran on
+//! before, `cargo bench --bench kernels` measured 1.6-1.8x at 4 to 64 rows on SmolLM2's tied
+//! 49152 x 576 embedding (its LM head) and 2048 x 2048, 1.2-1.6x at one row. After the
 //! block's integer dot products, each lane sees exactly the float operations of `avx512.rs`
 //! in the same order (one conversion, an FMA with `s * da`, an FMA with `min' * (da Σ qa)`;
 //! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
@@ -53,7 +59,7 @@ const HALF: usize = COLS / 2;
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p`'s type runs without VNNI
-/// unless `vnni` (`packed::runs_without_vnni`); `g < p.groups`, `i0 + rows <= acts.m`,
+/// `g < p.groups`, `i0 + rows <= acts.m`,
 /// `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
 /// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
 /// (`widens`; only with `vnni`).
@@ -135,9 +141,7 @@ fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
             (5, true, true) => group_t::<5, false, true, true>,
             (6, _, true) => group_t::<6, true, true, true>,
             (5 | 6, _, false) => unreachable!("without VNNI, 5 and 6 bits are always widened"),
-            _ => {
-                unreachable!("Q8_0 would saturate vpmaddubsw: it stays in the file layout on AVX2")
-            }
+            _ => group_t::<8, false, false, false>,
         }
     }
 }
@@ -381,7 +385,8 @@ unsafe fn half_rows<
     let chunk = match BITS {
         4 => 8,
         5 => 4,
-        _ => 2,
+        6 => 2,
+        _ => 1,
     };
     // The group's own bytes, or its widened ones (`widen`: a byte per value).
     let bb = if WIDE {
@@ -415,8 +420,15 @@ unsafe fn half_rows<
         // (`cargo bench --bench kernels`: packed Q4_K and Q6_K at 64 rows 1.03-1.1x unrolled).
         each_quad!(h, {
             let mut w = [zero; 2];
+            // Q8_0 without VNNI: the signed values `q = u - 128` (`signed`) and their
+            // magnitudes (`w`), for `vpmaddubsw`'s unsigned operand (see the module doc).
+            let mut signed = [zero; 2];
             for (hf, w) in w.iter_mut().enumerate().take(NH) {
                 *w = quad::<BITS, WIDE>(wq.add(b * bb + HALF * 4 * (half + hf)), h);
+                if BITS == 8 && !VNNI {
+                    signed[hf] = _mm256_xor_si256(*w, _mm256_set1_epi8(i8::MIN));
+                    *w = _mm256_abs_epi8(signed[hf]);
+                }
             }
             for r in 0..R {
                 let x = acts.q.as_ptr().add(((i0 + r) * acts.blocks + b) * 32);
@@ -425,7 +437,13 @@ unsafe fn half_rows<
                     if VNNI {
                         dots[r][hf] = _mm256_dpbusd_avx_epi32(dots[r][hf], w[hf], xb);
                     } else {
-                        let pr = _mm256_maddubs_epi16(w[hf], xb);
+                        // Q8_0: |q| times the activation with q's sign.
+                        let xs = if BITS == 8 {
+                            _mm256_sign_epi8(xb, signed[hf])
+                        } else {
+                            xb
+                        };
+                        let pr = _mm256_maddubs_epi16(w[hf], xs);
                         part[r][hf] = _mm256_add_epi16(part[r][hf], pr);
                     }
                 }
@@ -445,6 +463,9 @@ unsafe fn half_rows<
                 scale_split::<R, NH>(&mut acc, &mut dots, s, acts, i0, b, hi);
             }
         });
+        if BITS == 8 && !VNNI {
+            q8_recentre::<R, NH>(&mut dots, acts, i0, b);
+        }
         if !SPLIT {
             scale_block::<R, NH>(&mut acc, &dots, sc, acts, i0, b);
         }
@@ -496,6 +517,26 @@ unsafe fn scale_split<const R: usize, const NH: usize>(
             let f = _mm256_mul_ps(s[hf], da);
             a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(centred), f, a[hf]);
             d[hf] = _mm256_setzero_si256();
+        }
+    }
+}
+
+/// Q8_0 without VNNI: block `b`'s sums `Σ q·qa` of signed values (`half_rows`) made the
+/// layout's `Σ u·qa = Σ q·qa + 128 Σ qa` (`u = q + 128`), exactly in i32, so that the float
+/// operations after it are those of `vpdpbusd` on `u` and the outputs the same bits.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn q8_recentre<const R: usize, const NH: usize>(
+    dots: &mut [[__m256i; 2]; R],
+    acts: &Q8Acts,
+    i0: usize,
+    b: usize,
+) {
+    for (r, d) in dots.iter_mut().enumerate() {
+        let sum = *acts.sum.get_unchecked((i0 + r) * acts.blocks + b);
+        let centre = _mm256_set1_epi32(128 * sum);
+        for dh in d.iter_mut().take(NH) {
+            *dh = _mm256_add_epi32(*dh, centre);
         }
     }
 }

@@ -17,8 +17,9 @@
 //! at load into 16-row interleaved groups (`packed.rs`, same integers, no requantization) and
 //! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA and AVX-VNNI, the same layout runs on
 //! `vpdpbusd` over ymm (`avx2.rs`, every type); with AVX2 + FMA only, on
-//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`) for every type but Q8_0, which keeps the file layout on
-//! AVX2+FMA+F16C (`x86.rs`). The packed paths give bit-identical outputs. Without AVX2, the
+//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`, every type; Q8_0 with the sign trick). The packed
+//! paths give bit-identical outputs. A matrix left in the file layout (not `packed`) runs on
+//! AVX2+FMA+F16C there (`x86.rs`). Without AVX2, the
 //! portable code, which the tests compare every SIMD path against. Block layouts: ggml
 //! `ggml-common.h`. Uses `std::arch`, `half` and `rayon` only.
 
@@ -94,8 +95,7 @@ impl QuantMatrix {
     }
 
     /// The layout this CPU runs fastest (see `Isa::detect`): the interleaved one, which
-    /// replaces the file bytes, on AVX-512 VNNI and AVX-VNNI (every type) and on AVX2 without
-    /// VNNI (every type but Q8_0); otherwise unchanged.
+    /// replaces the file bytes, wherever AVX2 runs (every type); otherwise unchanged.
     #[must_use]
     pub fn packed(self) -> Self {
         self.packed_for(Isa::detect())
@@ -424,12 +424,11 @@ impl Isa {
         })
     }
 
-    /// Whether its kernels run type `t` on the interleaved layout (`packed.rs`): AVX-512 VNNI
-    /// and AVX-VNNI every type, AVX2 without VNNI every type but Q8_0.
-    pub fn packs(self, t: WeightType) -> bool {
+    /// Whether its kernels run type `t` on the interleaved layout (`packed.rs`): every SIMD
+    /// one runs every type today; the type stays in the signature for a type that will not.
+    pub fn packs(self, _t: WeightType) -> bool {
         match self {
-            Self::Avx512 | Self::AvxVnni => true,
-            Self::Avx2 => packed::runs_without_vnni(t),
+            Self::Avx512 | Self::AvxVnni | Self::Avx2 => true,
             Self::Portable => false,
         }
     }

@@ -38,8 +38,9 @@
 //! token, so it runs about that much faster (see the README's benchmarks).
 //!
 //! AVX2 without VNNI has no `vpdpbusd`: `vpmaddubsw` adds two u8 x i8 products into a
-//! saturating i16, so a type runs there only if `2 * max(u) * 127` fits in i16 (every type
-//! but Q8_0, whose `u` reaches 255; see `runs_without_vnni`). AVX-VNNI runs every type.
+//! saturating i16, which `2 * max(u) * 127` fits for every type but Q8_0, whose `u` reaches
+//! 255; that kernel takes Q8_0 as signed values instead (`avx2.rs`). Every kernel runs every
+//! type.
 
 use super::blocks::WeightType;
 use super::portable::{k_scales, unpack};
@@ -131,12 +132,6 @@ pub fn prefetch_next_group(p: &Packed, at: usize) {
             }
         }
     }
-}
-
-/// Whether the AVX2 kernel without VNNI can run type `t` on this layout: every type but Q8_0,
-/// whose `u` reaches 255 and would saturate `vpmaddubsw` (AVX-VNNI runs every type).
-pub fn runs_without_vnni(t: WeightType) -> bool {
-    t != WeightType::Q8_0
 }
 
 /// The centre of a `split` type (Q6_K's 6-bit values are `u - 32`).
