@@ -8,8 +8,11 @@
 //! 1536 FFN) and a 2048 x 2048 one; `KERNEL_SHAPES=1536x1536,8960x1536` (n x k each, k a
 //! multiple of 256 for the K-quants, of 32 for the others) measures others instead (a model's
 //! own, such as Qwen2.5-1.5B's) and `KERNEL_ROWS=1,4,16` other batch rows. `TOLLGATE_ISA`
-//! caps our kernels only: candle picks its own (AVX-512 where the CPU has it), so under a cap
-//! the candle column is not the same instruction set. A matrix that fits in the caches (the
+//! caps our kernels, and the bench caps candle's repacked x86 kernels (`repack_x86`: Q4_K,
+//! Q6_K, Q8_0) to the same instruction set through their own switches (`MISTRALRS_FORCE_AVX2`,
+//! `MISTRALRS_FORCE_AVXVNNI`), so both columns run one ISA; without them candle ran AVX-512
+//! under `TOLLGATE_ISA=avx2`, and an earlier note compared our AVX2 kernel with candle's
+//! AVX-512 one. A matrix that fits in the caches (the
 //! default shapes do, in a large L3) measures compute; a model's matrices come from memory, so
 //! a shape larger than the caches (`65536x1536`) measures how well a kernel streams.
 //! `cargo bench --bench kernels` (RAYON_NUM_THREADS and CANDLE_NUM_THREADS set the pools; both
@@ -67,11 +70,14 @@ fn main() {
                 .collect()
         },
     );
-    println!(
-        "threads={} isa={:?}",
-        rayon::current_num_threads(),
-        Isa::detect()
-    );
+    let isa = Isa::detect();
+    // candle reads these once, at its first quantized matmul (below).
+    match isa {
+        Isa::Avx2 => std::env::set_var("MISTRALRS_FORCE_AVX2", "1"),
+        Isa::AvxVnni => std::env::set_var("MISTRALRS_FORCE_AVXVNNI", "1"),
+        Isa::Avx512 | Isa::Portable => {}
+    }
+    println!("threads={} isa={isa:?}", rayon::current_num_threads());
     println!("type  n x k        m   ours GMAC/s  packed   portable  candle   ours/candle  packed/candle");
     let types = [
         ("Q4_0", GgmlDType::Q4_0),
