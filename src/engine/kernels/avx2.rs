@@ -46,7 +46,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
+use super::packed::{high_bits_at, Packed, COLS};
 
 /// Output columns per ymm of i32 lanes: half of a 16-row group.
 const HALF: usize = COLS / 2;
@@ -505,15 +505,11 @@ unsafe fn scale_split<const R: usize, const NH: usize>(
 ) {
     for (r, (a, d)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
         let ab = (i0 + r) * acts.blocks + b;
-        let lo = *acts.sum_lo.get_unchecked(ab);
-        let sum = if hi {
-            *acts.sum.get_unchecked(ab) - lo
-        } else {
-            lo
-        };
+        // `-32 Σ qa` of the half (`Q8Acts::neg_centre`), broadcast from memory.
+        let centre = _mm256_set1_epi32(*acts.neg_centre.get_unchecked(2 * ab + usize::from(hi)));
         let da = _mm256_set1_ps(*acts.d.get_unchecked(ab));
         for hf in 0..NH {
-            let centred = _mm256_sub_epi32(d[hf], _mm256_set1_epi32(SPLIT_CENTRE * sum));
+            let centred = _mm256_add_epi32(d[hf], centre);
             let f = _mm256_mul_ps(s[hf], da);
             a[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(centred), f, a[hf]);
             d[hf] = _mm256_setzero_si256();

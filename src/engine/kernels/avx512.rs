@@ -3,7 +3,7 @@
 //! `vpdpbusd` per activation row (16 output lanes x 4 weights each), accumulated exactly in
 //! i32, then one conversion and one FMA with `s[16] * da`, and one FMA with the offsets
 //! `min'[16] * (da Σ qa)` into the row's f32 accumulator. A `split` matrix (Q6_K) sums each
-//! 16-element half apart, subtracts the centre `32 Σ qa` of that half in i32, and FMAs the
+//! 16-element half apart, starting from the centre `-32 Σ qa` of that half in i32, and FMAs the
 //! two halves with `s[16] * da` and `s_hi[16] * da`. `avx2.rs` does the same lane operations
 //! in the same order, so both kernels give bit-identical outputs.
 //!
@@ -27,7 +27,7 @@
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, WIDE_TILE};
-use super::packed::{high_bits_at, Packed, COLS, SPLIT_CENTRE};
+use super::packed::{high_bits_at, Packed, COLS};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most
 /// `WIDE_TILE`: 16 rows in one pass, 9 to 15 as a pass of 8 and one of the rest).
@@ -167,9 +167,15 @@ unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bo
             let x = acts.q.as_ptr().add(ab * 32).cast::<i32>();
             let da = _mm512_set1_ps(*acts.d.get_unchecked(ab));
             // Two independent chains of four, so the dot products overlap: even and odd
-            // quads, or (split) the low and the high half.
-            let mut d0 = _mm512_setzero_si512();
-            let mut d1 = _mm512_setzero_si512();
+            // quads, or (split) the low and the high half, each started at its centre
+            // `-32 Σ qa` (`Q8Acts::neg_centre`: integers, so the sums are those of subtracting
+            // it after).
+            let (mut d0, mut d1) = if SPLIT {
+                let c = acts.neg_centre.as_ptr().add(2 * ab);
+                (_mm512_set1_epi32(*c), _mm512_set1_epi32(*c.add(1)))
+            } else {
+                (_mm512_setzero_si512(), _mm512_setzero_si512())
+            };
             for h in 0..4 {
                 let (h0, h1) = if SPLIT {
                     (h, h + 4)
@@ -182,10 +188,6 @@ unsafe fn tile<const R: usize, const BITS: u32, const SPLIT: bool, const FAC: bo
                 d1 = _mm512_dpbusd_epi32(d1, w[h1], x1);
             }
             if SPLIT {
-                let lo = *acts.sum_lo.get_unchecked(ab);
-                let hi = *acts.sum.get_unchecked(ab) - lo;
-                d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(SPLIT_CENTRE * lo));
-                d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(SPLIT_CENTRE * hi));
                 *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, da), *a);
                 *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s_hi, da), *a);
             } else {

@@ -76,6 +76,10 @@ pub struct Q8Acts {
     /// `sum - sum_lo`): the centre correction of Q6_K's two half-block scales on the
     /// interleaved layout.
     pub sum_lo: Vec<i32>,
+    /// `[m][blocks][2]`: `-32 Σ qa` of each half (low, high), the centre of Q6_K's values
+    /// (`packed::SPLIT_CENTRE`) in i32, where the split kernels start a half's dot product, so
+    /// that the centre costs them a load rather than a multiply, a broadcast and a subtraction.
+    pub neg_centre: Vec<i32>,
     /// `[blocks][m]` (transposed, so a tile of rows is contiguous): `d * Σ q` per block, the
     /// activation side of the offset term.
     pub dsum: Vec<f32>,

@@ -490,6 +490,11 @@ impl Q8Acts {
         } else {
             run(x, &mut q, &mut d, (&mut sum[..], &mut sum_lo[..]));
         }
+        let neg_centre = sum
+            .iter()
+            .zip(&sum_lo)
+            .flat_map(|(s, lo)| [-packed::SPLIT_CENTRE * lo, -packed::SPLIT_CENTRE * (s - lo)])
+            .collect();
         let mut dsum = vec![0.0f32; m * blocks];
         for i in 0..m {
             for b in 0..blocks {
@@ -505,6 +510,7 @@ impl Q8Acts {
             d,
             sum,
             sum_lo,
+            neg_centre,
             dsum,
         }
     }
