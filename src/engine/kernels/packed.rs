@@ -10,8 +10,9 @@
 //! for the types with an offset), so `w[e] = s * u[e] + (min - s * c)`: the centre moves into
 //! the offset term, which the kernels apply as `min' * (da * Σ qa)`. Q6_K (`split`) has one
 //! scale per 16-element half of a block: `u = q + 32`, scales `s` (elements 0..16) and `s_hi`
-//! (16..32), and the kernels subtract the centre exactly in integers (`32 * Σ qa` of the half,
-//! `Q8Acts::sum_lo`) before scaling, so it has no `min'`. The values `u` are the file's own
+//! (16..32), and the kernels take off the centre exactly in integers (a half's dot product
+//! starts at `-32 * Σ qa` of the half, `Q8Acts::neg_centre`) before scaling, so it has no
+//! `min'`. The values `u` are the file's own
 //! integers; nothing is rounded again.
 //!
 //! Layout per (group of 16 rows, block), by the bits of `u` (`Packed::bits`): every type but
