@@ -58,9 +58,8 @@ const HALF: usize = COLS / 2;
 /// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `p`'s type runs without VNNI
-/// `g < p.groups`, `i0 + rows <= acts.m`,
-/// `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
+/// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `g < p.groups`,
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
 /// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
 /// (`widens`; only with `vnni`).
 #[allow(clippy::too_many_arguments)]

@@ -72,10 +72,6 @@ pub struct Q8Acts {
     pub d: Vec<f32>,
     /// `[m][blocks]` sums of `q`.
     pub sum: Vec<i32>,
-    /// `[m][blocks]` sums of each block's first 16 `q` (the low half; the high half's sum is
-    /// `sum - sum_lo`): the centre correction of Q6_K's two half-block scales on the
-    /// interleaved layout.
-    pub sum_lo: Vec<i32>,
     /// `[m][blocks][2]`: `-32 Σ qa` of each half (low, high), the centre of Q6_K's values
     /// (`packed::SPLIT_CENTRE`) in i32, where the split kernels start a half's dot product, so
     /// that the centre costs them a load rather than a multiply, a broadcast and a subtraction.

@@ -105,7 +105,7 @@ impl QuantMatrix {
     /// lacks `isa`.
     #[must_use]
     pub fn packed_for(mut self, isa: Isa) -> Self {
-        if !isa.packs(self.wtype) || !isa.supported() || self.packed.is_some() {
+        if !isa.packs() || !isa.supported() || self.packed.is_some() {
             return self;
         }
         let p = Packed::pack(self.wtype, self.n, self.k, |j| self.row(j));
@@ -172,10 +172,7 @@ impl QuantMatrix {
         assert!(isa.supported(), "{isa:?} is not supported here");
         let acts = Q8Acts::quantize(x, m, self.k);
         if let Some(p) = &self.packed {
-            assert!(
-                isa.packs(self.wtype),
-                "this packed matrix does not run on {isa:?}"
-            );
+            assert!(isa.packs(), "this packed matrix does not run on {isa:?}");
             return self.matmul_packed(p, &acts, isa);
         }
         // The file layout's SIMD kernels are AVX2 ones.
@@ -424,9 +421,9 @@ impl Isa {
         })
     }
 
-    /// Whether its kernels run type `t` on the interleaved layout (`packed.rs`): every SIMD
-    /// one runs every type today; the type stays in the signature for a type that will not.
-    pub fn packs(self, _t: WeightType) -> bool {
+    /// Whether its kernels run on the interleaved layout (`packed.rs`): every SIMD one does,
+    /// for every type.
+    pub fn packs(self) -> bool {
         match self {
             Self::Avx512 | Self::AvxVnni | Self::Avx2 => true,
             Self::Portable => false,
@@ -509,7 +506,6 @@ impl Q8Acts {
             q,
             d,
             sum,
-            sum_lo,
             neg_centre,
             dsum,
         }
