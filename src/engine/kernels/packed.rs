@@ -44,6 +44,7 @@
 //! type.
 
 use super::blocks::WeightType;
+use super::pages;
 use super::portable::{k_scales, unpack};
 
 /// Weight rows per group (the lanes of one 512-bit vector of i32).
@@ -185,13 +186,13 @@ impl Packed {
         let (groups, blocks) = (n.div_ceil(COLS), k / 32);
         let bb = Self::block_bytes_for(bits);
         let factored = matches!(t, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K);
-        let per_block = |on: bool| vec![0.0; if on { groups * blocks * COLS } else { 0 }];
+        let per_block = |on: bool| pages::zeroed(if on { groups * blocks * COLS } else { 0 });
         let mut p = Packed {
             groups,
             blocks,
             bits,
             split,
-            q: vec![0u8; groups * blocks * bb],
+            q: pages::zeroed(groups * blocks * bb),
             scale: per_block(!factored),
             scale_hi: per_block(!factored && split),
             min: per_block(!factored && !split),
@@ -201,11 +202,11 @@ impl Packed {
                     groups * blocks.div_ceil(SUPER) * COLS,
                 );
                 Factors {
-                    d: vec![0.0; supers],
-                    neg_dmin: vec![0.0; if split { 0 } else { supers }],
-                    sc: vec![0; cells],
-                    sc_hi: vec![0; if split { cells } else { 0 }],
-                    m: vec![0; if split { 0 } else { cells }],
+                    d: pages::zeroed(supers),
+                    neg_dmin: pages::zeroed(if split { 0 } else { supers }),
+                    sc: pages::zeroed(cells),
+                    sc_hi: pages::zeroed(if split { cells } else { 0 }),
+                    m: pages::zeroed(if split { 0 } else { cells }),
                 }
             }),
         };
@@ -273,31 +274,25 @@ impl Packed {
             }
         }
         let cat = |f: fn(&Packed) -> &[f32]| -> Vec<f32> {
-            parts
-                .iter()
-                .flat_map(|(p, _)| f(p).iter().copied())
-                .collect()
+            pages::concat(&parts.iter().map(|(p, _)| f(p)).collect::<Vec<_>>())
         };
         Some(Packed {
             groups: parts.iter().map(|(p, _)| p.groups).sum(),
             blocks: first.blocks,
             bits: first.bits,
             split: first.split,
-            q: parts
-                .iter()
-                .flat_map(|(p, _)| p.q.iter().copied())
-                .collect(),
+            q: pages::concat(&parts.iter().map(|(p, _)| &p.q[..]).collect::<Vec<_>>()),
             scale: cat(|p| &p.scale),
             scale_hi: cat(|p| &p.scale_hi),
             min: cat(|p| &p.min),
             factors: first.factors.as_ref().map(|_| {
                 let fs = || parts.iter().filter_map(|(p, _)| p.factors.as_ref());
                 Factors {
-                    d: fs().flat_map(|f| f.d.iter().copied()).collect(),
-                    neg_dmin: fs().flat_map(|f| f.neg_dmin.iter().copied()).collect(),
-                    sc: fs().flat_map(|f| f.sc.iter().copied()).collect(),
-                    sc_hi: fs().flat_map(|f| f.sc_hi.iter().copied()).collect(),
-                    m: fs().flat_map(|f| f.m.iter().copied()).collect(),
+                    d: pages::concat(&fs().map(|f| &f.d[..]).collect::<Vec<_>>()),
+                    neg_dmin: pages::concat(&fs().map(|f| &f.neg_dmin[..]).collect::<Vec<_>>()),
+                    sc: pages::concat(&fs().map(|f| &f.sc[..]).collect::<Vec<_>>()),
+                    sc_hi: pages::concat(&fs().map(|f| &f.sc_hi[..]).collect::<Vec<_>>()),
+                    m: pages::concat(&fs().map(|f| &f.m[..]).collect::<Vec<_>>()),
                 }
             }),
         })
