@@ -17,6 +17,7 @@
 
 /// Bytes of a transparent huge page on x86-64 and most aarch64 kernels; buffers smaller than
 /// this are not worth a system call.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const HUGE: usize = 2 << 20;
 
 /// A `Vec` of `len` copies of `T::default()` (zeroes for the integer and float types the
