@@ -30,6 +30,7 @@ pub mod linear;
 mod load;
 mod moe;
 mod rope;
+mod warm;
 
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
@@ -203,8 +204,9 @@ impl Transformer {
         if self.device.is_cpu() {
             // The whole step runs on a rayon worker, so each matmul's and attention's parallel
             // loop is a cheap in-pool split instead of a hand-off from the engine thread to the
-            // pool and back (about 150 of them per decode step on a 30-layer model).
-            rayon::scope(|_| self.step(seqs, None))
+            // pool and back (about 150 of them per decode step on a 30-layer model), and the
+            // other workers stay awake between those loops (`warm.rs`).
+            warm::run_warm(|| self.step(seqs, None))
         } else {
             self.step(seqs, None)
         }
@@ -222,7 +224,7 @@ impl Transformer {
     ) -> candle_core::Result<Vec<Vec<f32>>> {
         let seqs = &mut [seq];
         if self.device.is_cpu() {
-            rayon::scope(|_| self.step(seqs, Some(from)))
+            warm::run_warm(|| self.step(seqs, Some(from)))
         } else {
             self.step(seqs, Some(from))
         }
