@@ -16,6 +16,7 @@
 //! May use: std and rayon. Never: the model, candle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a helper spins without finding work before it gives its worker back to rayon's
@@ -25,13 +26,16 @@ const IDLE_LIMIT: Duration = Duration::from_millis(2);
 
 /// Run `f` on a worker of the current rayon pool (as `rayon::scope` does) while the pool's
 /// other workers stay awake taking its parallel work; returns `f`'s result.
+///
+/// The helpers are detached (`rayon::spawn`), so the step returns as soon as `f` does: a helper
+/// busy with other pool work at that moment (another model's step, say) does not hold it up.
 pub fn run_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let done = AtomicBool::new(false);
-    let done = &done;
-    rayon::scope(|s| {
+    rayon::scope(|_| {
+        let done = Arc::new(AtomicBool::new(false));
         let home = rayon::current_thread_index();
         for _ in 1..rayon::current_num_threads() {
-            s.spawn(move |_| keep_warm(done, home));
+            let done = Arc::clone(&done);
+            rayon::spawn(move || keep_warm(&done, home));
         }
         let r = f();
         done.store(true, Ordering::Release);
@@ -39,7 +43,8 @@ pub fn run_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
-/// Take pool work until `done` (or `IDLE_LIMIT` without any); nothing on thread `home`.
+/// Take pool work until `done` (or `IDLE_LIMIT` without any); nothing on thread `home`, the
+/// step's own (a helper it picks up itself, or one left after the step, returns at once).
 fn keep_warm(done: &AtomicBool, home: Option<usize>) {
     if rayon::current_thread_index() == home {
         return;
