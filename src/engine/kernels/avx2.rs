@@ -55,18 +55,21 @@ const HALF: usize = COLS / 2;
 /// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`, or, when `wide`
 /// is empty, rebuilt from their planes in registers (see `widens`).
 ///
-/// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs).
+/// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs). A K-quant
+/// group's scales are read from `pre` (`factor_scales`) where it is not empty, else formed
+/// from the factors in every pass (same values).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `g < p.groups`,
 /// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
 /// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
-/// (`widens`; only with `vnni`).
+/// (`widens`; only with `vnni`); `pre` is group `g`'s `factor_scales` or empty.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,
     g: usize,
     wide: &[u8],
+    pre: &[f32],
     acts: &Q8Acts,
     i0: usize,
     rows: usize,
@@ -74,11 +77,20 @@ pub unsafe fn group(
     vnni: bool,
 ) {
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
-    // Once per group and tile: reading `wide` rests on it, in release builds too.
+    // Once per group and tile: reading `wide` and `pre` rests on it, in release builds too.
     assert!(
         wide.is_empty() || (p.widens() && wide.len() == p.blocks * 512),
         "avx2::group: group not widened"
     );
+    assert!(
+        pre.is_empty() || (p.factors.is_some() && pre.len() == p.blocks * 2 * COLS),
+        "avx2::group: no factor scales for this group"
+    );
+    let pre = if pre.is_empty() {
+        std::ptr::null()
+    } else {
+        pre.as_ptr()
+    };
     let widened = !wide.is_empty();
     // The group's own bytes (4 and 8 bits, and 5 and 6 rebuilt in registers) or its
     // widened ones.
@@ -87,7 +99,7 @@ pub unsafe fn group(
     } else {
         p.q.as_ptr().add(g * p.blocks * p.block_bytes())
     };
-    entry(p.bits, p.factors.is_some(), widened, vnni)(p, wq, g, acts, i0, rows, out);
+    entry(p.bits, p.factors.is_some(), widened, vnni)(p, wq, pre, g, acts, i0, rows, out);
 }
 
 /// Whether a call of `rows` activation rows takes `p`'s 5- and 6-bit values widened a group
@@ -114,8 +126,8 @@ macro_rules! each_quad {
     };
 }
 
-/// One monomorphized kernel: `(p, wq, g, acts, i0, rows, out)` as `sub_tiles`.
-type Entry = unsafe fn(&Packed, *const u8, usize, &Q8Acts, usize, usize, &mut [f32]);
+/// One monomorphized kernel: `(p, wq, pre, g, acts, i0, rows, out)` as `sub_tiles`.
+type Entry = unsafe fn(&Packed, *const u8, *const f32, usize, &Q8Acts, usize, usize, &mut [f32]);
 
 /// The kernel for `bits` (only Q6_K has 6: split and factored), K-quant factors `fac`,
 /// 5- and 6-bit values `widened` or rebuilt, on `vnni` or not.
@@ -181,34 +193,39 @@ unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
 }
 
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn group_t<const BITS: u32, const SPLIT: bool, const FAC: bool, const WIDE: bool>(
     p: &Packed,
     wq: *const u8,
+    pre: *const f32,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
     rows: usize,
     out: &mut [f32],
 ) {
-    sub_tiles::<BITS, SPLIT, FAC, WIDE, false>(p, wq, g, acts, i0, rows, out);
+    sub_tiles::<BITS, SPLIT, FAC, WIDE, false>(p, wq, pre, g, acts, i0, rows, out);
 }
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn group_vnni<const BITS: u32, const SPLIT: bool, const FAC: bool, const WIDE: bool>(
     p: &Packed,
     wq: *const u8,
+    pre: *const f32,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
     rows: usize,
     out: &mut [f32],
 ) {
-    sub_tiles::<BITS, SPLIT, FAC, WIDE, true>(p, wq, g, acts, i0, rows, out);
+    sub_tiles::<BITS, SPLIT, FAC, WIDE, true>(p, wq, pre, g, acts, i0, rows, out);
 }
 
 /// The tile's activation rows in sub-tiles that fit the registers, each against both halves.
 // Inlined into the `target_feature` entry points, so the intrinsics compile for them.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn sub_tiles<
     const BITS: u32,
     const SPLIT: bool,
@@ -218,6 +235,7 @@ unsafe fn sub_tiles<
 >(
     p: &Packed,
     wq: *const u8,
+    pre: *const f32,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
@@ -240,11 +258,11 @@ unsafe fn sub_tiles<
         let i = i0 + r0;
         if both {
             let o = out.as_mut_ptr().add(r0 * COLS);
-            rows_of::<2, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, g, acts, i, 0, o);
+            rows_of::<2, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, pre, g, acts, i, 0, o);
         } else {
             for half in 0..2 {
                 let o = out.as_mut_ptr().add(r0 * COLS + half * HALF);
-                rows_of::<1, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, g, acts, i, half, o);
+                rows_of::<1, BITS, SPLIT, FAC, WIDE, VNNI>(n, p, wq, pre, g, acts, i, half, o);
             }
         }
         r0 += n;
@@ -266,6 +284,7 @@ unsafe fn rows_of<
     n: usize,
     p: &Packed,
     wq: *const u8,
+    pre: *const f32,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
@@ -273,10 +292,10 @@ unsafe fn rows_of<
     out: *mut f32,
 ) {
     match n {
-        1 => half_rows::<1, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
-        2 => half_rows::<2, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
-        3 => half_rows::<3, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
-        _ => half_rows::<4, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, g, acts, i0, half, out),
+        1 => half_rows::<1, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, pre, g, acts, i0, half, out),
+        2 => half_rows::<2, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, pre, g, acts, i0, half, out),
+        3 => half_rows::<3, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, pre, g, acts, i0, half, out),
+        _ => half_rows::<4, NH, BITS, SPLIT, FAC, WIDE, VNNI>(p, wq, pre, g, acts, i0, half, out),
     }
 }
 
@@ -324,6 +343,59 @@ unsafe fn scales<const SPLIT: bool, const FAC: bool>(
     }
 }
 
+/// Group `g`'s K-quant scales formed once for every pass of a call (`half_rows` reads them
+/// through `pre_scales`): `out[b][0][c]` is block `b`'s `s` of column `c`, `out[b][1][c]` its
+/// `s_hi` (`split`) or `min'`, the same f32 products `scales` forms. A call of more than 4
+/// rows passes over each half of a group once per sub-tile of rows (4 passes at 16 rows, 12
+/// per 48-row block of a prefill), and formed them in each (two conversions and two products
+/// per half and block).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `g < p.groups`, `p.factors` is `Some`,
+/// `out.len() == p.blocks * 2 * COLS`.
+pub unsafe fn factor_scales(p: &Packed, g: usize, out: &mut [f32]) {
+    assert!(
+        p.factors.is_some() && out.len() == p.blocks * 2 * COLS,
+        "factor_scales: not a K-quant matrix, or the wrong buffer"
+    );
+    if p.split {
+        factor_scales_t::<true>(p, g, out);
+    } else {
+        factor_scales_t::<false>(p, g, out);
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn factor_scales_t<const SPLIT: bool>(p: &Packed, g: usize, out: &mut [f32]) {
+    for b in 0..p.blocks {
+        let at = g * p.blocks + b;
+        for half in 0..2 {
+            let (s, s_hi, mn) = scales::<SPLIT, true>(p, g, b, at * COLS + half * HALF);
+            let o = out.as_mut_ptr().add(b * 2 * COLS + half * HALF);
+            _mm256_storeu_ps(o, s);
+            _mm256_storeu_ps(o.add(COLS), if SPLIT { s_hi } else { mn });
+        }
+    }
+}
+
+/// Block `b`'s `(s, s_hi, min')` for half `half` of a group from its `factor_scales` at `pre`,
+/// as `scales` gives them.
+// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
+#[inline(always)]
+unsafe fn pre_scales<const SPLIT: bool>(
+    pre: *const f32,
+    b: usize,
+    half: usize,
+) -> (__m256, __m256, __m256) {
+    let at = pre.add(b * 2 * COLS + half * HALF);
+    let (s, other) = (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(COLS)));
+    if SPLIT {
+        (s, other, s)
+    } else {
+        (s, s, other)
+    }
+}
+
 /// Quad `h`'s low nibbles from the nibble plane of the block (half) at `wp`.
 // Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
 #[inline(always)]
@@ -362,6 +434,7 @@ unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
 /// noisier).
 // Inlined into the `target_feature` entry points, so the intrinsics compile for them.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn half_rows<
     const R: usize,
     const NH: usize,
@@ -373,6 +446,7 @@ unsafe fn half_rows<
 >(
     p: &Packed,
     wq: *const u8,
+    pre: *const f32,
     g: usize,
     acts: &Q8Acts,
     i0: usize,
@@ -410,7 +484,11 @@ unsafe fn half_rows<
             _mm256_setzero_ps(),
         ); 2];
         for (hf, s) in sc.iter_mut().enumerate().take(NH) {
-            *s = scales::<SPLIT, FAC>(p, g, b, at * COLS + (half + hf) * HALF);
+            *s = if FAC && !pre.is_null() {
+                pre_scales::<SPLIT>(pre, b, half + hf)
+            } else {
+                scales::<SPLIT, FAC>(p, g, b, at * COLS + (half + hf) * HALF)
+            };
         }
         let mut part = [[zero; 2]; R];
         let mut dots = [[zero; 2]; R];

@@ -272,20 +272,33 @@ impl QuantMatrix {
         // always does.
         let widen = isa != Isa::Avx512 && avx2::widens(p, m, isa == Isa::AvxVnni);
         let need = if widen { p.blocks * 512 } else { 0 };
+        // K-quant scales formed once per group where a call passes over a group more than once
+        // per half (`avx2::factor_scales`).
+        let pre_scales = isa != Isa::Avx512 && p.factors.is_some() && m > 4;
+        let pre_need = if pre_scales { p.blocks * 2 * COLS } else { 0 };
         let block = row_block(m);
         for r0 in (0..m).step_by(block) {
             let rows = r0..(r0 + block).min(m);
             starts.par_iter().for_each(|&g0| {
                 WIDE.with_borrow_mut(|buf| {
-                    // Grown only: `widen` overwrites what it uses.
+                    let mut pre = SCALES.take();
+                    // Grown only: `widen` and `factor_scales` overwrite what they use.
                     if buf.len() < need {
                         buf.resize(need, 0);
+                    }
+                    if pre.len() < pre_need {
+                        pre.resize(pre_need, 0.0);
                     }
                     for g in g0..(g0 + chunk).min(p.groups) {
                         if widen {
                             // SAFETY: this is the AVX2 path; `g` is in range and the slice is
                             // `p.blocks * 512` bytes.
                             unsafe { avx2::widen(p, g, &mut buf[..need]) };
+                        }
+                        if pre_scales {
+                            // SAFETY: this is the AVX2 path (AVX2 + FMA checked); `g` is in
+                            // range, `p` has factors and the slice is `p.blocks * 32` floats.
+                            unsafe { avx2::factor_scales(p, g, &mut pre[..pre_need]) };
                         }
                         // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
                         // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA) and that `isa` runs
@@ -295,9 +308,11 @@ impl QuantMatrix {
                         // blocks run one after another), and the slice holds group `g`
                         // widened where `avx2::widens` says so, else is empty.
                         unsafe {
-                            Self::group_tiles(p, g, &buf[..need], acts, isa, rows.clone(), n, out)
+                            let (wide, pre) = (&buf[..need], &pre[..pre_need]);
+                            Self::group_tiles(p, g, wide, pre, acts, isa, rows.clone(), n, out);
                         };
                     }
+                    SCALES.set(pre);
                 });
             });
         }
@@ -309,7 +324,8 @@ impl QuantMatrix {
     }
 
     /// Every tile of activation rows `rows_in` against group `g` of `p`, written into columns
-    /// `16g..16g + 16` (those below `n`) of those rows of `y` (`[acts.m][n]`, at `out`).
+    /// `16g..16g + 16` (those below `n`) of those rows of `y` (`[acts.m][n]`, at `out`); `wide`
+    /// and `pre` as `avx2::group` takes them (AVX-512 takes neither).
     ///
     /// # Safety
     /// As `avx512::group` or `avx2::group` for `isa`; `out` points at room for `acts.m * n`
@@ -321,6 +337,7 @@ impl QuantMatrix {
         p: &Packed,
         g: usize,
         wide: &[u8],
+        pre: &[f32],
         acts: &Q8Acts,
         isa: Isa,
         rows_in: std::ops::Range<usize>,
@@ -336,7 +353,7 @@ impl QuantMatrix {
                 avx512::group(p, g, acts, i0, rows, &mut local);
             } else {
                 let vnni = isa == Isa::AvxVnni;
-                avx2::group(p, g, wide, acts, i0, rows, &mut local, vnni);
+                avx2::group(p, g, wide, pre, acts, i0, rows, &mut local, vnni);
             }
             for r in 0..rows {
                 // A raw copy, not a slice: the destination may not be initialized yet.
@@ -370,6 +387,9 @@ thread_local! {
     /// Each worker's 16-row group of 5- or 6-bit weights widened to a byte per value
     /// (`[block][512]`, `avx2::widen`), reused across calls.
     static WIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each worker's 16-row group's K-quant scales (`[block][2][16]`, `avx2::factor_scales`),
+    /// reused across calls (taken out and put back around a group run).
+    static SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The output buffer of `matmul_rows`, shared by tasks that write disjoint columns.
