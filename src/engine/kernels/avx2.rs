@@ -25,10 +25,12 @@
 //! or, split, one per half after subtracting `32 Σ qa` of the half), so the two kernels give
 //! bit-identical outputs, and a row gets the same result alone (decode) and in a batch.
 //!
-//! 4-bit weights are taken from their nibbles per half and quad, just before their products.
-//! 5- and 6-bit weights arrive widened to a byte per value (`widen`, once per group and call,
-//! into a per-thread buffer): rebuilding them from their planes for every sub-tile of rows
-//! instead cost more than the products (0.5-0.6x on batches). With VNNI, calls of up to 4 rows
+//! 4-bit weights are taken from their nibbles per half and quad, just before their products,
+//! in calls of fewer than 16 rows; in larger ones (prefill, many streams) they arrive widened
+//! as the others do (`widens`). 5- and 6-bit weights arrive widened to a byte per value
+//! (`widen`, once per group and call, into a per-thread buffer): rebuilding them from their
+//! planes for every sub-tile of rows instead cost more than the products (0.5-0.6x on
+//! batches). With VNNI, calls of up to 4 rows
 //! (decode of a few streams: one sub-tile, which reads each quad once) rebuild them in
 //! registers instead (one OR of the nibbles and the shifted bits) and save the widening's
 //! stores (`widens`).
@@ -79,7 +81,7 @@ pub unsafe fn group(
     debug_assert!(out.len() >= TILE * COLS && rows <= TILE && acts.blocks == p.blocks);
     // Once per group and tile: reading `wide` and `pre` rests on it, in release builds too.
     assert!(
-        wide.is_empty() || (p.widens() && wide.len() == p.blocks * 512),
+        wide.is_empty() || (matches!(p.bits, 4..=6) && wide.len() == p.blocks * 512),
         "avx2::group: group not widened"
     );
     assert!(
@@ -109,9 +111,21 @@ pub unsafe fn group(
 /// `cargo bench --bench kernels` measured Q6_K at one row 1.2x faster rebuilt, at 4 rows the
 /// same. Without VNNI, sub-tiles of 3 rows made 4 rows 0.7-0.9x and one row no clearer than the
 /// noise, so that path always widens.
+///
+/// 4-bit values, which take a load and one or two operations per quad to unpack, are widened
+/// too without VNNI in calls of at least `WIDEN_4BIT_ROWS` rows: each half of a group is
+/// passed over once per sub-tile of 4 rows, and was unpacked each time. `cargo bench --bench
+/// kernels` on Qwen2.5-1.5B's FFN shapes (8960x1536, 1536x8960), Q4_K and Q4_0, two
+/// alternated rounds: at 64 rows 1.08-1.19x, at 16 rows 0.99-1.08x, at 8 rows 0.81-0.93x.
 pub fn widens(p: &Packed, rows: usize, vnni: bool) -> bool {
-    p.widens() && !(vnni && rows <= 4)
+    match p.bits {
+        4 => !vnni && rows >= WIDEN_4BIT_ROWS,
+        _ => p.widens() && !(vnni && rows <= 4),
+    }
 }
+
+/// The fewest rows of a call in which AVX2 without VNNI widens 4-bit groups (`widens`).
+const WIDEN_4BIT_ROWS: usize = 16;
 
 /// `$body` once for each quad `$h` in 0..8, as 8 copies with `$h` a literal.
 macro_rules! each_quad {
@@ -146,8 +160,10 @@ fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
         }
     } else {
         match (bits, fac, widened) {
-            (4, false, _) => group_t::<4, false, false, false>,
-            (4, true, _) => group_t::<4, false, true, false>,
+            (4, false, false) => group_t::<4, false, false, false>,
+            (4, false, true) => group_t::<4, false, false, true>,
+            (4, true, false) => group_t::<4, false, true, false>,
+            (4, true, true) => group_t::<4, false, true, true>,
             (5, false, true) => group_t::<5, false, false, true>,
             (5, true, true) => group_t::<5, false, true, true>,
             (6, _, true) => group_t::<6, true, true, true>,
@@ -157,21 +173,22 @@ fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
     }
 }
 
-/// Group `g`'s 5- or 6-bit values (nibble and bit planes, `packed.rs`) widened into `wide`
-/// (`[block][512]`, a byte per value: the 8-bit layout), so that every tile and sub-tile of
-/// activation rows reads them with one load per quad instead of rebuilding them each time.
+/// Group `g`'s 4-, 5- or 6-bit values (nibble and bit planes, `packed.rs`) widened into
+/// `wide` (`[block][512]`, a byte per value: the 8-bit layout), so that every tile and sub-tile
+/// of activation rows reads them with one load per quad instead of rebuilding them each time.
 ///
 /// # Safety
-/// The CPU must support AVX2; `g < p.groups`, `p.widens()`, `wide.len() == p.blocks * 512`.
+/// The CPU must support AVX2; `g < p.groups`, `p.bits` is 4, 5 or 6,
+/// `wide.len() == p.blocks * 512`.
 pub unsafe fn widen(p: &Packed, g: usize, wide: &mut [u8]) {
     assert!(
-        p.widens() && wide.len() == p.blocks * 512,
+        matches!(p.bits, 4..=6) && wide.len() == p.blocks * 512,
         "widen: wrong buffer or type"
     );
-    if p.bits == 5 {
-        widen_t::<5>(p, g, wide);
-    } else {
-        widen_t::<6>(p, g, wide);
+    match p.bits {
+        4 => widen_t::<4>(p, g, wide),
+        5 => widen_t::<5>(p, g, wide),
+        _ => widen_t::<6>(p, g, wide),
     }
 }
 
@@ -185,7 +202,11 @@ unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
         for half in 0..2 {
             let (src, dst) = (src.add(HALF * 4 * half), dst.add(HALF * 4 * half));
             for h in 0..8 {
-                let w = _mm256_or_si256(nibbles(src, h), high_bits::<BITS>(src, h));
+                let w = if BITS == 4 {
+                    nibbles(src, h)
+                } else {
+                    _mm256_or_si256(nibbles(src, h), high_bits::<BITS>(src, h))
+                };
                 _mm256_storeu_si256(dst.add(64 * h).cast(), w);
             }
         }
@@ -558,10 +579,10 @@ unsafe fn half_rows<
 // Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
 #[inline(always)]
 unsafe fn quad<const BITS: u32, const WIDE: bool>(wp: *const u8, h: usize) -> __m256i {
-    if BITS == 4 {
-        nibbles(wp, h)
-    } else if WIDE || BITS == 8 {
+    if WIDE || BITS == 8 {
         _mm256_loadu_si256(wp.add(64 * h).cast())
+    } else if BITS == 4 {
+        nibbles(wp, h)
     } else {
         _mm256_or_si256(nibbles(wp, h), high_bits::<BITS>(wp, h))
     }
