@@ -144,12 +144,14 @@ macro_rules! each_quad {
 type Entry = unsafe fn(&Packed, *const u8, *const f32, usize, &Q8Acts, usize, usize, &mut [f32]);
 
 /// The kernel for `bits` (only Q6_K has 6: split and factored), K-quant factors `fac`,
-/// 5- and 6-bit values `widened` or rebuilt, on `vnni` or not.
+/// values below 8 bits `widened` or rebuilt, on `vnni` or not.
 fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
     if vnni {
         match (bits, fac, widened) {
-            (4, false, _) => group_vnni::<4, false, false, false>,
-            (4, true, _) => group_vnni::<4, false, true, false>,
+            (4, false, false) => group_vnni::<4, false, false, false>,
+            (4, false, true) => group_vnni::<4, false, false, true>,
+            (4, true, false) => group_vnni::<4, false, true, false>,
+            (4, true, true) => group_vnni::<4, false, true, true>,
             (5, false, false) => group_vnni::<5, false, false, false>,
             (5, false, true) => group_vnni::<5, false, false, true>,
             (5, true, false) => group_vnni::<5, false, true, false>,
