@@ -27,13 +27,13 @@
 //!
 //! 4-bit weights are taken from their nibbles per half and quad, just before their products,
 //! in calls of fewer than 16 rows; in larger ones (prefill, many streams) they arrive widened
-//! as the others do (`widens`). 5- and 6-bit weights arrive widened to a byte per value
-//! (`widen`, once per group and call, into a per-thread buffer): rebuilding them from their
+//! as the others do (`avx2_prep::widens`). 5- and 6-bit weights arrive widened to a byte per value
+//! (`avx2_prep::widen`, once per group and call, into a per-thread buffer): rebuilding them from their
 //! planes for every sub-tile of rows instead cost more than the products (0.5-0.6x on
 //! batches). With VNNI, calls of up to 4 rows
 //! (decode of a few streams: one sub-tile, which reads each quad once) rebuild them in
 //! registers instead (one OR of the nibbles and the shifted bits) and save the widening's
-//! stores (`widens`).
+//! stores (`avx2_prep::widens`).
 //!
 //! Activation rows run in sub-tiles of 4 (4-bit types, and every type with VNNI) or 3 (others
 //! without VNNI): sixteen ymm registers hold the f32 accumulators, the i16 (without VNNI) and
@@ -47,25 +47,23 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2_prep::{high_bits, nibbles, pre_scales, scales, HALF};
 use super::blocks::{Q8Acts, TILE};
-use super::packed::{high_bits_at, Packed, COLS};
-
-/// Output columns per ymm of i32 lanes: half of a 16-row group.
-const HALF: usize = COLS / 2;
+use super::packed::{Packed, COLS};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
-/// 5- and 6-bit weights are read from `wide`, group `g` widened by `widen`, or, when `wide`
-/// is empty, rebuilt from their planes in registers (see `widens`).
+/// 5- and 6-bit weights are read from `wide`, group `g` widened by `avx2_prep::widen`, or, when `wide`
+/// is empty, rebuilt from their planes in registers (see `avx2_prep::widens`).
 ///
 /// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs). A K-quant
-/// group's scales are read from `pre` (`factor_scales`) where it is not empty, else formed
+/// group's scales are read from `pre` (`avx2_prep::factor_scales`) where it is not empty, else formed
 /// from the factors in every pass (same values).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `g < p.groups`,
 /// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
 /// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
-/// (`widens`; only with `vnni`); `pre` is group `g`'s `factor_scales` or empty.
+/// (`avx2_prep::widens`; only with `vnni`); `pre` is group `g`'s `avx2_prep::factor_scales` or empty.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,
@@ -103,29 +101,6 @@ pub unsafe fn group(
     };
     entry(p.bits, p.factors.is_some(), widened, vnni)(p, wq, pre, g, acts, i0, rows, out);
 }
-
-/// Whether a call of `rows` activation rows takes `p`'s 5- and 6-bit values widened a group
-/// at a time (`widen`) rather than rebuilt from their planes in registers. With VNNI, up to 4
-/// rows (one sub-tile, which reads each quad once) rebuild them: there the widening is pure
-/// overhead, 27% of Qwen2.5-1.5B Q4_K_M's single-stream decode time (its Q6_K matrices), and
-/// `cargo bench --bench kernels` measured Q6_K at one row 1.2x faster rebuilt, at 4 rows the
-/// same. Without VNNI, sub-tiles of 3 rows made 4 rows 0.7-0.9x and one row no clearer than the
-/// noise, so that path always widens.
-///
-/// 4-bit values, which take a load and one or two operations per quad to unpack, are widened
-/// too without VNNI in calls of at least `WIDEN_4BIT_ROWS` rows: each half of a group is
-/// passed over once per sub-tile of 4 rows, and was unpacked each time. `cargo bench --bench
-/// kernels` on Qwen2.5-1.5B's FFN shapes (8960x1536, 1536x8960), Q4_K and Q4_0, two
-/// alternated rounds: at 64 rows 1.08-1.19x, at 16 rows 0.99-1.08x, at 8 rows 0.81-0.93x.
-pub fn widens(p: &Packed, rows: usize, vnni: bool) -> bool {
-    match p.bits {
-        4 => !vnni && rows >= WIDEN_4BIT_ROWS,
-        _ => p.widens() && !(vnni && rows <= 4),
-    }
-}
-
-/// The fewest rows of a call in which AVX2 without VNNI widens 4-bit groups (`widens`).
-const WIDEN_4BIT_ROWS: usize = 16;
 
 /// `$body` once for each quad `$h` in 0..8, as 8 copies with `$h` a literal.
 macro_rules! each_quad {
@@ -171,46 +146,6 @@ fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
             (6, _, true) => group_t::<6, true, true, true>,
             (5 | 6, _, false) => unreachable!("without VNNI, 5 and 6 bits are always widened"),
             _ => group_t::<8, false, false, false>,
-        }
-    }
-}
-
-/// Group `g`'s 4-, 5- or 6-bit values (nibble and bit planes, `packed.rs`) widened into
-/// `wide` (`[block][512]`, a byte per value: the 8-bit layout), so that every tile and sub-tile
-/// of activation rows reads them with one load per quad instead of rebuilding them each time.
-///
-/// # Safety
-/// The CPU must support AVX2; `g < p.groups`, `p.bits` is 4, 5 or 6,
-/// `wide.len() == p.blocks * 512`.
-pub unsafe fn widen(p: &Packed, g: usize, wide: &mut [u8]) {
-    assert!(
-        matches!(p.bits, 4..=6) && wide.len() == p.blocks * 512,
-        "widen: wrong buffer or type"
-    );
-    match p.bits {
-        4 => widen_t::<4>(p, g, wide),
-        5 => widen_t::<5>(p, g, wide),
-        _ => widen_t::<6>(p, g, wide),
-    }
-}
-
-#[target_feature(enable = "avx2")]
-unsafe fn widen_t<const BITS: u32>(p: &Packed, g: usize, wide: &mut [u8]) {
-    let bb = p.block_bytes();
-    for b in 0..p.blocks {
-        let src = p.q.as_ptr().add((g * p.blocks + b) * bb);
-        super::packed::prefetch_next_group(p, g * p.blocks + b);
-        let dst = wide.as_mut_ptr().add(b * 512);
-        for half in 0..2 {
-            let (src, dst) = (src.add(HALF * 4 * half), dst.add(HALF * 4 * half));
-            for h in 0..8 {
-                let w = if BITS == 4 {
-                    nibbles(src, h)
-                } else {
-                    _mm256_or_si256(nibbles(src, h), high_bits::<BITS>(src, h))
-                };
-                _mm256_storeu_si256(dst.add(64 * h).cast(), w);
-            }
         }
     }
 }
@@ -322,130 +257,6 @@ unsafe fn rows_of<
     }
 }
 
-/// The 8 factor bytes at `v[at..]` as f32: signed when `SIGNED` (Q6_K's scales).
-// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn ints<const SIGNED: bool>(v: &[u8], at: usize) -> __m256 {
-    let bytes = _mm_loadl_epi64(v.as_ptr().add(at).cast());
-    if SIGNED {
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
-    } else {
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))
-    }
-}
-
-/// Block `b`'s `(s, s_hi, min')` for the 8 columns from `col` (`at * 16 + half * 8`) of group
-/// `g`: loaded, or formed from the K-quant factors (see `avx512.rs`). Unused parts repeat `s`.
-// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn scales<const SPLIT: bool, const FAC: bool>(
-    p: &Packed,
-    g: usize,
-    b: usize,
-    col: usize,
-) -> (__m256, __m256, __m256) {
-    if FAC {
-        // SAFETY (of the unchecked unwrap): `FAC` is chosen from `p.factors.is_some()`.
-        let f = p.factors.as_ref().unwrap_unchecked();
-        let sup = p.super_index(g, b) + col % COLS;
-        let d = _mm256_loadu_ps(f.d.as_ptr().add(sup));
-        let s = _mm256_mul_ps(d, ints::<SPLIT>(&f.sc, col));
-        if SPLIT {
-            (s, _mm256_mul_ps(d, ints::<SPLIT>(&f.sc_hi, col)), s)
-        } else {
-            let dmin = _mm256_loadu_ps(f.neg_dmin.as_ptr().add(sup));
-            (s, s, _mm256_mul_ps(dmin, ints::<SPLIT>(&f.m, col)))
-        }
-    } else {
-        let s = _mm256_loadu_ps(p.scale.as_ptr().add(col));
-        if SPLIT {
-            (s, _mm256_loadu_ps(p.scale_hi.as_ptr().add(col)), s)
-        } else {
-            (s, s, _mm256_loadu_ps(p.min.as_ptr().add(col)))
-        }
-    }
-}
-
-/// Group `g`'s K-quant scales formed once for every pass of a call (`half_rows` reads them
-/// through `pre_scales`): `out[b][0][c]` is block `b`'s `s` of column `c`, `out[b][1][c]` its
-/// `s_hi` (`split`) or `min'`, the same f32 products `scales` forms. A call of more than 4
-/// rows passes over each half of a group once per sub-tile of rows (4 passes at 16 rows, 12
-/// per 48-row block of a prefill), and formed them in each (two conversions and two products
-/// per half and block).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA; `g < p.groups`, `p.factors` is `Some`,
-/// `out.len() == p.blocks * 2 * COLS`.
-pub unsafe fn factor_scales(p: &Packed, g: usize, out: &mut [f32]) {
-    assert!(
-        p.factors.is_some() && out.len() == p.blocks * 2 * COLS,
-        "factor_scales: not a K-quant matrix, or the wrong buffer"
-    );
-    if p.split {
-        factor_scales_t::<true>(p, g, out);
-    } else {
-        factor_scales_t::<false>(p, g, out);
-    }
-}
-
-#[target_feature(enable = "avx2,fma")]
-unsafe fn factor_scales_t<const SPLIT: bool>(p: &Packed, g: usize, out: &mut [f32]) {
-    for b in 0..p.blocks {
-        let at = g * p.blocks + b;
-        for half in 0..2 {
-            let (s, s_hi, mn) = scales::<SPLIT, true>(p, g, b, at * COLS + half * HALF);
-            let o = out.as_mut_ptr().add(b * 2 * COLS + half * HALF);
-            _mm256_storeu_ps(o, s);
-            _mm256_storeu_ps(o.add(COLS), if SPLIT { s_hi } else { mn });
-        }
-    }
-}
-
-/// Block `b`'s `(s, s_hi, min')` for half `half` of a group from its `factor_scales` at `pre`,
-/// as `scales` gives them.
-// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn pre_scales<const SPLIT: bool>(
-    pre: *const f32,
-    b: usize,
-    half: usize,
-) -> (__m256, __m256, __m256) {
-    let at = pre.add(b * 2 * COLS + half * HALF);
-    let (s, other) = (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(COLS)));
-    if SPLIT {
-        (s, other, s)
-    } else {
-        (s, s, other)
-    }
-}
-
-/// Quad `h`'s low nibbles from the nibble plane of the block (half) at `wp`.
-// Inlined into the `target_feature` entry points, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn nibbles(wp: *const u8, h: usize) -> __m256i {
-    let v = _mm256_loadu_si256(wp.add(64 * (h % 4)).cast());
-    let low = _mm256_set1_epi8(0x0F);
-    if h < 4 {
-        _mm256_and_si256(v, low)
-    } else {
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
-    }
-}
-
-/// Quad `h`'s high bits of `u` (bit 4, or bits 4..6) from the bit planes of the block (half)
-/// at `wp`, in place to OR into its nibbles (`packed::high_bits_at`).
-// Inlined into the `target_feature` entry point, so the intrinsics compile for AVX2.
-#[inline(always)]
-unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
-    let (plane, shift, mask) = high_bits_at(BITS, h);
-    let bits = _mm256_loadu_si256(wp.add(plane).cast());
-    #[allow(clippy::cast_possible_wrap)]
-    let down = _mm256_srlv_epi32(bits, _mm256_set1_epi32(shift as i32));
-    #[allow(clippy::cast_possible_wrap)]
-    let mask = _mm256_set1_epi8(mask as i8);
-    _mm256_and_si256(_mm256_slli_epi16::<4>(down), mask)
-}
-
 /// `R` activation rows against `NH` halves (8 columns each, from `half`) of group `g`,
 /// written to `out[r * 16 + c]`, `c < 8 * NH`; the products on `vpdpbusd` when `VNNI`.
 ///
@@ -484,7 +295,7 @@ unsafe fn half_rows<
         6 => 2,
         _ => 1,
     };
-    // The group's own bytes, or its widened ones (`widen`: a byte per value).
+    // The group's own bytes, or its widened ones (`avx2_prep::widen`: a byte per value).
     let bb = if WIDE {
         512
     } else {
@@ -494,7 +305,7 @@ unsafe fn half_rows<
     let zero = _mm256_setzero_si256();
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     // The last pass over the group's own bytes (last rows, last half) brings in the next
-    // group (`prefetch_next_group`); widened groups are read by `widen_t`, which does.
+    // group (`prefetch_next_group`); widened groups are read by `avx2_prep::widen_t`, which does.
     let prefetch = !WIDE && i0 + R >= acts.m && half + NH == 2;
     for b in 0..p.blocks {
         let at = g * p.blocks + b;

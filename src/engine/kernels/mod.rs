@@ -17,7 +17,8 @@
 //! at load into 16-row interleaved groups (`packed.rs`, same integers, no requantization) and
 //! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA and AVX-VNNI, the same layout runs on
 //! `vpdpbusd` over ymm (`avx2.rs`, every type); with AVX2 + FMA only, on
-//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`, every type; Q8_0 with the sign trick). The packed
+//! `vpmaddubsw`/`vpmaddwd` (`avx2.rs`, every type; Q8_0 with the sign trick; what it prepares
+//! per group, in `avx2_prep.rs`). The packed
 //! paths give bit-identical outputs. A matrix left in the file layout (not `packed`) runs on
 //! AVX2+FMA+F16C there (`x86.rs`). Without AVX2, the
 //! portable code, which the tests compare every SIMD path against. Block layouts: ggml
@@ -25,6 +26,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_prep;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocks;
@@ -251,7 +254,7 @@ impl QuantMatrix {
     /// activation rows, in row blocks when there are many (`row_block`). The group's weights
     /// stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones are widened once per group and
     /// row block to a byte per value in the worker's buffer, except in small calls with VNNI
-    /// (`avx2::widens`). Outputs are written straight into their rows of `y` (`[m][n]`).
+    /// (`avx2_prep::widens`). Outputs are written straight into their rows of `y` (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
@@ -268,12 +271,12 @@ impl QuantMatrix {
         let threads = rayon::current_num_threads().max(1);
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
-        // AVX2 takes 5- and 6-bit weights widened (`avx2::widens`) or rebuilds them, as AVX-512
+        // AVX2 takes 5- and 6-bit weights widened (`avx2_prep::widens`) or rebuilds them, as AVX-512
         // always does.
-        let widen = isa != Isa::Avx512 && avx2::widens(p, m, isa == Isa::AvxVnni);
+        let widen = isa != Isa::Avx512 && avx2_prep::widens(p, m, isa == Isa::AvxVnni);
         let need = if widen { p.blocks * 512 } else { 0 };
         // K-quant scales formed once per group where a call passes over a group more than once
-        // per half (`avx2::factor_scales`).
+        // per half (`avx2_prep::factor_scales`).
         let pre_scales = isa != Isa::Avx512 && p.factors.is_some() && m > 4;
         let pre_need = if pre_scales { p.blocks * 2 * COLS } else { 0 };
         let block = row_block(m);
@@ -293,12 +296,12 @@ impl QuantMatrix {
                         if widen {
                             // SAFETY: this is the AVX2 path; `g` is in range and the slice is
                             // `p.blocks * 512` bytes.
-                            unsafe { avx2::widen(p, g, &mut buf[..need]) };
+                            unsafe { avx2_prep::widen(p, g, &mut buf[..need]) };
                         }
                         if pre_scales {
                             // SAFETY: this is the AVX2 path (AVX2 + FMA checked); `g` is in
                             // range, `p` has factors and the slice is `p.blocks * 32` floats.
-                            unsafe { avx2::factor_scales(p, g, &mut pre[..pre_need]) };
+                            unsafe { avx2_prep::factor_scales(p, g, &mut pre[..pre_need]) };
                         }
                         // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
                         // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA) and that `isa` runs
@@ -306,7 +309,7 @@ impl QuantMatrix {
                         // quantized for this `k`, `y` is `[m][n]` and this task alone writes group
                         // `g`'s columns (groups are disjoint) in rows `rows` (within `0..m`;
                         // blocks run one after another), and the slice holds group `g`
-                        // widened where `avx2::widens` says so, else is empty.
+                        // widened where `avx2_prep::widens` says so, else is empty.
                         unsafe {
                             let (wide, pre) = (&buf[..need], &pre[..pre_need]);
                             Self::group_tiles(p, g, wide, pre, acts, isa, rows.clone(), n, out);
@@ -385,9 +388,9 @@ impl QuantMatrix {
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Each worker's 16-row group of 5- or 6-bit weights widened to a byte per value
-    /// (`[block][512]`, `avx2::widen`), reused across calls.
+    /// (`[block][512]`, `avx2_prep::widen`), reused across calls.
     static WIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// Each worker's 16-row group's K-quant scales (`[block][2][16]`, `avx2::factor_scales`),
+    /// Each worker's 16-row group's K-quant scales (`[block][2][16]`, `avx2_prep::factor_scales`),
     /// reused across calls (taken out and put back around a group run).
     static SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }

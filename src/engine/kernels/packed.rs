@@ -109,7 +109,7 @@ pub const SUPER: usize = 8;
 /// next group's lines are in flight while it computes and in L2 when it starts (in the first
 /// pass they would have to outlast every later pass's activations in L2, and a long prefill
 /// runs 32 tiles). One exception: AVX2 widens a 5- or 6-bit group once per call before its
-/// passes (`avx2::widen_t`), and prefetches the next group while widening. Reads nothing: a
+/// passes (`avx2_prep::widen_t`), and prefetches the next group while widening. Reads nothing: a
 /// prefetch never faults, and the addresses are formed with `wrapping_add`, so the last
 /// group's ask past the end is harmless.
 #[cfg(target_arch = "x86_64")]
@@ -156,7 +156,7 @@ impl Packed {
     }
 
     /// Whether the AVX2 kernel takes this matrix widened to a byte per value, a group at a
-    /// time (5 and 6 bits: `avx2::widen`).
+    /// time (5 and 6 bits: `avx2_prep::widen`).
     pub fn widens(&self) -> bool {
         matches!(self.bits, 5 | 6)
     }
