@@ -253,8 +253,11 @@ impl QuantMatrix {
     /// caller): each task takes a run of 16-row groups, and for each group every tile of
     /// activation rows, in row blocks when there are many (`row_block`). The group's weights
     /// stay in L1 or L2 between tiles; on AVX2, 5- and 6-bit ones are widened once per group and
-    /// row block to a byte per value in the worker's buffer, except in small calls with VNNI
-    /// (`avx2_prep::widens`). Outputs are written straight into their rows of `y` (`[m][n]`).
+    /// row block to a byte per value in the worker's buffer, except in small calls with VNNI,
+    /// and 4-bit ones too in calls of 16 rows or more without VNNI (`avx2_prep::widens`); a
+    /// K-quant group's scales are formed once per group and row block in calls of more than 4
+    /// rows (`avx2_prep::factor_scales`). Outputs are written straight into their rows of `y`
+    /// (`[m][n]`).
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, p: &Packed, acts: &Q8Acts, isa: Isa) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
@@ -271,8 +274,8 @@ impl QuantMatrix {
         let threads = rayon::current_num_threads().max(1);
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
-        // AVX2 takes 5- and 6-bit weights widened (`avx2_prep::widens`) or rebuilds them, as AVX-512
-        // always does.
+        // AVX2 takes weights below 8 bits widened where `avx2_prep::widens` says so, else
+        // rebuilds them in each pass, as AVX-512 always does.
         let widen = isa != Isa::Avx512 && avx2_prep::widens(p, m, isa == Isa::AvxVnni);
         let need = if widen { p.blocks * 512 } else { 0 };
         // K-quant scales formed once per group where a call passes over a group more than once
