@@ -27,10 +27,10 @@
 //!
 //! 4-bit weights are taken from their nibbles per half and quad, just before their products,
 //! in calls of fewer than 16 rows; in larger ones (prefill, many streams) they arrive widened
-//! as the others do (`avx2_prep::widens`). 5- and 6-bit weights arrive widened to a byte per value
-//! (`avx2_prep::widen`, once per group and call, into a per-thread buffer): rebuilding them from their
-//! planes for every sub-tile of rows instead cost more than the products (0.5-0.6x on
-//! batches). With VNNI, calls of up to 4 rows
+//! as the others do (`avx2_prep::widens`). 5- and 6-bit weights arrive widened to a byte per
+//! value (`avx2_prep::widen`, once per group and call, into a per-thread buffer): rebuilding
+//! them from their planes for every sub-tile of rows instead cost more than the products
+//! (0.5-0.6x on batches). With VNNI, calls of up to 4 rows
 //! (decode of a few streams: one sub-tile, which reads each quad once) rebuild them in
 //! registers instead (one OR of the nibbles and the shifted bits) and save the widening's
 //! stores (`avx2_prep::widens`).
@@ -52,18 +52,20 @@ use super::blocks::{Q8Acts, TILE};
 use super::packed::{Packed, COLS};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
-/// 5- and 6-bit weights are read from `wide`, group `g` widened by `avx2_prep::widen`, or, when `wide`
-/// is empty, rebuilt from their planes in registers (see `avx2_prep::widens`).
+/// Weights below 8 bits are read from `wide`, group `g` widened by `avx2_prep::widen`, or,
+/// when `wide` is empty, rebuilt from their nibbles and planes in registers (see
+/// `avx2_prep::widens`).
 ///
-/// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs). A K-quant
-/// group's scales are read from `pre` (`avx2_prep::factor_scales`) where it is not empty, else formed
+/// With `vnni`, the products run on AVX-VNNI's `vpdpbusd` (same outputs). A K-quant group's
+/// scales are read from `pre` (`avx2_prep::factor_scales`) where it is not empty, else formed
 /// from the factors in every pass (same values).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and AVX-VNNI when `vnni`; `g < p.groups`,
-/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is group `g` widened
-/// (`p.blocks * 512` bytes), or empty where the call's rows rebuild 5- and 6-bit values
-/// (`avx2_prep::widens`; only with `vnni`); `pre` is group `g`'s `avx2_prep::factor_scales` or empty.
+/// `i0 + rows <= acts.m`, `acts.blocks == p.blocks`, `out.len() >= TILE * 16`; `wide` is
+/// group `g` widened (`p.blocks * 512` bytes), or empty where the call's rows rebuild the
+/// values (`avx2_prep::widens`: 5 and 6 bits only with `vnni`); `pre` is group `g`'s
+/// `avx2_prep::factor_scales` or empty.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn group(
     p: &Packed,
@@ -92,8 +94,8 @@ pub unsafe fn group(
         pre.as_ptr()
     };
     let widened = !wide.is_empty();
-    // The group's own bytes (4 and 8 bits, and 5 and 6 rebuilt in registers) or its
-    // widened ones.
+    // The group's own bytes (8 bits, and below that rebuilt in registers) or its widened
+    // ones.
     let wq = if widened {
         wide.as_ptr()
     } else {

@@ -286,39 +286,30 @@ impl QuantMatrix {
         for r0 in (0..m).step_by(block) {
             let rows = r0..(r0 + block).min(m);
             starts.par_iter().for_each(|&g0| {
-                WIDE.with_borrow_mut(|buf| {
-                    let mut pre = SCALES.take();
-                    // Grown only: `widen` and `factor_scales` overwrite what they use.
-                    if buf.len() < need {
-                        buf.resize(need, 0);
-                    }
-                    if pre.len() < pre_need {
-                        pre.resize(pre_need, 0.0);
-                    }
+                SCRATCH.with_borrow_mut(|scratch| {
+                    let (wide, pre) = scratch.sized(need, pre_need);
                     for g in g0..(g0 + chunk).min(p.groups) {
                         if widen {
                             // SAFETY: this is the AVX2 path; `g` is in range and the slice is
                             // `p.blocks * 512` bytes.
-                            unsafe { avx2_prep::widen(p, g, &mut buf[..need]) };
+                            unsafe { avx2_prep::widen(p, g, wide) };
                         }
                         if pre_scales {
                             // SAFETY: this is the AVX2 path (AVX2 + FMA checked); `g` is in
                             // range, `p` has factors and the slice is `p.blocks * 32` floats.
-                            unsafe { avx2_prep::factor_scales(p, g, &mut pre[..pre_need]) };
+                            unsafe { avx2_prep::factor_scales(p, g, pre) };
                         }
                         // SAFETY: `matmul_with` checked that the CPU has `isa` (AVX-512
                         // F/BW/VNNI; AVX2 + FMA + AVX-VNNI; or AVX2 + FMA) and that `isa` runs
                         // this matrix's type packed (`Isa::packs`); `g` is in range, `acts` was
                         // quantized for this `k`, `y` is `[m][n]` and this task alone writes group
                         // `g`'s columns (groups are disjoint) in rows `rows` (within `0..m`;
-                        // blocks run one after another), and the slice holds group `g`
-                        // widened where `avx2_prep::widens` says so, else is empty.
+                        // blocks run one after another), and the slices hold group `g` widened
+                        // and its scales where `widen` and `pre_scales` say so, else are empty.
                         unsafe {
-                            let (wide, pre) = (&buf[..need], &pre[..pre_need]);
                             Self::group_tiles(p, g, wide, pre, acts, isa, rows.clone(), n, out);
                         };
                     }
-                    SCALES.set(pre);
                 });
             });
         }
@@ -388,14 +379,36 @@ impl QuantMatrix {
     }
 }
 
+/// A worker's buffers for the AVX2 path's current 16-row group, reused across calls and grown
+/// only (`avx2_prep::widen` and `avx2_prep::factor_scales` overwrite what they use).
+#[cfg(target_arch = "x86_64")]
+struct GroupScratch {
+    /// The group's values widened to a byte each (`[block][512]`).
+    wide: Vec<u8>,
+    /// The group's K-quant scales (`[block][2][16]`).
+    scales: Vec<f32>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl GroupScratch {
+    /// The first `wide` bytes and `scales` floats, grown to fit.
+    fn sized(&mut self, wide: usize, scales: usize) -> (&mut [u8], &mut [f32]) {
+        if self.wide.len() < wide {
+            self.wide.resize(wide, 0);
+        }
+        if self.scales.len() < scales {
+            self.scales.resize(scales, 0.0);
+        }
+        (&mut self.wide[..wide], &mut self.scales[..scales])
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    /// Each worker's 16-row group of 5- or 6-bit weights widened to a byte per value
-    /// (`[block][512]`, `avx2_prep::widen`), reused across calls.
-    static WIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// Each worker's 16-row group's K-quant scales (`[block][2][16]`, `avx2_prep::factor_scales`),
-    /// reused across calls (taken out and put back around a group run).
-    static SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Each worker's `GroupScratch`.
+    static SCRATCH: std::cell::RefCell<GroupScratch> = const {
+        std::cell::RefCell::new(GroupScratch { wide: Vec::new(), scales: Vec::new() })
+    };
 }
 
 /// The output buffer of `matmul_rows`, shared by tasks that write disjoint columns.

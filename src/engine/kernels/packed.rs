@@ -108,8 +108,8 @@ pub const SUPER: usize = 8;
 /// with the matrix in cache. The kernels call this in their last pass over a group, so the
 /// next group's lines are in flight while it computes and in L2 when it starts (in the first
 /// pass they would have to outlast every later pass's activations in L2, and a long prefill
-/// runs 32 tiles). One exception: AVX2 widens a 5- or 6-bit group once per call before its
-/// passes (`avx2_prep::widen_t`), and prefetches the next group while widening. Reads nothing: a
+/// runs 32 tiles). One exception: where AVX2 widens a group once per call before its passes
+/// (`avx2_prep::widen_t`), it prefetches the next group while widening. Reads nothing: a
 /// prefetch never faults, and the addresses are formed with `wrapping_add`, so the last
 /// group's ask past the end is harmless.
 #[cfg(target_arch = "x86_64")]
@@ -156,7 +156,8 @@ impl Packed {
     }
 
     /// Whether the AVX2 kernel takes this matrix widened to a byte per value, a group at a
-    /// time (5 and 6 bits: `avx2_prep::widen`).
+    /// time, in all but small AVX-VNNI calls (5 and 6 bits: `avx2_prep::widens`; 4 bits are
+    /// widened only in large calls).
     pub fn widens(&self) -> bool {
         matches!(self.bits, 5 | 6)
     }
