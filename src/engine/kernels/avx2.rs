@@ -212,9 +212,12 @@ unsafe fn sub_tiles<
     } else {
         (if BITS == 4 { 4 } else { 3 }, false)
     };
+    // Rows spread evenly over the fewest sub-tiles (16 rows in sub-tiles of 3: 3, 3, 3, 3, 2, 2
+    // rather than 3, 3, 3, 3, 3, 1), so no pass runs a lone row with little to overlap.
+    let parts = rows.div_ceil(sub);
     let mut r0 = 0;
-    while r0 < rows {
-        let n = sub.min(rows - r0);
+    for t in 0..parts {
+        let n = (rows - r0).div_ceil(parts - t);
         let i = i0 + r0;
         if both {
             let o = out.as_mut_ptr().add(r0 * COLS);

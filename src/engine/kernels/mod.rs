@@ -356,7 +356,10 @@ impl QuantMatrix {
                 // A raw copy, not a slice: the destination may not be initialized yet. A whole
                 // group's 16 columns are a copy of constant length, which compiles to two vector
                 // moves instead of a call to `memcpy` per row (1-2% of a 16-stream step).
-                let (src, dst) = (local.as_ptr().add(r * COLS), out.at((i0 + r) * n + g * COLS));
+                let (src, dst) = (
+                    local.as_ptr().add(r * COLS),
+                    out.at((i0 + r) * n + g * COLS),
+                );
                 if cols == COLS {
                     std::ptr::copy_nonoverlapping(src, dst, COLS);
                 } else {
