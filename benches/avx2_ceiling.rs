@@ -5,8 +5,8 @@
 //! Per row, 32-value block and 8 output columns the kernel (`kernels/avx2.rs`, without VNNI, a
 //! 4-bit type) runs 8 `vpmaddubsw`, 7 `vpaddw`, a `vpmaddwd`, a conversion, a multiply and two
 //! FMAs: 256 multiply-adds. This bench runs exactly that mix for a sub-tile of 4 rows in a loop,
-//! once with every operand in registers and once with the activation quads broadcast from L1
-//! and the weights loaded from L1 as the kernel does, plus `vpmaddubsw` and `vpaddw` alone (their
+//! with the activation quads broadcast from L1 and the weights loaded from L1 as the kernel
+//! does, and `vpmaddubsw` and `vpaddw` alone (their
 //! throughput gives the clock: 2 and 3 per cycle on recent Intel and AMD cores). One thread;
 //! multiply by the threads the kernels bench used. `cargo bench --bench avx2_ceiling`.
 
@@ -14,89 +14,34 @@
 use std::arch::asm;
 use std::time::Instant;
 
+/// `reps` rounds of 8 independent `$op` (an AVX2 integer instruction taking `ymm, ymm, ymm`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! alone {
+    ($op:literal, $reps:expr) => {
+        // SAFETY (of the asm): registers only.
+        asm!(
+            "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1", "2:",
+            concat!($op, " ymm2, ymm0, ymm1"), concat!($op, " ymm3, ymm0, ymm1"),
+            concat!($op, " ymm4, ymm0, ymm1"), concat!($op, " ymm5, ymm0, ymm1"),
+            concat!($op, " ymm6, ymm0, ymm1"), concat!($op, " ymm7, ymm0, ymm1"),
+            concat!($op, " ymm8, ymm0, ymm1"), concat!($op, " ymm9, ymm0, ymm1"),
+            "dec {n}", "jnz 2b",
+            n = inout(reg) $reps => _, out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
+            options(nostack, nomem),
+        )
+    };
+}
+
 /// `reps` rounds of 8 independent `vpmaddubsw` (`add` false) or `vpaddw` (`add` true).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn alone(reps: u64, add: bool) {
-    // SAFETY (of the asm): registers only.
     if add {
-        asm!(
-            "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1", "2:",
-            "vpaddw ymm2, ymm0, ymm1", "vpaddw ymm3, ymm0, ymm1", "vpaddw ymm4, ymm0, ymm1",
-            "vpaddw ymm5, ymm0, ymm1", "vpaddw ymm6, ymm0, ymm1", "vpaddw ymm7, ymm0, ymm1",
-            "vpaddw ymm8, ymm0, ymm1", "vpaddw ymm9, ymm0, ymm1", "dec {n}", "jnz 2b",
-            n = inout(reg) reps => _, out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
-            options(nostack, nomem),
-        );
+        alone!("vpaddw", reps);
     } else {
-        asm!(
-            "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1", "2:",
-            "vpmaddubsw ymm2, ymm0, ymm1", "vpmaddubsw ymm3, ymm0, ymm1", "vpmaddubsw ymm4, ymm0, ymm1",
-            "vpmaddubsw ymm5, ymm0, ymm1", "vpmaddubsw ymm6, ymm0, ymm1", "vpmaddubsw ymm7, ymm0, ymm1",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpmaddubsw ymm9, ymm0, ymm1", "dec {n}", "jnz 2b",
-            n = inout(reg) reps => _, out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
-            options(nostack, nomem),
-        );
+        alone!("vpmaddubsw", reps);
     }
-}
-
-/// `reps` rounds of the mix with every operand in registers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn mix_in_registers(reps: u64) {
-    // SAFETY (of the asm): it reads only `w` and `x` (in bounds: offsets below 64 and 128) and
-    // writes only the registers it declares.
-    asm!(
-            "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1", "vxorps ymm10, ymm10, ymm10",
-            "vxorps ymm11, ymm11, ymm11", "vxorps ymm12, ymm12, ymm12", "vxorps ymm13, ymm13, ymm13",
-            "vxorps ymm14, ymm14, ymm14", "vxorps ymm15, ymm15, ymm15",
-            "2:",
-            "vpmaddubsw ymm2, ymm0, ymm1",
-            "vpmaddubsw ymm3, ymm0, ymm1",
-            "vpmaddubsw ymm4, ymm0, ymm1",
-            "vpmaddubsw ymm5, ymm0, ymm1",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddubsw ymm6, ymm0, ymm1", "vpaddw ymm2, ymm2, ymm6",
-            "vpmaddubsw ymm7, ymm0, ymm1", "vpaddw ymm3, ymm3, ymm7",
-            "vpmaddubsw ymm8, ymm0, ymm1", "vpaddw ymm4, ymm4, ymm8",
-            "vpmaddubsw ymm9, ymm0, ymm1", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddwd ymm2, ymm2, ymm1", "vpmaddwd ymm3, ymm3, ymm1", "vpmaddwd ymm4, ymm4, ymm1", "vpmaddwd ymm5, ymm5, ymm1",
-            "vcvtdq2ps ymm2, ymm2", "vcvtdq2ps ymm3, ymm3", "vcvtdq2ps ymm4, ymm4", "vcvtdq2ps ymm5, ymm5",
-            "vmulps ymm6, ymm10, ymm11", "vmulps ymm7, ymm10, ymm11", "vmulps ymm8, ymm10, ymm11", "vmulps ymm9, ymm10, ymm11",
-            "vfmadd231ps ymm12, ymm2, ymm6", "vfmadd231ps ymm13, ymm3, ymm7", "vfmadd231ps ymm14, ymm4, ymm8", "vfmadd231ps ymm15, ymm5, ymm9",
-            "vfmadd231ps ymm12, ymm10, ymm11", "vfmadd231ps ymm13, ymm10, ymm11", "vfmadd231ps ymm14, ymm10, ymm11", "vfmadd231ps ymm15, ymm10, ymm11",
-            "dec {n}", "jnz 2b",
-        n = inout(reg) reps => _,
-        out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-        out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-        out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-        options(nostack, readonly),
-    );
 }
 
 /// `reps` rounds of the mix with the activation quads broadcast from `x` and the weights loaded
@@ -188,12 +133,6 @@ fn main() {
     // A round is a sub-tile of 4 rows: 4 x 256 multiply-adds.
     let reps = OPS / 32;
     let macs = (reps * 4 * 256) as f64;
-    // SAFETY: as above.
-    let t = best(|| unsafe { mix_in_registers(reps) });
-    println!(
-        "kernel mix, operands in registers: {:.1} GMAC/s per core",
-        macs / t / 1e9
-    );
     // SAFETY: as above; the asm reads inside `w` and `x`.
     let t = best(|| unsafe { mix_from_l1(reps, &w, &x) });
     println!(
