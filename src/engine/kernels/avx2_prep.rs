@@ -30,7 +30,8 @@ pub(super) const HALF: usize = COLS / 2;
 pub fn widens(p: &Packed, rows: usize, vnni: bool) -> bool {
     match p.bits {
         4 => !vnni && rows >= WIDEN_4BIT_ROWS,
-        _ => p.widens() && !(vnni && rows <= 4),
+        5 | 6 => !(vnni && rows <= 4),
+        _ => false,
     }
 }
 

@@ -155,13 +155,6 @@ impl Packed {
         }
     }
 
-    /// Whether the AVX2 kernel takes this matrix widened to a byte per value, a group at a
-    /// time, in all but small AVX-VNNI calls (5 and 6 bits: `avx2_prep::widens`; 4 bits are
-    /// widened only in large calls).
-    pub fn widens(&self) -> bool {
-        matches!(self.bits, 5 | 6)
-    }
-
     /// The bits of `u` for type `t`.
     const fn bits_for(t: WeightType) -> u32 {
         match t {
