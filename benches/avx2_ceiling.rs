@@ -6,9 +6,12 @@
 //! 4-bit type) runs 8 `vpmaddubsw`, 7 `vpaddw`, a `vpmaddwd`, a conversion, a multiply and two
 //! FMAs: 256 multiply-adds. This bench runs exactly that mix for a sub-tile of 4 rows in a loop,
 //! with the activation quads broadcast from L1 and the weights loaded from L1 as the kernel
-//! does, and `vpmaddubsw` and `vpaddw` alone (their
-//! throughput gives the clock: 2 and 3 per cycle on recent Intel and AMD cores). One thread;
-//! multiply by the threads the kernels bench used. `cargo bench --bench avx2_ceiling`.
+//! does, and `vpmaddubsw` and `vpaddw` alone (their throughput gives the clock: 2 and 3 per
+//! cycle on recent Intel and AMD cores). Two variants bound what a change of scaling could
+//! gain: the sub-block scales applied in integers (activations with one scale per 256-value
+//! super-block, llama.cpp's Q8_K), and the products with their i16 sums and no scaling at all.
+//! One thread; multiply by the threads the kernels bench used. `cargo bench --bench
+//! avx2_ceiling`.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::asm;
@@ -44,14 +47,14 @@ unsafe fn alone(reps: u64, add: bool) {
     }
 }
 
-/// `reps` rounds of the mix with the activation quads broadcast from `x` and the weights loaded
-/// from `w`, as the kernel reads them.
+/// `reps` rounds of the products and i16 sums of a 4-row sub-tile (broadcasts from `x`,
+/// weights from `w`, as the kernel reads them), then the `$tail` instructions once per round.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn mix_from_l1(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
-    // SAFETY (of the asm): it reads only `w` and `x` (in bounds: offsets below 64 and 128) and
-    // writes only the registers it declares.
-    asm!(
+macro_rules! mix {
+    ($reps:expr, $w:expr, $x:expr, $($tail:literal),* $(,)?) => {
+        // SAFETY (of the asm): it reads only `w` and `x` (in bounds: offsets below 64 and 128)
+        // and writes only the registers it declares.
+        asm!(
             "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1", "vxorps ymm10, ymm10, ymm10",
             "vxorps ymm11, ymm11, ymm11", "vxorps ymm12, ymm12, ymm12", "vxorps ymm13, ymm13, ymm13",
             "vxorps ymm14, ymm14, ymm14", "vxorps ymm15, ymm15, ymm15",
@@ -90,17 +93,85 @@ unsafe fn mix_from_l1(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
             "vpbroadcastd ymm7, [{x} + 60]", "vpmaddubsw ymm7, ymm0, ymm7", "vpaddw ymm3, ymm3, ymm7",
             "vpbroadcastd ymm8, [{x} + 92]", "vpmaddubsw ymm8, ymm0, ymm8", "vpaddw ymm4, ymm4, ymm8",
             "vpbroadcastd ymm9, [{x} + 124]", "vpmaddubsw ymm9, ymm0, ymm9", "vpaddw ymm5, ymm5, ymm9",
-            "vpmaddwd ymm2, ymm2, ymm1", "vpmaddwd ymm3, ymm3, ymm1", "vpmaddwd ymm4, ymm4, ymm1", "vpmaddwd ymm5, ymm5, ymm1",
-            "vcvtdq2ps ymm2, ymm2", "vcvtdq2ps ymm3, ymm3", "vcvtdq2ps ymm4, ymm4", "vcvtdq2ps ymm5, ymm5",
-            "vmulps ymm6, ymm10, ymm11", "vmulps ymm7, ymm10, ymm11", "vmulps ymm8, ymm10, ymm11", "vmulps ymm9, ymm10, ymm11",
-            "vfmadd231ps ymm12, ymm2, ymm6", "vfmadd231ps ymm13, ymm3, ymm7", "vfmadd231ps ymm14, ymm4, ymm8", "vfmadd231ps ymm15, ymm5, ymm9",
-            "vfmadd231ps ymm12, ymm10, ymm11", "vfmadd231ps ymm13, ymm10, ymm11", "vfmadd231ps ymm14, ymm10, ymm11", "vfmadd231ps ymm15, ymm10, ymm11",
+            $($tail,)*
             "dec {n}", "jnz 2b",
-        n = inout(reg) reps => _, w = in(reg) w.as_ptr(), x = in(reg) x.as_ptr(),
-        out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-        out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-        out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
-        options(nostack, readonly),
+            n = inout(reg) $reps => _, w = in(reg) $w.as_ptr(), x = in(reg) $x.as_ptr(),
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _,
+            out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
+            out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _,
+            out("ymm15") _,
+            options(nostack, readonly),
+        )
+    };
+}
+
+/// `reps` rounds of the products and their i16 sums alone: the bound of any way of scaling
+/// them on this layout with `vpmaddubsw`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn products_only(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
+    mix!(reps, w, x,);
+}
+
+/// `reps` rounds of the kernel's mix per 32-value block: the products, then each row's sums
+/// widened (`vpmaddwd` by ones), converted, and scaled into f32 with `s * da` and `min * dsum`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mix_from_l1(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
+    mix!(
+        reps,
+        w,
+        x,
+        "vpmaddwd ymm2, ymm2, ymm1",
+        "vpmaddwd ymm3, ymm3, ymm1",
+        "vpmaddwd ymm4, ymm4, ymm1",
+        "vpmaddwd ymm5, ymm5, ymm1",
+        "vcvtdq2ps ymm2, ymm2",
+        "vcvtdq2ps ymm3, ymm3",
+        "vcvtdq2ps ymm4, ymm4",
+        "vcvtdq2ps ymm5, ymm5",
+        "vmulps ymm6, ymm10, ymm11",
+        "vmulps ymm7, ymm10, ymm11",
+        "vmulps ymm8, ymm10, ymm11",
+        "vmulps ymm9, ymm10, ymm11",
+        "vfmadd231ps ymm12, ymm2, ymm6",
+        "vfmadd231ps ymm13, ymm3, ymm7",
+        "vfmadd231ps ymm14, ymm4, ymm8",
+        "vfmadd231ps ymm15, ymm5, ymm9",
+        "vfmadd231ps ymm12, ymm10, ymm11",
+        "vfmadd231ps ymm13, ymm10, ymm11",
+        "vfmadd231ps ymm14, ymm10, ymm11",
+        "vfmadd231ps ymm15, ymm10, ymm11",
+    );
+}
+
+/// As `mix_from_l1`, with the K-quant sub-block scales applied in integers (activations with
+/// one scale per 256-value super-block, as llama.cpp's Q8_K): per block and row a `vpmaddwd`
+/// by the scales and a `vpaddd` into i32; the mins, two blocks per `vpmaddwd` (half a
+/// `vpmaddwd` and half a `vpaddd` per row); the conversion and two FMAs once per super-block of
+/// 8 blocks, given here as one conversion, one multiply and one FMA per round of 4 rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mix_int_scales(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
+    mix!(
+        reps,
+        w,
+        x,
+        "vpmaddwd ymm2, ymm2, ymm1",
+        "vpmaddwd ymm3, ymm3, ymm1",
+        "vpmaddwd ymm4, ymm4, ymm1",
+        "vpmaddwd ymm5, ymm5, ymm1",
+        "vpaddd ymm12, ymm12, ymm2",
+        "vpaddd ymm13, ymm13, ymm3",
+        "vpaddd ymm14, ymm14, ymm4",
+        "vpaddd ymm15, ymm15, ymm5",
+        "vpmaddwd ymm6, ymm1, ymm0",
+        "vpmaddwd ymm7, ymm1, ymm0",
+        "vpaddd ymm10, ymm10, ymm6",
+        "vpaddd ymm11, ymm11, ymm7",
+        "vcvtdq2ps ymm8, ymm12",
+        "vmulps ymm9, ymm8, ymm8",
+        "vfmadd231ps ymm6, ymm9, ymm8",
     );
 }
 
@@ -137,6 +208,18 @@ fn main() {
     let t = best(|| unsafe { mix_from_l1(reps, &w, &x) });
     println!(
         "kernel mix, broadcasts and weights from L1: {:.1} GMAC/s per core",
+        macs / t / 1e9
+    );
+    // SAFETY: as above.
+    let t = best(|| unsafe { mix_int_scales(reps, &w, &x) });
+    println!(
+        "the mix with integer super-block scales (Q8_K-style activations): {:.1} GMAC/s per core",
+        macs / t / 1e9
+    );
+    // SAFETY: as above.
+    let t = best(|| unsafe { products_only(reps, &w, &x) });
+    println!(
+        "the products and i16 sums alone (no scaling): {:.1} GMAC/s per core",
         macs / t / 1e9
     );
 }
