@@ -51,7 +51,7 @@ unsafe fn alone(reps: u64, add: bool) {
 /// weights from `w`, as the kernel reads them), then the `$tail` instructions once per round.
 #[cfg(target_arch = "x86_64")]
 macro_rules! mix {
-    ($reps:expr, $w:expr, $x:expr, $($tail:literal),* $(,)?) => {
+    ($reps:expr, $w:expr, $x:expr, $($tail:expr),* $(,)?) => {
         // SAFETY (of the asm): it reads only `w` and `x` (in bounds: offsets below 64 and 128)
         // and writes only the registers it declares.
         asm!(
@@ -105,6 +105,20 @@ macro_rules! mix {
     };
 }
 
+/// Each row's i16 sums widened into i32 pairs: `vpmaddwd` by ones (the kernel) or by the
+/// sub-block scales (integer scaling), one per row of the sub-tile.
+#[cfg(target_arch = "x86_64")]
+macro_rules! widen_sums {
+    () => {
+        concat!(
+            "vpmaddwd ymm2, ymm2, ymm1\n",
+            "vpmaddwd ymm3, ymm3, ymm1\n",
+            "vpmaddwd ymm4, ymm4, ymm1\n",
+            "vpmaddwd ymm5, ymm5, ymm1"
+        )
+    };
+}
+
 /// `reps` rounds of the products and their i16 sums alone: the bound of any way of scaling
 /// them on this layout with `vpmaddubsw`.
 #[cfg(target_arch = "x86_64")]
@@ -122,10 +136,7 @@ unsafe fn mix_from_l1(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
         reps,
         w,
         x,
-        "vpmaddwd ymm2, ymm2, ymm1",
-        "vpmaddwd ymm3, ymm3, ymm1",
-        "vpmaddwd ymm4, ymm4, ymm1",
-        "vpmaddwd ymm5, ymm5, ymm1",
+        widen_sums!(),
         "vcvtdq2ps ymm2, ymm2",
         "vcvtdq2ps ymm3, ymm3",
         "vcvtdq2ps ymm4, ymm4",
@@ -157,10 +168,7 @@ unsafe fn mix_int_scales(reps: u64, w: &[u8; 64], x: &[u8; 128]) {
         reps,
         w,
         x,
-        "vpmaddwd ymm2, ymm2, ymm1",
-        "vpmaddwd ymm3, ymm3, ymm1",
-        "vpmaddwd ymm4, ymm4, ymm1",
-        "vpmaddwd ymm5, ymm5, ymm1",
+        widen_sums!(),
         "vpaddd ymm12, ymm12, ymm2",
         "vpaddd ymm13, ymm13, ymm3",
         "vpaddd ymm14, ymm14, ymm4",
