@@ -212,24 +212,24 @@ fn main() {
     // A round is a sub-tile of 4 rows: 4 x 256 multiply-adds.
     let reps = OPS / 32;
     let macs = (reps * 4 * 256) as f64;
-    // SAFETY: as above; the asm reads inside `w` and `x`.
-    let t = best(|| unsafe { mix_from_l1(reps, &w, &x) });
-    println!(
-        "kernel mix, broadcasts and weights from L1: {:.1} GMAC/s per core",
-        macs / t / 1e9
-    );
-    // SAFETY: as above.
-    let t = best(|| unsafe { mix_int_scales(reps, &w, &x) });
-    println!(
-        "the mix with integer super-block scales (Q8_K-style activations): {:.1} GMAC/s per core",
-        macs / t / 1e9
-    );
-    // SAFETY: as above.
-    let t = best(|| unsafe { products_only(reps, &w, &x) });
-    println!(
-        "the products and i16 sums alone (no scaling): {:.1} GMAC/s per core",
-        macs / t / 1e9
-    );
+    /// A variant of the mix: its label and its loop.
+    type Mix = unsafe fn(u64, &[u8; 64], &[u8; 128]);
+    let mixes: [(&str, Mix); 3] = [
+        ("kernel mix, broadcasts and weights from L1", mix_from_l1),
+        (
+            "the mix with integer super-block scales (Q8_K-style activations)",
+            mix_int_scales,
+        ),
+        (
+            "the products and i16 sums alone (no scaling)",
+            products_only,
+        ),
+    ];
+    for (label, mix) in mixes {
+        // SAFETY: as above; each loop reads inside `w` and `x`.
+        let t = best(|| unsafe { mix(reps, &w, &x) });
+        println!("{label}: {:.1} GMAC/s per core", macs / t / 1e9);
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
