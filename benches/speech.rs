@@ -271,7 +271,7 @@ fn main() {
     if std::env::var_os("BENCH_KEEP_WAV").is_some() {
         println!("audio kept at {}", wav.display());
     }
-    let audio = pcm::decode(&wav_bytes, "bench.wav", 600).expect("decode");
+    let audio = pcm::decode(wav_bytes, "bench.wav", 600).expect("decode");
     let rt = common::runtime();
     let transcribe = || {
         rt.block_on(speech.transcribe(whisper.clone(), audio.clone(), opts()))

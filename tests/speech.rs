@@ -44,7 +44,7 @@ fn model_dir() -> PathBuf {
 #[tokio::test]
 async fn whisper_base_transcribes_espeak_speech() {
     let bytes = std::fs::read("tests/fixtures/speech/fox.wav").unwrap();
-    let audio = pcm::decode(&bytes, "fox.wav", 600).unwrap();
+    let audio = pcm::decode(bytes, "fox.wav", 600).unwrap();
     let speech = Arc::new(Speech::new(2));
     let opts = Options {
         task: Task::Transcribe,
@@ -103,7 +103,7 @@ async fn piper_speech_round_trips_through_whisper_in_wav_and_mp3() {
             .await
             .unwrap()
             .unwrap();
-        let audio = pcm::decode(&bytes, name, 600).unwrap();
+        let audio = pcm::decode(bytes.clone(), name, 600).unwrap();
         eprintln!(
             "{name}: {} bytes, {:.1}s audio in {:?}",
             bytes.len(),

@@ -304,18 +304,6 @@ fn canonical(form: &Form) -> Vec<u8> {
     serde_json::to_vec(&(&form.fields, &form.filename, file_sha)).unwrap_or_default()
 }
 
-fn audio_error(e: AudioError) -> ApiError {
-    match e {
-        AudioError::TooLong { limit_seconds } => bad("file", "audio_too_long", format!("The audio is longer than the limit of {limit_seconds} seconds ({} minutes).", limit_seconds / 60)),
-        AudioError::Empty => bad("file", "empty_audio", "The file holds no audio samples.".into()),
-        AudioError::Unsupported(m) => bad("file", "unsupported_audio_format", format!("The file is not audio this server can decode (wav, flac, mp3, ogg/vorbis, m4a/aac, webm/mkv): {m}.")),
-        AudioError::Corrupt(m) => bad("file", "invalid_audio", format!("The audio file is damaged: {m}.")),
-        AudioError::UnknownLanguage(l) => bad("language", "unsupported_language", format!("Unknown language `{l}`.")),
-        AudioError::Load(m) | AudioError::Unavailable(m) => ApiError::ModelUnavailable { model: "whisper".into(), detail: m },
-        AudioError::Inference(m) => ApiError::EngineFailed(m),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn handle(
     state: &AppState,
@@ -350,11 +338,20 @@ async fn handle(
     };
     let idempotency = paid::idempotency(headers, &canonical(&form), false, route, &payer)?;
     let Form { file, filename, .. } = form;
-    let audio =
-        tokio::task::spawn_blocking(move || pcm::decode(&file, &filename, MAX_AUDIO_SECONDS))
-            .await
-            .map_err(|e| ApiError::Internal(format!("decode task: {e}")))?
-            .map_err(audio_error)?;
+    let (speech, model_dir, prompt) = (
+        state.models.speech.clone(),
+        dir.clone(),
+        opts.prompt.clone(),
+    );
+    let audio = tokio::task::spawn_blocking(move || {
+        if let Some(p) = prompt {
+            speech.check_prompt(&model_dir, &p)?;
+        }
+        pcm::decode(file, &filename, MAX_AUDIO_SECONDS)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("decode task: {e}")))?
+    .map_err(|e| ApiError::from_audio(&entry.id, e))?;
     let audio_ms =
         (audio.samples.len() as u64 * 1000).div_ceil(crate::audio::mel::SAMPLE_RATE as u64);
     let billed_seconds = audio.billed_seconds();
@@ -372,8 +369,7 @@ async fn handle(
         speech
             .transcribe(dir, audio, opts)
             .await
-            .map_err(|_| "the speech worker stopped".to_string())?
-            .map_err(|e| e.to_string())
+            .unwrap_or_else(|_| Err(AudioError::Inference("the speech worker stopped".into())))
     };
     let request_id = rid.0.clone();
     let translate = task == Task::Translate;
@@ -384,7 +380,7 @@ async fn handle(
         request_id: rid.0,
         account: payer.account_id(),
         key: payer.key_id(),
-        model: entry.id,
+        model: entry.id.clone(),
         units,
         idempotency,
         started,
@@ -393,5 +389,6 @@ async fn handle(
     Ok(match state.paid.meter.run_units(req, work, render).await? {
         UnitsAdmission::Replay(stored) => transcript_format::respond(format, stored, true),
         UnitsAdmission::Done(_, stored) => transcript_format::respond(format, stored, false),
+        UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
     })
 }

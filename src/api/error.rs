@@ -6,9 +6,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::schema::{ErrorBody, ErrorObject};
-use crate::ledger::KeyLimitBreach;
+use crate::audio::AudioError;
+use crate::ledger::{KeyLimitBreach, LedgerError};
 use crate::metering::MeterError;
 use crate::money::Micros;
+
+/// `Retry-After` of a 503 `ledger_unavailable`, seconds: long enough for an operator's
+/// alert to matter, short enough that SDKs (which wait up to 60 s) retry rather than fail.
+pub const LEDGER_RETRY_AFTER_S: u64 = 5;
 
 /// One field that failed validation (422 `details.errors[]`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -88,8 +93,9 @@ pub enum ApiError {
     /// accepted uncompressed only.
     #[error("Request bodies must not be compressed: Content-Encoding `{0}` is not accepted.")]
     UnsupportedEncoding(String),
-    /// 503 `too_many_connections` with `Retry-After`: the server's connection cap is reached
-    /// (answered by the accept loop, before any request is read).
+    /// 503 `too_many_connections` with `Retry-After`: the server's connection cap, or the
+    /// client address's, is reached (answered by the accept loop after reading the request
+    /// head, `connections::refuse`).
     #[error("The server has too many open connections; retry shortly.")]
     TooManyConnections,
     /// 413 `file_too_large`, `param` `file`: an uploaded file over the limit (bytes).
@@ -115,6 +121,11 @@ pub enum ApiError {
     /// 502 `engine_error`: the model failed while generating. The caller is not charged.
     #[error("The model failed while generating; retry shortly.")]
     EngineFailed(String),
+    /// 503 `ledger_unavailable` with `Retry-After`: the ledger could not record the request
+    /// (disk full, I/O error, database unreachable); nothing was charged. The detail goes to
+    /// the log only.
+    #[error("The server cannot record requests right now (its ledger is unavailable); nothing was charged. Retry shortly.")]
+    LedgerUnavailable(String),
     /// 500 `internal_error`: our fault. The body carries the request id.
     #[error("The server had an error while processing your request.")]
     Internal(String),
@@ -153,6 +164,7 @@ impl ApiError {
             E::ModelNotAvailable { .. } => (StatusCode::NOT_FOUND, "not_found_error", "model_not_available", model()),
             E::ModelUnavailable { .. } => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
             E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
+            E::LedgerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "ledger_unavailable", None),
             E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
         }
     }
@@ -203,6 +215,7 @@ impl ApiError {
             let detail = match self {
                 ApiError::EngineFailed(d)
                 | ApiError::Internal(d)
+                | ApiError::LedgerUnavailable(d)
                 | ApiError::ModelUnavailable { detail: d, .. } => d.as_str(),
                 _ => "",
             };
@@ -234,9 +247,49 @@ impl From<MeterError> for ApiError {
             },
             MeterError::Overloaded(model) => Self::Overloaded(model),
             MeterError::EngineFailed(d) => Self::EngineFailed(d),
-            e @ (MeterError::Storage(_) | MeterError::NotRecorded(_) | MeterError::Internal(_)) => {
-                Self::Internal(e.to_string())
+            e @ (MeterError::Storage(_) | MeterError::NotRecorded(_)) => {
+                Self::LedgerUnavailable(e.to_string())
             }
+            e @ MeterError::Internal(_) => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<LedgerError> for ApiError {
+    /// A ledger read or write the database failed (disk full, I/O error, unreachable, pool
+    /// exhausted) is 503 `ledger_unavailable`; anything else reaching here is our fault (500).
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::Database(_) | LedgerError::Pool(_) => {
+                Self::LedgerUnavailable(e.to_string())
+            }
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl ApiError {
+    /// The answer to audio work on `model` that failed with `e`: 400 for what the client sent
+    /// (`param` names the field: `file`, `input`, `prompt`, `language`), 502 for a model that
+    /// could not load or run.
+    pub fn from_audio(model: &str, e: AudioError) -> Self {
+        let bad = |param: &str, code: &'static str, message: String| Self::BadRequest {
+            param: Some(param.into()),
+            code,
+            message,
+        };
+        match e {
+            AudioError::TooLong { limit_seconds } => bad("file", "audio_too_long", format!("The audio is longer than the limit of {limit_seconds} seconds ({} minutes).", limit_seconds / 60)),
+            AudioError::Empty => bad("file", "empty_audio", "The file holds no audio samples.".into()),
+            AudioError::Unsupported(m) => bad("file", "unsupported_audio_format", format!("The file is not audio this server can decode (wav, flac, mp3, ogg/vorbis, m4a/aac, webm/mkv): {m}.")),
+            AudioError::Corrupt(m) => bad("file", "invalid_audio", format!("The audio file is damaged: {m}.")),
+            AudioError::SampleRate { rate, min, max } => bad("file", "invalid_audio", format!("The audio's sample rate is {rate} Hz; this server decodes {min} to {max} Hz.")),
+            AudioError::NoSpeech => bad("input", "no_speakable_text", "The input has nothing to speak (no letters or digits the voice can read); nothing was charged.".into()),
+            AudioError::SpeechTooLong { seconds, limit_seconds } => bad("input", "input_too_long", format!("The input would take about {} minutes to say at this speed; one request may make at most {} minutes of speech. Split the text (or raise `speed`); nothing was charged.", seconds.div_ceil(60), limit_seconds / 60)),
+            AudioError::PromptTooLong { limit_tokens } => bad("prompt", "prompt_too_long", format!("The prompt is longer than {limit_tokens} tokens, the most the model reads.")),
+            AudioError::UnknownLanguage(l) => bad("language", "unsupported_language", format!("Unknown language `{l}`.")),
+            AudioError::Load(m) | AudioError::Unavailable(m) => Self::ModelUnavailable { model: model.to_owned(), detail: m },
+            AudioError::Inference(m) => Self::EngineFailed(m),
         }
     }
 }
@@ -255,6 +308,9 @@ impl IntoResponse for ApiError {
         match &self {
             ApiError::Overloaded(_) | ApiError::NoCapacity(_) | ApiError::TooManyConnections => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::LedgerUnavailable(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(LEDGER_RETRY_AFTER_S));
             }
             ApiError::Unauthenticated { .. } => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

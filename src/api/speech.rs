@@ -26,7 +26,7 @@ use super::schema::ErrorBody;
 use super::state::{AppState, RequestId, RequestModel};
 use crate::api::access::Payer;
 use crate::audio::encode::Container;
-use crate::audio::SpeechJob;
+use crate::audio::{AudioError, SpeechJob};
 use crate::billing::{self, PricedUnits};
 use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
 use crate::ledger::StoredResponse;
@@ -143,6 +143,11 @@ async fn handle(
             ),
         ));
     }
+    // Text with nothing to speak (emoji, symbols) is refused before money moves; the voice
+    // also refuses phonemes it has no ids for (`AudioError::NoSpeech`, after the hold, voided).
+    if !crate::audio::piper::phonemize::has_speech(&req.input) {
+        return Err(ApiError::from_audio(&entry.id, AudioError::NoSpeech));
+    }
     let weights = &state.models.weights_dir;
     let voice_path = weights.join(&entry.path);
     let runtime = weights.join(crate::audio::piper::RUNTIME_LIBRARY);
@@ -184,8 +189,7 @@ async fn handle(
         speech_worker
             .synthesize(job)
             .await
-            .map_err(|_| "the speech worker stopped".to_string())?
-            .map_err(|e| e.to_string())
+            .unwrap_or_else(|_| Err(AudioError::Inference("the speech worker stopped".into())))
     };
     let request_id = rid.0.clone();
     let render = move |cost: crate::money::Micros, audio: Vec<u8>| StoredResponse {
@@ -202,7 +206,7 @@ async fn handle(
         request_id: rid.0,
         account: payer.account_id(),
         key: payer.key_id(),
-        model: entry.id,
+        model: entry.id.clone(),
         units,
         idempotency,
         started,
@@ -211,5 +215,6 @@ async fn handle(
     Ok(match state.paid.meter.run_units(req, work, render).await? {
         UnitsAdmission::Replay(stored) => respond(stored, true),
         UnitsAdmission::Done(_, stored) => respond(stored, false),
+        UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
     })
 }

@@ -154,7 +154,7 @@ mod tests {
         for c in [Container::Mp3, Container::Wav] {
             let bytes = encode(&samples, 22_050, c).unwrap();
             let name = format!("x.{}", format!("{c:?}").to_lowercase());
-            let back = crate::audio::pcm::decode(&bytes, &name, 60).unwrap();
+            let back = crate::audio::pcm::decode(bytes, &name, 60).unwrap();
             let secs = back.seconds();
             assert!((secs - 1.0).abs() < 0.1, "{c:?}: {secs} s");
         }

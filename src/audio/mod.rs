@@ -144,6 +144,20 @@ impl Speech {
         Ok(m)
     }
 
+    /// Refuse a transcription `prompt` over `transcribe::MAX_PROMPT_TOKENS` tokens of the
+    /// Whisper model in `dir` (loaded here if it is not yet, as the transcription would). A
+    /// prompt too long whatever its tokens is refused without tokenizing it.
+    ///
+    /// # Errors
+    /// `PromptTooLong`; `Load`.
+    pub fn check_prompt(&self, dir: &Path, prompt: &str) -> Result<(), AudioError> {
+        let limit = whisper::transcribe::MAX_PROMPT_TOKENS;
+        self.whisper(dir)?
+            .vocab
+            .prompt_ids(prompt.trim(), limit)
+            .map(drop)
+    }
+
     /// Queue a transcription of `pcm` with the Whisper model in `dir`. Returns at once; the
     /// receiver resolves exactly once (a dropped worker reads as a closed channel). Jobs run one
     /// at a time, in order.

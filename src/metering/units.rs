@@ -1,6 +1,8 @@
 //! Unit-priced requests (speech): the same protocol as `Meter::admit` (module doc of
 //! `metering`), for work whose cost is known before it runs: seconds of decoded audio,
-//! characters of text. The hold is the exact charge; a failed run voids it.
+//! characters of text. The hold is the exact charge; a failed run voids it and hands the
+//! work's own error back, so the caller answers it (a 400 for input the work found unusable,
+//! a 502 for a failed model) knowing nothing was charged.
 
 use std::future::Future;
 use std::time::Instant;
@@ -30,12 +32,15 @@ pub struct PaidUnits {
     pub estimate_s: u64,
 }
 
-/// The result of `Meter::run_units`.
-pub enum UnitsAdmission {
+/// The result of `Meter::run_units` whose work fails with `E`.
+pub enum UnitsAdmission<E> {
     /// The key's request finished before: its stored response; nothing new is charged.
     Replay(StoredResponse),
     /// Ran and settled: the micros charged and the response stored with the charge.
     Done(Micros, StoredResponse),
+    /// The work failed with this error: the hold was voided (and the idempotency claim
+    /// released), nothing is charged.
+    Failed(E),
 }
 
 /// Token prices of a unit-priced request's `Metered`: none (its charge is `PricedUnits`).
@@ -52,17 +57,18 @@ impl Meter {
     ///
     /// # Errors
     /// `InsufficientBalance`, `IdempotencyInFlight`, `IdempotencyMismatch`, `Storage` (nothing
-    /// reserved); `EngineFailed` with `work`'s message (the hold is voided, nothing charged);
-    /// `NotRecorded`, `Internal`.
-    pub async fn run_units<T, W, R>(
+    /// reserved); `NotRecorded`, `Internal`. A failure of `work` itself is
+    /// `Ok(UnitsAdmission::Failed)`.
+    pub async fn run_units<T, E, W, R>(
         &self,
         req: PaidUnits,
         work: W,
         render: R,
-    ) -> Result<UnitsAdmission, MeterError>
+    ) -> Result<UnitsAdmission<E>, MeterError>
     where
         T: Send + 'static,
-        W: Future<Output = Result<T, String>> + Send + 'static,
+        E: Send + 'static,
+        W: Future<Output = Result<T, E>> + Send + 'static,
         R: FnOnce(Micros, T) -> StoredResponse + Send + 'static,
     {
         let me = self.clone();
@@ -71,14 +77,14 @@ impl Meter {
             .unwrap_or_else(|e| Err(MeterError::Internal(format!("admission task: {e}"))))
     }
 
-    async fn run_units_detached<T, W, R>(
+    async fn run_units_detached<T, E, W, R>(
         self,
         req: PaidUnits,
         work: W,
         render: R,
-    ) -> Result<UnitsAdmission, MeterError>
+    ) -> Result<UnitsAdmission<E>, MeterError>
     where
-        W: Future<Output = Result<T, String>>,
+        W: Future<Output = Result<T, E>>,
         R: FnOnce(Micros, T) -> StoredResponse,
     {
         let cost = req.units.cost;
@@ -110,9 +116,9 @@ impl Meter {
             units: Some(req.units),
         };
         match work.await {
-            Err(msg) => {
+            Err(e) => {
                 settle::void(&ctx, 0).await;
-                Err(MeterError::EngineFailed(msg))
+                Ok(UnitsAdmission::Failed(e))
             }
             Ok(out) => {
                 let response = render(cost, out);

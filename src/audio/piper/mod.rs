@@ -32,6 +32,15 @@ pub const RUNTIME_LIBRARY: &str = "onnxruntime/libonnxruntime.so";
 /// Silence between sentences, seconds (Piper's default `sentence_silence`).
 const SENTENCE_SILENCE_S: f32 = 0.2;
 
+/// Longest speech one request may make, seconds at the requested speed: 20 minutes, about
+/// four times what 4,096 characters of English take at speed 1.0. Checked from the phoneme
+/// count before the voice runs (`PHONEMES_PER_SECOND`), and on the samples as they come.
+pub const MAX_SPEECH_SECONDS: u32 = 1200;
+
+/// Phoneme ids (IPA characters, stress marks and spaces) a voice speaks per second at speed
+/// 1.0, for the estimate against `MAX_SPEECH_SECONDS`: joe-medium says 400 in 20 s.
+const PHONEMES_PER_SECOND: f32 = 20.0;
+
 /// Spawns ONNX Runtime's compute threads at lowered priority (see `audio`'s module doc).
 struct LowPriority;
 
@@ -181,21 +190,47 @@ impl Voice {
     }
 
     /// Speak `text` at `speed` (1.0 is the voice's own pace; 2.0 takes half the time), each
-    /// sentence one step of `pacer`.
-    /// Returns mono samples at `sample_rate`, each sentence scaled to peak 0.95.
+    /// piece of at most `phonemize::MAX_CHUNK_PHONEMES` phonemes one graph run and one step of
+    /// `pacer`, so peak memory does not grow with the text.
+    /// Returns mono samples at `sample_rate`, each piece scaled to peak 0.95.
     ///
     /// # Errors
-    /// `Unavailable` without `espeak-ng`; `Inference` when the graph fails.
+    /// `NoSpeech` when no piece has a phoneme the voice knows; `SpeechTooLong` past
+    /// `MAX_SPEECH_SECONDS` (estimated before any graph run); `Unavailable` without
+    /// `espeak-ng`; `Inference` when the graph fails.
     pub fn synthesize(
         &self,
         text: &str,
         speed: f32,
         pacer: &Pacer,
     ) -> Result<Vec<f32>, AudioError> {
-        let length_scale = self.length_scale / speed.max(0.01);
-        let silence = (SENTENCE_SILENCE_S * self.sample_rate as f32 / speed.max(0.01)) as usize;
+        let speed = speed.max(0.01);
+        let length_scale = self.length_scale / speed;
+        let silence = (SENTENCE_SILENCE_S * self.sample_rate as f32 / speed) as usize;
+        let pieces = phonemize::phonemize(text, &self.espeak_voice)?;
+        let phonemes = pieces
+            .iter()
+            .flat_map(|p| p.chars())
+            .filter(|c| self.ids.contains_key(c))
+            .count();
+        let estimated_s = phonemes as f32 / (PHONEMES_PER_SECOND * speed);
+        let too_long = |seconds: f32| AudioError::SpeechTooLong {
+            seconds: seconds.ceil() as u64,
+            limit_seconds: MAX_SPEECH_SECONDS,
+        };
+        if estimated_s > MAX_SPEECH_SECONDS as f32 {
+            return Err(too_long(estimated_s));
+        }
+        // The estimate is close (within 10% on English and CJK); this bounds what it misses.
+        let max_samples = (MAX_SPEECH_SECONDS as f32 * 1.5 * self.sample_rate as f32) as usize;
         let mut out = Vec::new();
-        for sentence in phonemize::phonemize(text, &self.espeak_voice)? {
+        for sentence in pieces {
+            if !sentence
+                .chars()
+                .any(|c| c.is_alphabetic() && self.ids.contains_key(&c))
+            {
+                continue;
+            }
             let ids = self.phoneme_ids(&sentence);
             let mut audio = pacer.step(|| self.run(ids, length_scale))?;
             let peak = audio.iter().fold(0.01f32, |m, s| m.max(s.abs()));
@@ -204,6 +239,12 @@ impl Voice {
                 out.resize(out.len() + silence, 0.0);
             }
             out.extend(audio);
+            if out.len() > max_samples {
+                return Err(too_long(out.len() as f32 / self.sample_rate as f32));
+            }
+        }
+        if out.is_empty() {
+            return Err(AudioError::NoSpeech);
         }
         Ok(out)
     }

@@ -13,8 +13,15 @@ use std::process::{Command, Stdio};
 use crate::audio::error::AudioError;
 
 /// Where a sentence is cut when it has no punctuation for this many characters (at the next
-/// space): bounds the model's input, whose attention is quadratic in its length.
+/// space), so one `espeak-ng` call reads a sentence-sized piece where the text has spaces.
 const MAX_SENTENCE_CHARS: usize = 400;
+
+/// Most phonemes (characters of `espeak-ng`'s IPA) in one voice-model run, about 13 s of
+/// speech. A run's memory grows with this length (measured: +100 MB at 200, +200 MB at 400,
+/// +410 MB at 800, which ONNX Runtime's arena then keeps for the next run), so it bounds a
+/// synthesis's peak memory whatever the text's script: one CJK character reads as about 15
+/// phonemes ("Chinese letter") and text without spaces is never cut by `MAX_SENTENCE_CHARS`.
+pub const MAX_CHUNK_PHONEMES: usize = 256;
 
 /// One clause of the input text and the punctuation that ended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +117,43 @@ pub fn clause_phonemes(text: &str, espeak_voice: &str) -> Result<String, AudioEr
         .join(" "))
 }
 
-/// The phoneme string of each sentence of `text`: each clause's phonemes, its punctuation, and
-/// a space between clauses (Piper's layout: `"həlˈoʊ, wˈɜːld."`).
+/// Whether `text` has anything to speak: a clause with a letter or digit (`sentences` drops
+/// the rest, such as emoji and punctuation). Cheap: no `espeak-ng` call.
+pub fn has_speech(text: &str) -> bool {
+    !sentences(text).is_empty()
+}
+
+/// `phonemes` cut into pieces of at most `max` characters: at the last space (a word boundary
+/// in `espeak-ng`'s IPA) that leaves a piece of at least half of `max`, else exactly at `max`.
+/// Pieces are trimmed; empty ones dropped. A cut piece ends with `.` so the voice closes it
+/// as it closes a sentence.
+pub fn chunks(phonemes: &str, max: usize) -> Vec<String> {
+    let max = max.max(2);
+    let chars: Vec<char> = phonemes.chars().collect();
+    let mut out = Vec::new();
+    let mut rest = &chars[..];
+    while rest.len() > max {
+        let cut = rest[max / 2..max]
+            .iter()
+            .rposition(|c| *c == ' ')
+            .map_or(max - 1, |i| max / 2 + i);
+        let piece: String = rest[..cut].iter().collect();
+        let piece = piece.trim();
+        if !piece.is_empty() {
+            out.push(format!("{piece}."));
+        }
+        rest = &rest[cut..];
+    }
+    let last: String = rest.iter().collect();
+    if !last.trim().is_empty() {
+        out.push(last.trim().to_owned());
+    }
+    out
+}
+
+/// The phoneme strings of `text`, one per voice-model run: each sentence's clauses as
+/// phonemes, each followed by its punctuation and a space (Piper's layout: `"həlˈoʊ,
+/// wˈɜːld."`), a sentence longer than `MAX_CHUNK_PHONEMES` cut by `chunks`.
 ///
 /// # Errors
 /// As `clause_phonemes`.
@@ -127,9 +169,7 @@ pub fn phonemize(text: &str, espeak_voice: &str) -> Result<Vec<String>, AudioErr
             // A cut without punctuation reads as the end of a sentence.
             s.push(clause.end.unwrap_or('.'));
         }
-        if !s.trim().is_empty() {
-            out.push(s);
-        }
+        out.extend(chunks(&s, MAX_CHUNK_PHONEMES));
     }
     Ok(out)
 }
@@ -168,6 +208,44 @@ mod tests {
     fn punctuation_only_and_empty_text_have_no_sentences() {
         assert!(sentences("").is_empty());
         assert!(sentences(" ... !? ").is_empty());
+    }
+
+    #[test]
+    fn emoji_and_punctuation_alone_have_no_speech() {
+        assert!(!has_speech("😀😀😀"));
+        assert!(!has_speech(" ... !? "));
+        assert!(has_speech("😀 ok"));
+        assert!(has_speech("中"));
+    }
+
+    #[test]
+    fn phonemes_are_cut_at_word_boundaries_and_hard_without_spaces() {
+        // Words of 7 phonemes: every piece is cut at a space, between half of and `max`.
+        let words = "tʃˈaɪnz ".repeat(200);
+        let got = chunks(&words, 100);
+        assert!(got.len() >= 16, "{} pieces", got.len());
+        for p in &got {
+            let n = p.chars().count();
+            assert!(n <= 100 && !p.starts_with(' '), "{n}: {p:?}");
+        }
+        let joined: String = got.concat();
+        assert_eq!(
+            joined.chars().filter(|c| *c == 'ʃ').count(),
+            200,
+            "nothing is lost"
+        );
+        // No space at all: exact cuts, every phoneme kept.
+        let solid = "a".repeat(1000);
+        let got = chunks(&solid, 100);
+        assert_eq!(got.len(), 11);
+        assert!(got.iter().all(|p| p.chars().count() <= 100));
+        assert_eq!(
+            got.iter().map(|p| p.matches('a').count()).sum::<usize>(),
+            1000
+        );
+        // Short input: one piece, as it was.
+        assert_eq!(chunks("həlˈoʊ, wˈɜːld.", 100), ["həlˈoʊ, wˈɜːld."]);
+        assert!(chunks("   ", 100).is_empty());
     }
 
     #[test]

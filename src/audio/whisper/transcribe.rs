@@ -32,6 +32,10 @@ const MAX_INITIAL_TIMESTAMP: u32 = 50;
 const COMPRESSION_RATIO_THRESHOLD: f64 = 2.4;
 const LOGPROB_THRESHOLD: f64 = -1.0;
 const NO_SPEECH_THRESHOLD: f64 = 0.6;
+/// Most tokens of a `prompt` (OpenAI's documented limit for Whisper: the model reads the
+/// last `text_ctx / 2 - 1` = 223 of them after `<|startofprev|>`). A longer prompt is refused
+/// with `PromptTooLong`, before any audio is decoded.
+pub const MAX_PROMPT_TOKENS: usize = 224;
 
 /// What to do with the speech.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +52,8 @@ pub struct Options {
     pub task: Task,
     /// Language code (`en`); `None` detects it from the first window.
     pub language: Option<String>,
-    /// Text that precedes the audio (names, spelling, style), as `<|startofprev|>` context.
+    /// Text that precedes the audio (names, spelling, style), as `<|startofprev|>` context;
+    /// at most `MAX_PROMPT_TOKENS` tokens.
     pub prompt: Option<String>,
     /// First sampling temperature (0 = greedy); the fallback climbs from here by 0.2 to 1.0.
     pub temperature: f64,
@@ -313,7 +318,7 @@ impl Transcriber<'_> {
         };
         let head = [v.sot, lang_token, task];
         let mut previous: Vec<u32> = match opts.prompt.as_deref().map(str::trim) {
-            Some(p) if !p.is_empty() => v.encode(&format!(" {p}")),
+            Some(p) if !p.is_empty() => v.prompt_ids(p, MAX_PROMPT_TOKENS)?,
             _ => Vec::new(),
         };
         let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);

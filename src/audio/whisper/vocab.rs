@@ -26,6 +26,9 @@ pub struct Vocab {
     pub suppress_begin: Vec<u32>,
     /// (code, token) of every language the model knows.
     pub languages: Vec<(String, u32)>,
+    /// Characters of the longest token (byte-level BPE: one character per byte), so a text
+    /// of more than `n` x this many bytes surely has more than `n` tokens.
+    longest_token: usize,
 }
 
 #[derive(Deserialize)]
@@ -64,7 +67,15 @@ impl Vocab {
                     .map(|t| (c.to_string(), t))
             })
             .collect();
+        let longest_token = tokenizer
+            .get_vocab(true)
+            .keys()
+            .map(|t| t.chars().count())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Ok(Self {
+            longest_token,
             eot: id("<|endoftext|>")?,
             sot: id("<|startoftranscript|>")?,
             sot_prev: id("<|startofprev|>")?,
@@ -91,6 +102,27 @@ impl Vocab {
     /// Text of `ids` (text tokens only; special tokens are skipped).
     pub fn decode(&self, ids: &[u32]) -> String {
         self.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+
+    /// The ids of a `prompt` as the transcription reads it (after a space), if there are at
+    /// most `limit` of them. A prompt too long to fit whatever its tokens is refused by its
+    /// length alone, so a huge prompt costs no tokenization.
+    ///
+    /// # Errors
+    /// `PromptTooLong`.
+    pub fn prompt_ids(&self, prompt: &str, limit: usize) -> Result<Vec<u32>, AudioError> {
+        let too_long = AudioError::PromptTooLong {
+            limit_tokens: limit,
+        };
+        // The leading space is one more byte, and may make one more token.
+        if prompt.len() > limit.saturating_mul(self.longest_token) {
+            return Err(too_long);
+        }
+        let ids = self.encode(&format!(" {prompt}"));
+        if ids.len() > limit {
+            return Err(too_long);
+        }
+        Ok(ids)
     }
 
     /// Token ids of `text`, without special tokens.
