@@ -1,8 +1,8 @@
 //! A full disk under load, with the deterministic FAKE engine (no model runs here): the
 //! ledger is capped at its size mid-load (`Ledger::cap_pages`, SQLite's `max_page_count`, the
 //! same `SQLITE_FULL` a full disk gives), then given room again without a restart.
-//! While full, requests fail with a clear 500 (`api_error`, `request_id`) and nothing is
-//! charged for them; afterwards no hold is left, `ledger check` passes, and every charge
+//! While full, requests fail with a clear 503 (`api_error`, `ledger_unavailable`,
+//! `Retry-After`, `request_id`) and nothing is charged for them; afterwards no hold is left, `ledger check` passes, and every charge
 //! belongs to a request that was answered 200.
 
 mod common;
@@ -16,7 +16,7 @@ use tollgate::ledger::UsageStatus;
 const CHAT: &str = "/v1/chat/completions";
 
 /// Sends requests for `run_for` (every third with its own `Idempotency-Key`); returns the
-/// request ids answered 200, the number of 500s, and the (key, body) of keyed 500s.
+/// request ids answered 200, the number of 503s, and the (key, body) of keyed 503s.
 async fn load(
     s: &TestServer,
     worker: usize,
@@ -42,8 +42,10 @@ async fn load(
         let (status, h, v) = s.post(CHAT, &body, &headers).await;
         match status {
             200 => ok.push(v["service"]["request_id"].as_str().unwrap().to_owned()),
-            500 => {
+            503 => {
                 assert_eq!(v["error"]["type"], "api_error", "{v}");
+                assert_eq!(v["error"]["code"], "ledger_unavailable", "{v}");
+                assert_eq!(h["retry-after"], "5", "{v}");
                 let rid = v["error"]["request_id"].as_str().unwrap();
                 assert_eq!(h["x-request-id"], rid, "the body names the request");
                 failed += 1;

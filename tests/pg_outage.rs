@@ -1,8 +1,9 @@
 //! A PostgreSQL outage under a running replica: the real `tollgate serve` binary (FAKE engine,
 //! no model) reaches its ledger through a TCP relay in this test, which can cut every
 //! connection and refuse new ones (the database or the network is gone) and then let them
-//! through again. Checked: during the outage requests fail as 500 `api_error` (retry with
-//! backoff; never 401 or 402, which would tell a client its key or balance is bad) and nothing
+//! through again. Checked: during the outage requests fail as 503 `api_error`
+//! `ledger_unavailable` with `Retry-After` (never 401 or 402, which would tell a client its key
+//! or balance is bad) and nothing
 //! is charged; a stream cut mid-generation is not charged and its hold is released once the
 //! database is back; the server serves again without a restart, and the books balance.
 
@@ -89,7 +90,7 @@ async fn chat(port: u16, key: &str, extra: &str) -> (u16, Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outage_fails_requests_as_500_charges_nothing_and_the_server_recovers() {
+async fn an_outage_fails_requests_as_503_charges_nothing_and_the_server_recovers() {
     let db = tollgate::ledger::testdb::fresh_database().unwrap();
     let ledger = Ledger::open(Path::new(&db)).unwrap();
     let (pg_port, _) = via_port(&db, 0);
@@ -134,15 +135,16 @@ async fn an_outage_fails_requests_as_500_charges_nothing_and_the_server_recovers
     stream.chunk().await.unwrap().expect("the stream started");
     relay.cut();
 
-    // The outage: a key used before and one never used both get 500 api_error, promptly.
+    // The outage: a key used before and one never used both get 503 ledger_unavailable,
+    // promptly.
     // (The key-change watch goes through the relay too; its loss purges the key cache, so
     // both are looked up, and the lookup fails.)
     for k in [&key, &unseen] {
         let t = Instant::now();
         let (st, v) = chat(port, k, r#""max_tokens":4"#).await;
         assert_eq!(
-            (st, v["error"]["type"].as_str()),
-            (500, Some("api_error")),
+            (st, v["error"]["type"].as_str(), v["error"]["code"].as_str()),
+            (503, Some("api_error"), Some("ledger_unavailable")),
             "{v}"
         );
         assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());

@@ -100,9 +100,7 @@ fn client_ip(req: &axum::extract::Request) -> IpAddr {
 pub async fn authenticate_payer(state: &Accounts, headers: &HeaderMap) -> Result<Payer, ApiError> {
     if !headers.contains_key(axum::http::header::AUTHORIZATION) {
         if let Some(value) = session::cookie(headers).filter(|_| session::same_site(headers)) {
-            let found = session::resolve(state, value)
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            let found = session::resolve(state, value).await?;
             if let Some(s) = found {
                 return Ok(Payer::Session(s));
             }
@@ -114,7 +112,8 @@ pub async fn authenticate_payer(state: &Accounts, headers: &HeaderMap) -> Result
 /// Authenticate the request's bearer key (blocking lookups run on the blocking pool).
 ///
 /// # Errors
-/// 401 `Unauthenticated` with the contract's codes; 500 on ledger failure.
+/// 401 `Unauthenticated` with the contract's codes; 503 `ledger_unavailable` when the ledger
+/// cannot be read.
 pub async fn authenticate(
     state: &Accounts,
     headers: &HeaderMap,
@@ -132,7 +131,7 @@ pub async fn authenticate(
         .await
         .map_err(|e| ApiError::Internal(format!("auth task: {e}")))?;
     result.map_err(|e| match e {
-        AuthError::Ledger(l) => ApiError::Internal(l.to_string()),
+        AuthError::Ledger(l) => l.into(),
         other => unauthenticated(&other),
     })
 }
