@@ -274,6 +274,11 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
             message: format!("The messages cannot be rendered with the model's chat template: {t}"),
         },
         (e @ EngineError::NoRoom { .. }, _) => ApiError::NoCapacity(e.to_string()),
+        (EngineError::PromptTooLong { limit, counted }, _) => ApiError::BadRequest {
+            param: Some("messages".into()),
+            code: "context_length_exceeded",
+            message: format!("This model's maximum context length is {} tokens. However, your messages have more than {limit} tokens (counting stopped at {counted}). Please reduce the length of the messages.", limit + 1),
+        },
         (EngineError::Grammar(g), _) => ApiError::BadRequest {
             param: Some(grammar_param.into()),
             code: "unsupported_grammar",

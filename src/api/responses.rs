@@ -107,8 +107,7 @@ pub async fn delete(
         let (ledger, account, key) = (st.accounts.ledger.clone(), payer.account_id(), id.clone());
         let deleted = ledger
             .run(move |l| l.delete_response(&key, account))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+            .await?;
         if !deleted {
             return Err(ApiError::ResponseNotFound { id, param: None });
         }
@@ -132,8 +131,7 @@ async fn stored(
     let (ledger, key) = (state.accounts.ledger.clone(), id.to_owned());
     ledger
         .run(move |l| l.response(&key, account))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .await?
         .ok_or_else(|| ApiError::ResponseNotFound {
             id: id.to_owned(),
             param,
@@ -182,7 +180,15 @@ async fn handle(
             message: format!("The model `{}` does not read images.", req.chat.model),
         });
     }
-    let prompt = paid::prepare(state, &req.chat.model, &req.chat.input).await?;
+    let prompt = paid::prepare(state, &req.chat.model, &req.chat.input)
+        .await
+        .map_err(|e| match e {
+            ApiError::BadRequest {
+                code: "context_length_exceeded",
+                ..
+            } => renamed(e),
+            other => other,
+        })?;
     let max_new_tokens = paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(renamed)?;
     let ResponsesRequest {
         chat,

@@ -254,9 +254,11 @@ impl CandleEngine {
     }
 }
 
-/// The prompt ids of `input` for the loaded model `f` (`prompt::prompt_ids`).
+/// The prompt ids of `input` for the loaded model `f` (`prompt::prompt_ids`), if they leave
+/// room for at least one generated token in its context.
 fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
-    super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input)
+    let limit = f.context_length.saturating_sub(1);
+    super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, limit)
 }
 
 /// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
@@ -386,7 +388,10 @@ impl Engine for CandleEngine {
 
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
         let (_, f) = self.front(model)?;
-        prompt_ids(&f, input).ok().map(|ids| ids.len())
+        // A count, not a prompt to run: past the context too (the estimate says by how much).
+        super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, usize::MAX)
+            .ok()
+            .map(|ids| ids.len())
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError> {

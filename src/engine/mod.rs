@@ -170,6 +170,10 @@ pub enum EngineError {
     Template(String),
     #[error("failed to tokenize: {0}")]
     Tokenize(String),
+    /// The prompt has more than `limit` tokens (the model's context less one); the count
+    /// stopped at `counted`.
+    #[error("the prompt has more than {limit} tokens (at least {counted})")]
+    PromptTooLong { limit: usize, counted: usize },
     #[error("the output constraint does not compile: {0}")]
     Grammar(String),
     #[error("failed to load model `{model}`: {message}")]
@@ -189,7 +193,8 @@ pub trait Engine: Send + Sync + 'static {
     /// CPU-bound (milliseconds): call from a blocking task.
     ///
     /// # Errors
-    /// `ModelNotLoaded`, `Template`, `Tokenize`, `Grammar`.
+    /// `ModelNotLoaded`, `Template`, `PromptTooLong` (at least the model's context: refused
+    /// before the rest is tokenized), `Tokenize`, `Grammar`.
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError>;
     /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is
     /// loaded now: never loads a model and does not count as a use (for cost estimates).

@@ -14,19 +14,22 @@ use super::chat::ChatInput;
 use super::gguf::GgufFile;
 use super::store::TensorStore;
 use super::template::ChatTemplate;
-use super::tokenizer::ModelTokenizer;
+use super::tokenizer::{EncodeError, ModelTokenizer};
 use super::tools::ToolFormat;
 use super::EngineError;
 
-/// The prompt ids of `input` for model `id` (its catalogue id chooses the tool-call format).
+/// The prompt ids of `input` for model `id` (its catalogue id chooses the tool-call format),
+/// if there are at most `limit` of them (BOS included): a longer prompt is refused after
+/// tokenizing about `limit` tokens of it (`ModelTokenizer::encode_within`).
 ///
 /// # Errors
-/// `Template` (the template refuses the messages), `Tokenize`.
+/// `Template` (the template refuses the messages), `PromptTooLong`, `Tokenize`.
 pub fn prompt_ids(
     id: &str,
     tokenizer: &ModelTokenizer,
     template: &ChatTemplate,
     input: &ChatInput,
+    limit: usize,
 ) -> Result<Vec<u32>, EngineError> {
     let format = ToolFormat::for_model(id);
     let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
@@ -37,13 +40,25 @@ pub fn prompt_ids(
         template.render(&folded, &[], bos, eos)
     }
     .map_err(EngineError::Template)?;
-    let mut ids = tokenizer
-        .encode(&text)
-        .map_err(|e| EngineError::Tokenize(e.to_string()))?;
-    if let Some(bos) = tokenizer.bos_id.filter(|_| tokenizer.add_bos) {
+    let bos = tokenizer.bos_id.filter(|_| tokenizer.add_bos);
+    let room = limit.saturating_sub(usize::from(bos.is_some()));
+    let mut ids = tokenizer.encode_within(&text, room).map_err(|e| match e {
+        EncodeError::TooLong { counted, .. } => EngineError::PromptTooLong {
+            limit,
+            counted: counted + usize::from(bos.is_some()),
+        },
+        EncodeError::Failed(m) => EngineError::Tokenize(m),
+    })?;
+    if let Some(bos) = bos {
         if ids.first() != Some(&bos) {
             ids.insert(0, bos);
         }
+    }
+    if ids.len() > limit {
+        return Err(EngineError::PromptTooLong {
+            limit,
+            counted: ids.len(),
+        });
     }
     Ok(ids)
 }
@@ -81,11 +96,12 @@ impl PromptFormat {
         Self::of_gguf(&GgufFile::open(path, &Device::Cpu)?, builtin)
     }
 
-    /// The prompt ids of `input` for model `id`, as the engine builds them.
+    /// The prompt ids of `input` for model `id`, as the engine builds them, if at most
+    /// `limit`.
     ///
     /// # Errors
     /// As [`prompt_ids`].
-    pub fn ids(&self, id: &str, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
-        prompt_ids(id, &self.tokenizer, &self.template, input)
+    pub fn ids(&self, id: &str, input: &ChatInput, limit: usize) -> Result<Vec<u32>, EngineError> {
+        prompt_ids(id, &self.tokenizer, &self.template, input, limit)
     }
 }

@@ -47,6 +47,48 @@ pub struct ModelTokenizer {
     pub token_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
 }
 
+/// Bytes of text `ModelTokenizer::encode_within` tokenizes at a time while counting.
+pub const COUNT_PIECE_BYTES: usize = 16 * 1024;
+
+/// Why `ModelTokenizer::encode_within` gave no ids.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// More than `limit` tokens; `counted` of them were counted before the pass stopped.
+    #[error("more than {limit} tokens (at least {counted})")]
+    TooLong { limit: usize, counted: usize },
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// `text` in consecutive pieces of about `size` bytes, each cut just before a whitespace
+/// character within 1 KiB after `size` (else at the next character boundary), so a cut
+/// rarely splits a word. The pieces join back to `text`.
+fn pieces_before_whitespace(text: &str, size: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        if rest.len() <= size {
+            return Some(std::mem::take(&mut rest));
+        }
+        let mut cut = size;
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        if let Some((i, _)) = rest[cut..]
+            .char_indices()
+            .take_while(|(i, _)| *i < 1024)
+            .find(|(_, c)| c.is_whitespace())
+        {
+            cut += i;
+        }
+        let (piece, tail) = rest.split_at(cut.max(1));
+        rest = tail;
+        Some(piece)
+    })
+}
+
 /// End-of-turn markers of common chat formats; those present in a vocabulary stop generation.
 pub(crate) const END_OF_TURN: [&str; 6] = [
     "<|im_end|>",
@@ -174,6 +216,53 @@ impl ModelTokenizer {
             .encode(text, false)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// Encode `text` as `encode` does, but only if it has at most `limit` tokens: a longer
+    /// text is counted a piece at a time and refused as soon as its count is clearly over, so
+    /// an over-long prompt costs the tokenization of what fits (about `limit` tokens), not of
+    /// everything that was sent, and never holds the whole text's encoding (which `tokenizers`
+    /// keeps with offsets and alignments, tens of bytes a character).
+    ///
+    /// The counting pass cuts the text before whitespace into pieces of about
+    /// `COUNT_PIECE_BYTES`; a cut can change the count near it (a merge across it is lost, a
+    /// SentencePiece prefix added), so the pass refuses only above `limit` plus a margin
+    /// (1/8 of `limit` and 2 per piece) and otherwise the whole text is encoded exactly.
+    ///
+    /// # Errors
+    /// `TooLong` (with the count so far, less the margin: a lower bound in practice);
+    /// `Failed` as `encode`.
+    pub fn encode_within(&self, text: &str, limit: usize) -> Result<Vec<u32>, EncodeError> {
+        let count = |piece: &str| {
+            self.tokenizer
+                .encode(piece, false)
+                .map(|e| e.len())
+                .map_err(|e| EncodeError::Failed(e.to_string()))
+        };
+        let margin = |pieces: usize| limit / 8 + 2 * pieces;
+        if text.len() > COUNT_PIECE_BYTES {
+            let (mut counted, mut pieces) = (0usize, 0usize);
+            for piece in pieces_before_whitespace(text, COUNT_PIECE_BYTES) {
+                counted += count(piece)?;
+                pieces += 1;
+                if counted > limit.saturating_add(margin(pieces)) {
+                    return Err(EncodeError::TooLong {
+                        limit,
+                        counted: counted - margin(pieces),
+                    });
+                }
+            }
+        }
+        let ids = self
+            .encode(text)
+            .map_err(|e| EncodeError::Failed(e.to_string()))?;
+        if ids.len() > limit {
+            return Err(EncodeError::TooLong {
+                limit,
+                counted: ids.len(),
+            });
+        }
+        Ok(ids)
     }
 
     /// Encode text that continues other text (no SentencePiece space prefix, no special
@@ -465,6 +554,54 @@ mod tests {
     #[test]
     fn gemma3_ids_match_the_reference_tokenizer() {
         check("gemma-3-270m-q4_k_m.gguf", "gemma3");
+    }
+
+    #[test]
+    fn encode_within_is_exact_at_the_limit_and_stops_early_past_it() {
+        for file in [
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+        ] {
+            let tok = load(file);
+            let words = [
+                "ledger",
+                "hold",
+                " settle",
+                "micros",
+                "日本語",
+                "prefill,",
+                "KV\n",
+            ];
+            let text: String = (0..12_000)
+                .map(|i| words[i % 7])
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(text.len() > 4 * COUNT_PIECE_BYTES, "the counting pass runs");
+            let exact = tok.encode(&text).unwrap();
+            let n = exact.len();
+            assert_eq!(tok.encode_within(&text, n).unwrap(), exact, "{file}");
+            assert_eq!(tok.encode_within(&text, n * 2).unwrap(), exact, "{file}");
+            assert!(
+                matches!(tok.encode_within(&text, n - 1), Err(EncodeError::TooLong { limit, .. }) if limit == n - 1),
+                "{file}"
+            );
+            // Far over: refused after about the limit's worth of pieces, with a count that
+            // does not overstate the text.
+            let Err(EncodeError::TooLong { counted, .. }) = tok.encode_within(&text, 100) else {
+                panic!("{file}: not refused")
+            };
+            assert!((100..n).contains(&counted), "{file}: {counted} of {n}");
+        }
+    }
+
+    #[test]
+    fn pieces_cut_before_whitespace_and_join_back() {
+        let text = format!("{} {}", "ab ".repeat(10_000), "中".repeat(20_000));
+        let pieces: Vec<&str> = pieces_before_whitespace(&text, 1000).collect();
+        assert_eq!(pieces.concat(), text);
+        assert!(pieces.iter().all(|p| p.len() <= 1000 + 1024 + 3));
+        // Where the text has spaces, every later piece starts with one.
+        assert!(pieces[1..20].iter().all(|p| p.starts_with(' ')));
     }
 
     #[test]

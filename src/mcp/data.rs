@@ -96,7 +96,7 @@ impl McpData {
             let format = PromptFormat::open(&path, m.chat_template.as_deref()).ok()?;
             Some((format!("gguf:{name}"), format))
         })?;
-        let ids = f.1.ids(&m.id, input).ok()?;
+        let ids = f.1.ids(&m.id, input, usize::MAX).ok()?;
         Some((f.0.clone(), ids.len()))
     }
 
