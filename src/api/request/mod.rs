@@ -8,9 +8,14 @@
 //! top level and inside messages. Inside a message, fields OpenAI does not define (client
 //! metadata such as `provider_specific_fields`) are ignored; the top level stays strict.
 //!
+//! Before the field checks, `bounds` refuses more tools, or larger or deeper schemas, than a
+//! request may have (400 naming the field), so nothing oversized is cloned or compiled.
+//!
 //! Submodules: `messages` (the conversation), `tools` (`tools`, `tool_choice`,
-//! `parallel_tool_calls`, `response_format`).
+//! `parallel_tool_calls`, `response_format`), `bounds` (the size limits of tools, schemas and
+//! metadata).
 
+pub mod bounds;
 mod messages;
 mod response_items;
 pub mod responses;
@@ -75,6 +80,7 @@ pub struct ChatRequest {
 /// `InvalidJson`, `UnsupportedParameter`, `Validation`.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let obj = validator::top_level(body, &ACCEPTED_PARAMETERS)?;
+    bounds::check_chat(&obj)?;
     let mut v = Validator {
         obj: &obj,
         errors: Vec::new(),

@@ -158,7 +158,10 @@ fn chat_fields<'a>(get: &impl Fn(&str) -> Option<&'a Value>) -> Result<ChatField
         }
     }
     let tools = match get("tools") {
-        Some(Value::Array(list)) => list.clone(),
+        Some(Value::Array(list)) => {
+            super::bounds::tool_count(list.len())?;
+            list.clone()
+        }
         Some(_) => return Err(invalid("tools", "must be an array")),
         None => Vec::new(),
     };
@@ -193,16 +196,7 @@ fn echo<'a>(
             Some(_) => Err(invalid(k, "must be a string")),
         }
     };
-    let metadata = match get("metadata") {
-        None => Map::new(),
-        Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => m.clone(),
-        Some(_) => {
-            return Err(invalid(
-                "metadata",
-                "must be an object of at most 16 string values",
-            ))
-        }
-    };
+    let metadata = super::bounds::metadata(get("metadata"))?;
     let store = match get("store") {
         None => true,
         Some(Value::Bool(b)) => *b,
