@@ -1,6 +1,7 @@
 //! Slow, huge and hostile traffic against the HTTP layer, on the deterministic FAKE engine (no
 //! model runs; only the server's limits are under test): header and body timeouts, idle
-//! keep-alive connections, the connection cap, authentication before the body, request-size
+//! keep-alive connections, the first-request time, the connection caps (global and per
+//! address), authentication before the body, request-size
 //! limits, repeated headers, compressed bodies, and extreme numbers. Raw TCP where the test
 //! needs to misbehave below HTTP clients.
 
@@ -164,6 +165,39 @@ async fn request_size_limits_name_the_field() {
     let body = format!(r#"{{"model":"fake-model","input":[{input}]}}"#);
     let (status, _, b) = s.post("/v1/responses", &body, &[]).await;
     assert_eq!((status, &b["error"]["param"]), (400, &Value::from("input")));
+    // Tools, schemas and metadata past OpenAI's limits: 400 naming the field, on both APIs.
+    let tool = r#"{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}"#;
+    let tools = vec![tool; 129].join(",");
+    let body = format!(
+        r#"{{"model":"fake-model","messages":[{{"role":"user","content":"hi"}}],"tools":[{tools}]}}"#
+    );
+    let (status, _, b) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"], &b["error"]["param"]),
+        (400, &Value::from("too_many_tools"), &Value::from("tools"))
+    );
+    let tools =
+        vec![r#"{"type":"function","name":"f","parameters":{"type":"object"}}"#; 10_000].join(",");
+    let body = format!(r#"{{"model":"fake-model","input":"hi","tools":[{tools}]}}"#);
+    let (status, _, b) = s.post("/v1/responses", &body, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (400, &Value::from("too_many_tools"))
+    );
+    let metadata: Vec<String> = (0..17).map(|i| format!(r#""k{i}":"v""#)).collect();
+    let body = format!(
+        r#"{{"model":"fake-model","input":"hi","metadata":{{{}}}}}"#,
+        metadata.join(",")
+    );
+    let (status, _, b) = s.post("/v1/responses", &body, &[]).await;
+    assert_eq!(
+        (status, &b["error"]["code"], &b["error"]["param"]),
+        (
+            400,
+            &Value::from("invalid_metadata"),
+            &Value::from("metadata")
+        )
+    );
     // Within the limits, the same server answers.
     let ok = chat_body("fake-model", None, "hi", "");
     assert_eq!(s.post("/v1/chat/completions", &ok, &[]).await.0, 200);
@@ -287,4 +321,84 @@ async fn a_refused_request_s_reset_header_agrees_with_retry_after() {
         reset <= retry && retry - reset < 1.0,
         "reset {reset} s, retry-after {retry} s"
     );
+}
+
+/// A connection from `local` (a loopback address other than 127.0.0.1) to `addr`.
+fn connect_from(local: &str, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let std = rt
+        .block_on(socket.connect(addr))
+        .unwrap()
+        .into_std()
+        .unwrap();
+    std.set_nonblocking(false).unwrap();
+    std
+}
+
+#[test]
+fn one_address_over_its_cap_gets_a_readable_503_while_another_address_is_served() {
+    let s = server(HttpLimits {
+        max_connections_per_ip: 3,
+        ..HttpLimits::default()
+    });
+    let _held: Vec<TcpStream> = (0..3).map(|_| connect(s.addr)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The refused client sends its request at once and reads the whole answer: the server
+    // read the head before answering, so the close does not reset the connection under it.
+    let mut c = connect(s.addr);
+    let t = Instant::now();
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1];
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.read_exact(&mut first).unwrap();
+    // Answered once the head was read, not after the refusal's one-second wait for it.
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    let (rest, _) = read_until_closed(&mut c, Duration::from_secs(5));
+    let raw = format!("{}{rest}", first[0] as char);
+    assert!(raw.starts_with("HTTP/1.1 503"), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("retry-after: 1"), "{raw}");
+    assert_eq!(envelope(&raw)["error"]["code"], "too_many_connections");
+    let mut other = connect_from("127.0.0.2", s.addr);
+    other
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (raw, _) = read_until_closed(&mut other, Duration::from_secs(5));
+    assert!(raw.starts_with("HTTP/1.1 200"), "another address: {raw}");
+}
+
+#[test]
+fn a_new_connection_must_send_its_first_request_in_time_then_keeps_the_header_timeout() {
+    let s = server(HttpLimits {
+        first_request_timeout: Duration::from_secs(1),
+        header_timeout: Duration::from_secs(30),
+        ..HttpLimits::default()
+    });
+    let mut idle = connect(s.addr);
+    let (raw, waited) = read_until_closed(&mut idle, Duration::from_secs(10));
+    assert!(raw.is_empty(), "{raw}");
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+    // A connection that asked in time is a keep-alive connection like any other: a second
+    // request after the first-request time is served.
+    let mut c = connect(s.addr);
+    let ask = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    c.write_all(ask).unwrap();
+    let mut buf = [0u8; 1024];
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let n = c.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(1500));
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (raw, _) = read_until_closed(&mut c, Duration::from_secs(5));
+    assert!(raw.starts_with("HTTP/1.1 200"), "second request: {raw}");
 }

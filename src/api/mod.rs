@@ -17,6 +17,7 @@ pub mod access;
 mod audio;
 mod chat;
 mod completion;
+mod connections;
 mod cors;
 pub mod dashboard;
 pub mod error;

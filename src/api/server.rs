@@ -1,11 +1,13 @@
 //! The HTTP/1.1 server loop and the limits of the HTTP layer: which connections are accepted
-//! (a cap, refused with a 503 envelope), hyper's header read timeout (which also closes idle
-//! keep-alive connections), tower-http's request body timeout, the open-file limit, and
-//! graceful shutdown (hyper-util's `GracefulShutdown`). The timers are hyper's and
-//! tower-http's own; this file only configures them.
+//! (a global cap and one per client address, `connections`; refused with a 503 envelope),
+//! how long a new connection may take to send its first request, hyper's header read timeout
+//! (which also closes idle keep-alive connections), tower-http's request body timeout, the
+//! open-file limit, and graceful shutdown (hyper-util's `GracefulShutdown`). The timers are
+//! hyper's and tower-http's own, but for the first request's; this file configures them.
 //! Owns: `HttpLimits` (also the per-request size limits the request parsers apply).
-//! May use: hyper, hyper-util, tower-http, the router. Never: handlers.
+//! May use: hyper, hyper-util, tower-http, the router, `connections`. Never: handlers.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,13 +17,12 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
-use super::error::ApiError;
+use super::connections::{self, PerAddress};
 
 /// The limits of the HTTP layer and of one request's size, with the defaults the README
 /// documents (`tollgate serve --help` names each flag).
@@ -38,6 +39,14 @@ pub struct HttpLimits {
     /// Lowered at start-up to fit the process's open-file limit. `--max-connections`, default
     /// 4,096.
     pub max_connections: usize,
+    /// Open connections at once from one client address (IPv6: one /64); one more is answered
+    /// 503 `too_many_connections` and closed. `0`: no per-address cap (a server behind a
+    /// reverse proxy, whose connections all come from one address).
+    /// `--max-connections-per-ip`, default 256.
+    pub max_connections_per_ip: usize,
+    /// Time a new connection has to send its first request's headers; then it is closed.
+    /// `--first-request-timeout`, default 10 s (at most `header_timeout` applies).
+    pub first_request_timeout: Duration,
     /// Largest JSON request body on `/v1`, bytes (413 `request_too_large` beyond).
     /// `--max-body-bytes`, default 4 MiB. Audio uploads have their own 25 MB limit.
     pub max_body_bytes: usize,
@@ -59,6 +68,8 @@ impl Default for HttpLimits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            max_connections_per_ip: 256,
+            first_request_timeout: Duration::from_secs(10),
             max_body_bytes: 4 * 1024 * 1024,
             max_messages: 2048,
             max_content_parts: 4096,
@@ -113,7 +124,9 @@ pub fn connection_cap(wanted: usize, open_files: u64) -> usize {
 /// and wait for the connections in flight to finish their requests.
 ///
 /// Each connection gets the client's address as `ConnectInfo<SocketAddr>` and its request
-/// bodies wrapped in tower-http's `TimeoutBody` (`body_timeout` between frames).
+/// bodies wrapped in tower-http's `TimeoutBody` (`body_timeout` between frames). A connection
+/// over either cap is refused (`connections::refuse`); one that sends no complete request head
+/// within `first_request_timeout` is closed.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -129,6 +142,8 @@ pub async fn serve(
         );
     }
     let permits = Arc::new(Semaphore::new(cap));
+    let per_address = PerAddress::new(limits.max_connections_per_ip);
+    let reading_refusals = Arc::new(Semaphore::new(connections::READING_REFUSALS));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -146,24 +161,43 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream));
+        let admitted = per_address
+            .try_acquire(addr.ip())
+            .and_then(|a| Some((a, permits.clone().try_acquire_owned().ok()?)));
+        let Some(places) = admitted else {
+            tokio::spawn(connections::refuse(stream, reading_refusals.clone()));
             continue;
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let body_timeout = limits.body_timeout;
+        let asked = Arc::new(AtomicBool::new(false));
+        let first = asked.clone();
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            first.store(true, Ordering::Relaxed);
             let mut req = req.map(|b| Body::new(TimeoutBody::new(body_timeout, b)));
             req.extensions_mut().insert(ConnectInfo(addr));
             router.clone().oneshot(req)
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let first_request = limits.first_request_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let mut conn = std::pin::pin!(conn);
+            let done = tokio::select! {
+                done = &mut conn => Some(done),
+                () = tokio::time::sleep(first_request) => None,
+            };
+            // Past the first-request time without a request: dropping the connection closes
+            // it (nothing is in flight). With one, the connection runs on under hyper's timers.
+            let done = match done {
+                Some(done) => Some(done),
+                None if asked.load(Ordering::Relaxed) => Some(conn.await),
+                None => None,
+            };
+            if let Some(Err(e)) = done {
                 tracing::debug!("connection from {addr}: {e}");
             }
-            drop(permit);
+            drop(places);
         });
     }
     drop(listener);
@@ -183,20 +217,6 @@ async fn accept_failed(e: &std::io::Error) {
     }
     tracing::error!("accept failed: {e}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-/// Answer a connection over the cap: a 503 `too_many_connections` envelope with
-/// `Retry-After: 1` and `Connection: close`, then close it.
-async fn refuse(mut stream: TcpStream) {
-    let body = serde_json::to_vec(&ApiError::TooManyConnections.envelope(None)).unwrap_or_default();
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(&body).await;
-    let _ = stream.shutdown().await;
 }
 
 #[cfg(test)]

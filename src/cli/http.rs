@@ -20,6 +20,14 @@ pub struct HttpArgs {
     /// and closed.
     #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Open connections at once from one client address (IPv6: one /64); one more is answered
+    /// 503 and closed. `0` turns the per-address cap off (behind a reverse proxy, whose
+    /// connections all come from one address).
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS_PER_IP", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub max_connections_per_ip: u64,
+    /// Seconds a new connection has to send its first request's headers before it is closed.
+    #[arg(long, env = "TOLLGATE_FIRST_REQUEST_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub first_request_timeout: u64,
     /// Largest JSON request body on /v1 (e.g. `4MiB`); audio uploads have their own 25 MB limit.
     #[arg(long, env = "TOLLGATE_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
     pub max_body_bytes: u64,
@@ -42,6 +50,8 @@ impl HttpArgs {
             header_timeout: Duration::from_secs(self.header_timeout),
             body_timeout: Duration::from_secs(self.body_timeout),
             max_connections: size(self.max_connections),
+            max_connections_per_ip: size(self.max_connections_per_ip),
+            first_request_timeout: Duration::from_secs(self.first_request_timeout),
             max_body_bytes: size(self.max_body_bytes),
             max_messages: self.max_messages,
             max_content_parts: self.max_content_parts,
