@@ -505,7 +505,7 @@ fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
 
 /// Serve `state` on `listener` until `shutdown` resolves (then finish the requests in
 /// flight); the server's and the tests' one way to serve. Starts the background upkeep (key
-/// revocations from other processes, limiter memory).
+/// revocations from other processes, limiter memory, the heap trimmer).
 ///
 /// # Errors
 /// Serve failures.
@@ -516,6 +516,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     spawn_revocation_sync(&state);
     spawn_replica_upkeep(&state);
+    crate::heap::spawn_trimmer();
     let limits = state.http;
     api::server::serve(listener, api::router(state), limits, shutdown).await;
     Ok(())

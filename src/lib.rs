@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod cli;
 pub mod cpu_turns;
 pub mod engine;
+pub mod heap;
 pub mod ids;
 pub mod ledger;
 pub mod mail;

@@ -4,6 +4,7 @@ use clap::Parser;
 use tollgate::cli::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
+    tollgate::heap::limit_arenas();
     let cli = Cli::parse();
     match &cli.command {
         Command::Serve(args) => tollgate::cli::set_compute_threads(args.threads),
