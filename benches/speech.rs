@@ -253,9 +253,14 @@ fn main() {
                 .voice(&weights.join(piper::RUNTIME_LIBRARY), &voice_path)
                 .expect("voice");
             let (synth_s, samples) = best_of(3, || {
+                let mut samples = Vec::new();
                 voice
-                    .synthesize(PASSAGE, 1.0, &Pacer::never())
-                    .expect("synthesize")
+                    .synthesize(PASSAGE, 1.0, &Pacer::never(), &mut |piece| {
+                        samples.extend_from_slice(piece);
+                        Ok(())
+                    })
+                    .expect("synthesize");
+                samples
             });
             let spoken = samples.len() as f64 / f64::from(voice.sample_rate);
             println!(

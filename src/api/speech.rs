@@ -8,6 +8,7 @@
 //! 402, synthesis, settle). The audio comes back whole (no streaming), with
 //! `x-tollgate-cost-micros` and `x-request-id`.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -191,16 +192,25 @@ async fn handle(
             .await
             .unwrap_or_else(|_| Err(AudioError::Inference("the speech worker stopped".into())))
     };
-    let request_id = rid.0.clone();
-    let render = move |cost: crate::money::Micros, audio: Vec<u8>| StoredResponse {
-        status: 200,
-        body: serde_json::to_string(&Stored {
-            content_type: container.content_type().to_owned(),
-            cost_micros: cost.0,
-            request_id,
-            audio: base64::engine::general_purpose::STANDARD.encode(audio),
-        })
-        .unwrap_or_default(),
+    // The audio reaches the answer through `made`; the stored body (base64, 4/3 of the audio)
+    // is built only when an `Idempotency-Key` will keep it for a replay.
+    let made = Arc::new(Mutex::new(None::<Vec<u8>>));
+    let (request_id, keyed, slot) = (rid.0.clone(), idempotency.is_some(), made.clone());
+    let render = move |cost: crate::money::Micros, audio: Vec<u8>| {
+        let body = keyed.then(|| {
+            serde_json::to_string(&Stored {
+                content_type: container.content_type().to_owned(),
+                cost_micros: cost.0,
+                request_id,
+                audio: base64::engine::general_purpose::STANDARD.encode(&audio),
+            })
+            .unwrap_or_default()
+        });
+        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(audio);
+        StoredResponse {
+            status: 200,
+            body: body.unwrap_or_default(),
+        }
     };
     let req = PaidUnits {
         request_id: rid.0,
@@ -214,7 +224,16 @@ async fn handle(
     };
     Ok(match state.paid.meter.run_units(req, work, render).await? {
         UnitsAdmission::Replay(stored) => respond(stored, true),
-        UnitsAdmission::Done(_, stored) => respond(stored, false),
+        UnitsAdmission::Done(cost, _) => {
+            let audio = made.lock().unwrap_or_else(PoisonError::into_inner).take();
+            paid::priced_body(
+                audio.unwrap_or_default(),
+                container.content_type(),
+                cost.0,
+                "",
+                false,
+            )
+        }
         UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
     })
 }

@@ -1,7 +1,8 @@
 //! Synthesized speech to the container a client asked for (`response_format` of
 //! `/v1/audio/speech`): mp3 (LAME via `mp3lame-encoder`, LGPL-3.0), flac (`flacenc`,
-//! Apache-2.0), wav (`hound`, Apache-2.0) and pcm (raw signed 16-bit little-endian at 24 kHz,
-//! as OpenAI documents it; resampled with `rubato`). Opus and AAC have no encoder here.
+//! Apache-2.0), wav (16-bit PCM in the canonical RIFF header) and pcm (raw signed 16-bit
+//! little-endian at 24 kHz, as OpenAI documents it; resampled with `rubato`), encoded a piece
+//! at a time (`Encoder`). Opus and AAC have no encoder here.
 
 use crate::audio::error::AudioError;
 
@@ -56,59 +57,136 @@ fn to_i16(x: f32) -> i16 {
     (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
 }
 
-/// Encode mono `samples` at `rate` Hz into `container`.
+/// Encode mono `samples` at `rate` Hz into `container` (an `Encoder` fed once).
 ///
 /// # Errors
 /// `Unsupported` for opus and aac; `Inference` when an encoder fails.
 pub fn encode(samples: &[f32], rate: u32, container: Container) -> Result<Vec<u8>, AudioError> {
-    match container {
-        Container::Mp3 => mp3(samples, rate),
-        Container::Flac => flac(samples, rate),
-        Container::Wav => wav(samples, rate),
-        Container::Pcm => {
-            let at_24k =
-                crate::audio::pcm::resample(samples, rate as usize, PCM_SAMPLE_RATE as usize)?;
-            Ok(at_24k
-                .iter()
-                .flat_map(|&s| to_i16(s).to_le_bytes())
-                .collect())
+    let mut e = Encoder::new(container, rate)?;
+    e.push(samples)?;
+    e.finish()
+}
+
+/// Mono samples in, a container's bytes out, a piece at a time: a synthesis hands each
+/// piece over as it is made, so only the encoded bytes grow with the speech (pcm 48 KB/s, wav
+/// 44 KB/s, mp3 8 KB/s; flac keeps its 4-byte samples until `finish`, since `flacenc`
+/// encodes a whole source).
+pub struct Encoder {
+    rate: u32,
+    out: Vec<u8>,
+    kind: Kind,
+}
+
+enum Kind {
+    Mp3(Box<mp3lame_encoder::Encoder>),
+    Flac(Vec<i32>),
+    Wav,
+    /// Resampled to `PCM_SAMPLE_RATE` as it comes.
+    Pcm(crate::audio::pcm::StreamResampler),
+}
+
+impl Encoder {
+    /// An encoder of mono audio at `rate` Hz into `container`.
+    ///
+    /// # Errors
+    /// `Unsupported` for opus and aac; `Inference` when an encoder cannot start.
+    pub fn new(container: Container, rate: u32) -> Result<Self, AudioError> {
+        let kind = match container {
+            Container::Mp3 => Kind::Mp3(Box::new(mp3_encoder(rate)?)),
+            Container::Flac => Kind::Flac(Vec::new()),
+            Container::Wav => Kind::Wav,
+            Container::Pcm => Kind::Pcm(crate::audio::pcm::StreamResampler::new(
+                rate,
+                PCM_SAMPLE_RATE as usize,
+            )?),
+            Container::Opus | Container::Aac => {
+                return Err(AudioError::Unsupported(format!(
+                    "no {container:?} encoder on this server"
+                )))
+            }
+        };
+        Ok(Self {
+            rate,
+            out: Vec::new(),
+            kind,
+        })
+    }
+
+    /// Encode the next `samples`.
+    ///
+    /// # Errors
+    /// `Inference` when the encoder fails.
+    pub fn push(&mut self, samples: &[f32]) -> Result<(), AudioError> {
+        match &mut self.kind {
+            Kind::Mp3(enc) => {
+                let pcm: Vec<i16> = samples.iter().map(|&s| to_i16(s)).collect();
+                self.out
+                    .reserve(mp3lame_encoder::max_required_buffer_size(pcm.len()));
+                enc.encode_to_vec(mp3lame_encoder::MonoPcm(&pcm), &mut self.out)
+                    .map_err(|e| mp3_failed(e.to_string()))?;
+            }
+            Kind::Flac(ints) => ints.extend(samples.iter().map(|&s| i32::from(to_i16(s)))),
+            Kind::Wav => self
+                .out
+                .extend(samples.iter().flat_map(|&s| to_i16(s).to_le_bytes())),
+            Kind::Pcm(r) => {
+                r.push(samples.iter().copied())?;
+                let at_24k = r.take_output();
+                self.out
+                    .extend(at_24k.iter().flat_map(|&s| to_i16(s).to_le_bytes()));
+            }
         }
-        Container::Opus | Container::Aac => Err(AudioError::Unsupported(format!(
-            "no {container:?} encoder on this server"
-        ))),
+        Ok(())
+    }
+
+    /// The whole encoded file.
+    ///
+    /// # Errors
+    /// `Inference` when the encoder fails.
+    pub fn finish(mut self) -> Result<Vec<u8>, AudioError> {
+        match self.kind {
+            Kind::Mp3(mut enc) => {
+                self.out.reserve(7200);
+                enc.flush_to_vec::<mp3lame_encoder::FlushNoGap>(&mut self.out)
+                    .map_err(|e| mp3_failed(e.to_string()))?;
+                Ok(self.out)
+            }
+            Kind::Flac(ints) => flac(&ints, self.rate),
+            Kind::Wav => Ok(wav_file(self.out, self.rate)),
+            Kind::Pcm(r) => {
+                let rest = r.finish()?;
+                self.out
+                    .extend(rest.iter().flat_map(|&s| to_i16(s).to_le_bytes()));
+                Ok(self.out)
+            }
+        }
     }
 }
 
-fn mp3(samples: &[f32], rate: u32) -> Result<Vec<u8>, AudioError> {
-    use mp3lame_encoder::{Bitrate, Builder, FlushNoGap, MonoPcm, Quality};
-    let fail = |e: String| AudioError::Inference(format!("mp3 encoder: {e}"));
-    let mut enc = Builder::new()
-        .ok_or_else(|| fail("LAME could not be started".into()))?
+fn mp3_failed(e: String) -> AudioError {
+    AudioError::Inference(format!("mp3 encoder: {e}"))
+}
+
+fn mp3_encoder(rate: u32) -> Result<mp3lame_encoder::Encoder, AudioError> {
+    use mp3lame_encoder::{Bitrate, Builder, Quality};
+    Builder::new()
+        .ok_or_else(|| mp3_failed("LAME could not be started".into()))?
         .with_num_channels(1)
         .and_then(|b| b.with_sample_rate(rate))
         .and_then(|b| b.with_brate(Bitrate::Kbps64))
         .and_then(|b| b.with_quality(Quality::Good))
         .and_then(|b| b.build())
-        .map_err(|e| fail(e.to_string()))?;
-    let pcm: Vec<i16> = samples.iter().map(|&s| to_i16(s)).collect();
-    let mut out = Vec::with_capacity(mp3lame_encoder::max_required_buffer_size(pcm.len()));
-    enc.encode_to_vec(MonoPcm(&pcm), &mut out)
-        .map_err(|e| fail(e.to_string()))?;
-    out.reserve(7200);
-    enc.flush_to_vec::<FlushNoGap>(&mut out)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(out)
+        .map_err(|e| mp3_failed(e.to_string()))
 }
 
-fn flac(samples: &[f32], rate: u32) -> Result<Vec<u8>, AudioError> {
+fn flac(ints: &[i32], rate: u32) -> Result<Vec<u8>, AudioError> {
     use flacenc::component::BitRepr;
     use flacenc::error::Verify;
     let fail = |e: String| AudioError::Inference(format!("flac encoder: {e}"));
     let config = flacenc::config::Encoder::default()
         .into_verified()
         .map_err(|(_, e)| fail(e.to_string()))?;
-    let ints: Vec<i32> = samples.iter().map(|&s| i32::from(to_i16(s))).collect();
-    let source = flacenc::source::MemSource::from_samples(&ints, 1, 16, rate as usize);
+    let source = flacenc::source::MemSource::from_samples(ints, 1, 16, rate as usize);
     let stream = flacenc::encode_with_fixed_block_size(&config, source, config.block_size)
         .map_err(|e| fail(format!("{e:?}")))?;
     let mut sink = flacenc::bitsink::ByteSink::new();
@@ -118,23 +196,29 @@ fn flac(samples: &[f32], rate: u32) -> Result<Vec<u8>, AudioError> {
     Ok(sink.as_slice().to_vec())
 }
 
-fn wav(samples: &[f32], rate: u32) -> Result<Vec<u8>, AudioError> {
-    let fail = |e: hound::Error| AudioError::Inference(format!("wav writer: {e}"));
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut cursor = std::io::Cursor::new(Vec::with_capacity(44 + samples.len() * 2));
-    {
-        let mut w = hound::WavWriter::new(&mut cursor, spec).map_err(fail)?;
-        for &s in samples {
-            w.write_sample(to_i16(s)).map_err(fail)?;
-        }
-        w.finalize().map_err(fail)?;
+/// A 16-bit mono PCM WAV file of `data` (little-endian samples) at `rate` Hz: the canonical
+/// 44-byte RIFF header, then the data.
+fn wav_file(data: Vec<u8>, rate: u32) -> Vec<u8> {
+    let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(44 + data.len());
+    for part in [
+        &b"RIFF"[..],
+        &len.saturating_add(36).to_le_bytes(),
+        b"WAVEfmt ",
+        &16u32.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &rate.to_le_bytes(),
+        &rate.saturating_mul(2).to_le_bytes(),
+        &2u16.to_le_bytes(),
+        &16u16.to_le_bytes(),
+        b"data",
+        &len.to_le_bytes(),
+    ] {
+        out.extend_from_slice(part);
     }
-    Ok(cursor.into_inner())
+    out.extend(data);
+    out
 }
 
 #[cfg(test)]
@@ -179,6 +263,28 @@ mod tests {
         let bytes = encode(&tone(22_050), 22_050, Container::Pcm).unwrap();
         let n = bytes.len() / 2;
         assert!((n as i64 - 24_000).abs() < 300, "{n} samples");
+    }
+
+    #[test]
+    fn pieces_encode_as_the_whole() {
+        let samples = tone(22_050);
+        for c in [Container::Wav, Container::Pcm, Container::Flac] {
+            let whole = encode(&samples, 22_050, c).unwrap();
+            let mut e = Encoder::new(c, 22_050).unwrap();
+            for piece in samples.chunks(1000) {
+                e.push(piece).unwrap();
+            }
+            let pieces = e.finish().unwrap();
+            assert_eq!(pieces.len(), whole.len(), "{c:?}");
+            let worst = pieces
+                .iter()
+                .zip(&whole)
+                .map(|(a, b)| a.abs_diff(*b))
+                .max()
+                .unwrap();
+            // pcm: the resampler's pieces differ in rounding only.
+            assert!(worst <= if c == Container::Pcm { 1 } else { 0 }, "{c:?}: {worst}");
+        }
     }
 
     #[test]

@@ -205,8 +205,11 @@ impl Speech {
             lower_priority();
             let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
             let result = me.voice(&job.runtime, &job.voice).and_then(|v| {
-                let samples = v.synthesize(&job.text, job.speed, &me.pacer)?;
-                encode::encode(&samples, v.sample_rate, job.container)
+                let mut encoder = encode::Encoder::new(job.container, v.sample_rate)?;
+                v.synthesize(&job.text, job.speed, &me.pacer, &mut |piece| {
+                    encoder.push(piece)
+                })?;
+                encoder.finish()
             });
             let _ = tx.send(result);
         });

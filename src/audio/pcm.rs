@@ -213,15 +213,20 @@ fn decode_stream(bytes: Vec<u8>, name: &str, max_seconds: u64) -> Result<Pcm, Au
 pub fn resample(mono: &[f32], rate: usize, to: usize) -> Result<Vec<f32>, AudioError> {
     let rate = u32::try_from(rate).map_err(|_| StreamResampler::failed(u32::MAX, &"rate"))?;
     let mut r = StreamResampler::new(rate, to)?;
-    r.push(mono.iter().copied())?;
-    r.finish()
+    let mut out = Vec::new();
+    for piece in mono.chunks(1 << 16) {
+        r.push(piece.iter().copied())?;
+        out.append(&mut r.take_output());
+    }
+    out.append(&mut r.finish()?);
+    Ok(out)
 }
 
 /// Mono samples at `rate` Hz in, `to` Hz out, one chunk at a time with `rubato`'s FFT
 /// resampler (what `Resampler::process_all` does for a clip in memory, fed as the stream is
 /// decoded): the input is held only until a chunk is full, and the resampler's start-up delay
 /// is trimmed off the output.
-struct StreamResampler {
+pub struct StreamResampler {
     rate: u32,
     to: usize,
     /// `None` when `rate` is already `to`.
@@ -236,10 +241,16 @@ struct StreamResampler {
     fed: u64,
     /// Output frames of start-up delay still to drop.
     trim: usize,
+    /// Output frames handed out by `take_output`.
+    taken: usize,
 }
 
 impl StreamResampler {
-    fn new(rate: u32, to: usize) -> Result<Self, AudioError> {
+    /// A resampler from `rate` to `to` Hz.
+    ///
+    /// # Errors
+    /// `Corrupt` when `rubato` refuses the rates.
+    pub fn new(rate: u32, to: usize) -> Result<Self, AudioError> {
         let fft = if rate as usize == to {
             None
         } else {
@@ -260,6 +271,7 @@ impl StreamResampler {
             out: Vec::new(),
             fed: 0,
             trim,
+            taken: 0,
         })
     }
 
@@ -268,7 +280,10 @@ impl StreamResampler {
     }
 
     /// Feed `samples`; every full chunk is resampled now.
-    fn push(&mut self, samples: impl Iterator<Item = f32>) -> Result<(), AudioError> {
+    ///
+    /// # Errors
+    /// `Corrupt` when `rubato` fails.
+    pub fn push(&mut self, samples: impl Iterator<Item = f32>) -> Result<(), AudioError> {
         let before = self.pending.len();
         self.pending.extend(samples);
         self.fed += (self.pending.len() - before) as u64;
@@ -307,14 +322,24 @@ impl StreamResampler {
         Ok(used)
     }
 
-    /// The whole output: the last partial chunk, then silence until the output covers the
-    /// input (`fed` x `to` / `rate`, rounded up), cut to exactly that.
-    fn finish(mut self) -> Result<Vec<f32>, AudioError> {
+    /// The output made since the last call (`finish` gives the rest).
+    pub fn take_output(&mut self) -> Vec<f32> {
+        self.taken += self.out.len();
+        std::mem::take(&mut self.out)
+    }
+
+    /// The rest of the output: the last partial chunk, then silence until the output covers
+    /// the input (`fed` x `to` / `rate`, rounded up), cut to exactly that.
+    ///
+    /// # Errors
+    /// `Corrupt` when `rubato` fails.
+    pub fn finish(mut self) -> Result<Vec<f32>, AudioError> {
         if self.fft.is_none() {
             return Ok(self.out);
         }
         let expected = usize::try_from((self.fed * self.to as u64).div_ceil(u64::from(self.rate)))
-            .unwrap_or(usize::MAX);
+            .unwrap_or(usize::MAX)
+            .saturating_sub(self.taken);
         let left = self.pending.len();
         if left > 0 {
             self.chunk(0, Some(left))?;

@@ -268,7 +268,11 @@ pub(super) async fn settle_usage(
     response: Option<&StoredResponse>,
     completion_tokens: usize,
 ) -> Result<(), MeterError> {
-    let stored = ctx.claim.clone().zip(response.cloned());
+    // Only a claimed request keeps its response (for replays); others are not copied.
+    let stored = ctx
+        .claim
+        .clone()
+        .and_then(|c| response.map(|r| (c, r.clone())));
     let (mut attempt, mut wait) = (1, Duration::from_millis(50));
     let result = loop {
         let (u, s) = (usage.clone(), stored.clone());

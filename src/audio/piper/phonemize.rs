@@ -16,12 +16,14 @@ use crate::audio::error::AudioError;
 /// space), so one `espeak-ng` call reads a sentence-sized piece where the text has spaces.
 const MAX_SENTENCE_CHARS: usize = 400;
 
-/// Most phonemes (characters of `espeak-ng`'s IPA) in one voice-model run, about 13 s of
-/// speech. A run's memory grows with this length (measured: +100 MB at 200, +200 MB at 400,
-/// +410 MB at 800, which ONNX Runtime's arena then keeps for the next run), so it bounds a
-/// synthesis's peak memory whatever the text's script: one CJK character reads as about 15
-/// phonemes ("Chinese letter") and text without spaces is never cut by `MAX_SENTENCE_CHARS`.
-pub const MAX_CHUNK_PHONEMES: usize = 256;
+/// Most phonemes (characters of `espeak-ng`'s IPA) in one voice-model run, about 10 s of
+/// speech. A run's memory grows with this length and ONNX Runtime's arena keeps the largest
+/// run's (measured, 512 CJK characters: 154 MB kept at 128, 182 MB at 192, 312 MB at 256, at
+/// the same speed), so it bounds a synthesis's memory whatever the text's script: one CJK
+/// character reads as about 15 phonemes ("Chinese letter") and text without spaces is never
+/// cut by `MAX_SENTENCE_CHARS`. Longer English sentences (past about 180 characters) are cut
+/// at a word.
+pub const MAX_CHUNK_PHONEMES: usize = 192;
 
 /// One clause of the input text and the punctuation that ended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
