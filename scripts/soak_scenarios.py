@@ -1,8 +1,9 @@
 """Scenarios 2-5 of scripts/soak and what they share: output lines (`say`), percentiles,
-the server memory sampler, raw-socket and http.client helpers, the error-envelope check, the
-normal client (scenario 1 and the load beside 2 and 3) and its latency figures, slowloris,
-the idle flood, unauthenticated 4 MiB bodies and huge authenticated bodies. Each scenario
-prints its `soak:` line and returns the figures the final checks use.
+the server memory sampler, raw-socket and http.client helpers, the error-envelope check, an
+answer's error code and param, the normal client (scenario 1 and the load beside 2, 3 and 10)
+and its latency figures, slowloris, the idle flood, unauthenticated 4 MiB bodies and huge
+authenticated bodies. Each scenario prints its `soak:` line and returns the figures the final
+checks use.
 """
 import collections
 import concurrent.futures as cf
@@ -145,7 +146,7 @@ def send_watching(sock, data, timeout):
     return sent
 
 
-def raw_post(port, path, body, headers, timeout=300):
+def raw_post(port, path, body, headers, timeout=300, content_type="application/json"):
     """POST on a raw socket that reads an early answer: dict(status, body, sent, err, secs)."""
     t0 = time.monotonic()
     try:
@@ -154,7 +155,7 @@ def raw_post(port, path, body, headers, timeout=300):
         return {"status": None, "body": b"", "sent": 0, "err": type(e).__name__, "secs": 0.0}
     with sock:
         head = [f"POST {path} HTTP/1.1", f"Host: {HOST}:{port}", "Connection: close",
-                "Content-Type: application/json", f"Content-Length: {len(body)}"]
+                f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
@@ -180,6 +181,23 @@ def envelope_problem(status, body):
     if "param" not in err:
         missing.append("param")
     return f"missing/invalid {','.join(missing)}" if missing else None
+
+
+def error_of(result):
+    """(code, param) of an answer's error envelope; (None, None) when there is none."""
+    try:
+        err = json.loads(result["body"])["error"]
+        return err.get("code"), err.get("param")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, None
+
+
+def answer(result):
+    """A raw_post answer as one token: 400/invalid_audio/file, 200, ConnectionResetError."""
+    if result["status"] is None:
+        return result["err"] or "none"
+    code, param = error_of(result) if result["status"] >= 400 else (None, None)
+    return "/".join(str(x) for x in (result["status"], code, param) if x is not None)
 
 
 # ---------------------------------------------------------------- the normal client
@@ -348,14 +366,25 @@ def idle_watch(sel, secs):
     return closed
 
 
+def idle_source(i):
+    """The source address of the i-th idle connection: 127.0.0.10 upwards, 100 each. The
+    server caps open connections per client address (`--max-connections-per-ip`, 256 by
+    default), so idle connections all from 127.0.0.1 would mostly be refused with a 503; spread
+    like this the flood still measures what it did: many idle connections at once, each address
+    under the cap (the normal client and the keep-alive ones stay on 127.0.0.1)."""
+    return (f"127.0.0.{10 + i // 100}", 0)
+
+
 def scenario_idle(port, normal, size, quiet_p99):
     sel = selectors.DefaultSelector()
     ok, failed, errors = 0, 0, collections.Counter()
-    for i in range(size("idle_keepalive") + size("idle_conns")):
-        kind = "keepalive" if i < size("idle_keepalive") else "idle"
+    keepalive = size("idle_keepalive")
+    for i in range(keepalive + size("idle_conns")):
+        kind = "keepalive" if i < keepalive else "idle"
         try:
-            sock = socket.create_connection((HOST, port), timeout=5) if kind == "idle" \
-                else open_keepalive(port)
+            sock = socket.create_connection((HOST, port), timeout=5,
+                                            source_address=idle_source(i - keepalive)) \
+                if kind == "idle" else open_keepalive(port)
         except OSError as e:
             failed += 1
             errors[type(e).__name__] += 1
