@@ -4,8 +4,9 @@
 //! Order: request id -> auth (401) -> rate limit (429) -> multipart fields (400; a file over
 //! 25 MB is 413 `file_too_large`) -> model (404/403/400 for a model of another kind) ->
 //! `Idempotency-Key` (fingerprint of the fields and the file's bytes, so a retry with another
-//! multipart boundary still matches) -> decode the file (400 `param: file`, naming the format;
-//! nothing is reserved before the audio's length is known) -> `metering` (claim 409/422/replay,
+//! multipart boundary still matches) -> the `prompt` (400 `prompt_too_long` over 224 tokens)
+//! -> decode the file (400 `param: file`, naming the format; the sample rate is checked
+//! before decoding; nothing is reserved before the audio's length is known) -> `metering` (claim 409/422/replay,
 //! hold of the exact cost 402, run, settle).
 
 use std::collections::BTreeMap;
@@ -53,7 +54,7 @@ struct Form {
     responses(
         (status = 200, description = "The transcript: JSON with `service` for `json` and `verbose_json`, else text with `x-tollgate-cost-micros`",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics"))),
-        (status = 400, description = "No file, an unsupported or damaged file, audio over 20 minutes, an unknown language or field; `param` names it", body = ErrorBody),
+        (status = 400, description = "No file, an unsupported or damaged file (`invalid_audio` also for a sample rate outside 4,000-192,000 Hz), audio over 20 minutes, a `prompt` over 224 tokens (`prompt_too_long`), an unknown language or field; `param` names it", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
@@ -67,6 +68,8 @@ struct Form {
             headers(("Retry-After" = String, description = "Seconds"))),
         (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
         (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
+        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
     ))]
 pub async fn transcriptions(
     State(state): State<AppState>,
@@ -102,6 +105,8 @@ pub async fn transcriptions(
             headers(("Retry-After" = String, description = "Seconds"))),
         (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
         (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
+        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
     ))]
 pub async fn translations(
     State(state): State<AppState>,

@@ -50,7 +50,7 @@ const ROUTE: &str = "/v1/chat/completions";
             headers(("Retry-After" = String, description = "Seconds"))),
         (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
         (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
-        (status = 503, description = "No capacity to load the model now", body = ErrorBody,
+        (status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
     ))]
 pub async fn chat_completions(

@@ -50,7 +50,7 @@ const ROUTE: &str = "/v1/responses";
         (status = 429, description = "Rate limit, or the model's queue is full", body = ErrorBody),
         (status = 500, description = "Server fault", body = ErrorBody),
         (status = 502, description = "The model failed; nothing is charged", body = ErrorBody),
-        (status = 503, description = "No capacity to load the model now", body = ErrorBody),
+        (status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged); `Retry-After`", body = ErrorBody),
     ))]
 pub async fn create(
     State(state): State<AppState>,

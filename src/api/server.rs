@@ -125,8 +125,8 @@ pub fn connection_cap(wanted: usize, open_files: u64) -> usize {
 ///
 /// Each connection gets the client's address as `ConnectInfo<SocketAddr>` and its request
 /// bodies wrapped in tower-http's `TimeoutBody` (`body_timeout` between frames). A connection
-/// over either cap is refused (`connections::refuse`); one that sends no complete request head
-/// within `first_request_timeout` is closed.
+/// over either cap is refused (`connections::refuse`, or closed when `READING_REFUSALS` are
+/// busy); one that sends no complete request head within `first_request_timeout` is closed.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -165,7 +165,10 @@ pub async fn serve(
             .try_acquire(addr.ip())
             .and_then(|a| Some((a, permits.clone().try_acquire_owned().ok()?)));
         let Some(places) = admitted else {
-            tokio::spawn(connections::refuse(stream, reading_refusals.clone()));
+            // Without a place to read its head, the refused connection is dropped: closed.
+            if let Ok(place) = reading_refusals.clone().try_acquire_owned() {
+                tokio::spawn(connections::refuse(stream, place));
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);

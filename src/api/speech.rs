@@ -3,9 +3,10 @@
 //!
 //! Order: request id -> auth (401) -> rate limit (429) -> JSON body (400/422) -> model (404,
 //! 403, 400 for a transcription model) -> voice (400 `unsupported_voice`) -> format (400
-//! `unsupported_response_format` for opus and aac) -> weights present (404
-//! `model_not_available`) -> `Idempotency-Key` -> `metering` (claim, hold of the exact cost
-//! 402, synthesis, settle). The audio comes back whole (no streaming), with
+//! `unsupported_response_format` for opus and aac) -> something to speak (400
+//! `no_speakable_text`) -> weights present (404 `model_not_available`) -> `Idempotency-Key` ->
+//! `metering` (claim, hold of the exact cost 402, synthesis, settle; a synthesis refused for
+//! its length, 400 `input_too_long`, voids the hold). The audio comes back whole (no streaming), with
 //! `x-tollgate-cost-micros` and `x-request-id`.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -57,7 +58,7 @@ struct Stored {
     responses(
         (status = 200, description = "The audio (`audio/mpeg`, `audio/flac`, `audio/wav` or `audio/pcm`); `x-tollgate-cost-micros` has its price",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics"))),
-        (status = 400, description = "An unknown voice, an unsupported format or field, malformed JSON; `param` names it", body = ErrorBody),
+        (status = 400, description = "An unknown voice, an unsupported format or field, malformed JSON, input with nothing to speak (`no_speakable_text`) or more than 20 minutes of speech (`input_too_long`); `param` names it; not charged", body = ErrorBody),
         (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
@@ -71,6 +72,8 @@ struct Stored {
             headers(("Retry-After" = String, description = "Seconds"))),
         (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
         (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
+        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
+            headers(("Retry-After" = String, description = "Seconds"))),
     ))]
 pub async fn create(
     State(state): State<AppState>,

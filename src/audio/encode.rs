@@ -283,7 +283,10 @@ mod tests {
                 .max()
                 .unwrap();
             // pcm: the resampler's pieces differ in rounding only.
-            assert!(worst <= if c == Container::Pcm { 1 } else { 0 }, "{c:?}: {worst}");
+            assert!(
+                worst <= if c == Container::Pcm { 1 } else { 0 },
+                "{c:?}: {worst}"
+            );
         }
     }
 
