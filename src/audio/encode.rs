@@ -82,7 +82,7 @@ enum Kind {
     Flac(Vec<i32>),
     Wav,
     /// Resampled to `PCM_SAMPLE_RATE` as it comes.
-    Pcm(crate::audio::pcm::StreamResampler),
+    Pcm(Box<crate::audio::pcm::StreamResampler>),
 }
 
 impl Encoder {
@@ -95,10 +95,10 @@ impl Encoder {
             Container::Mp3 => Kind::Mp3(Box::new(mp3_encoder(rate)?)),
             Container::Flac => Kind::Flac(Vec::new()),
             Container::Wav => Kind::Wav,
-            Container::Pcm => Kind::Pcm(crate::audio::pcm::StreamResampler::new(
+            Container::Pcm => Kind::Pcm(Box::new(crate::audio::pcm::StreamResampler::new(
                 rate,
                 PCM_SAMPLE_RATE as usize,
-            )?),
+            )?)),
             Container::Opus | Container::Aac => {
                 return Err(AudioError::Unsupported(format!(
                     "no {container:?} encoder on this server"
