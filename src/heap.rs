@@ -1,6 +1,6 @@
 //! Giving freed heap memory back to the operating system. glibc's allocator keeps what a
 //! burst of requests freed in its per-thread arenas (it returns only the top of each heap):
-//! sixteen refused 1 MB prompts, three times over, left the server 100 MB larger each time.
+//! sixteen refused 1 MB prompts, three times over, left the server 90 MB larger for good.
 //! Two remedies: `limit_arenas` caps glibc's arenas at one per core (its default is eight
 //! per core, and each blocking thread that allocates may take its own), and `spawn_trimmer`
 //! checks every `TRIM_EVERY` whether the resident size grew `TRIM_ABOVE_BYTES` since the last

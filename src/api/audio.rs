@@ -6,8 +6,8 @@
 //! `Idempotency-Key` (fingerprint of the fields and the file's bytes, so a retry with another
 //! multipart boundary still matches) -> the `prompt` (400 `prompt_too_long` over 224 tokens)
 //! -> decode the file (400 `param: file`, naming the format; the sample rate is checked
-//! before decoding; nothing is reserved before the audio's length is known) -> `metering` (claim 409/422/replay,
-//! hold of the exact cost 402, run, settle).
+//! before decoding; nothing is reserved before the audio's length is known) -> `metering`
+//! (claim 409/422/replay, hold of the exact cost 402, run, settle).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
