@@ -145,7 +145,7 @@ def balance_micros(server):
 # ---------------------------------------------------------------- the cases
 
 def case_speech_cjk(server, size, meter):
-    """512 x "中" (about 4 minutes of "Chinese letter") is spoken, in runs of at most 256
+    """512 x "中" (about 4 minutes of "Chinese letter") is spoken, in runs of at most 192
     phonemes; 4,096 of them (about an hour) is refused from its phoneme count before the voice
     runs: 400 `input_too_long` naming `input` (the server's limit is 20 minutes of speech)."""
     spoken = speech(server, "中" * size("cjk_chars"))
