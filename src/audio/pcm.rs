@@ -206,22 +206,6 @@ fn decode_stream(bytes: Vec<u8>, name: &str, max_seconds: u64) -> Result<Pcm, Au
     Ok(Pcm { samples })
 }
 
-/// `mono` at `rate` Hz to `to` Hz (`StreamResampler` fed once).
-///
-/// # Errors
-/// `Corrupt` when the resampler refuses the rates.
-pub fn resample(mono: &[f32], rate: usize, to: usize) -> Result<Vec<f32>, AudioError> {
-    let rate = u32::try_from(rate).map_err(|_| StreamResampler::failed(u32::MAX, &"rate"))?;
-    let mut r = StreamResampler::new(rate, to)?;
-    let mut out = Vec::new();
-    for piece in mono.chunks(1 << 16) {
-        r.push(piece.iter().copied())?;
-        out.append(&mut r.take_output());
-    }
-    out.append(&mut r.finish()?);
-    Ok(out)
-}
-
 /// Mono samples at `rate` Hz in, `to` Hz out, one chunk at a time with `rubato`'s FFT
 /// resampler (what `Resampler::process_all` does for a clip in memory, fed as the stream is
 /// decoded): the input is held only until a chunk is full, and the resampler's start-up delay
