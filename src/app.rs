@@ -272,6 +272,7 @@ pub fn assemble(
     crate::engine::hub::warm();
     let pacer = text_generation_pacer(&engine);
     let replicas = crate::api::limits::one_replica();
+    let auth = Arc::new(Authenticator::new(ledger.clone()));
     AppState {
         paid: Paid {
             meter: Arc::new(crate::metering::Meter::new(ledger.clone(), engine.clone())),
@@ -293,8 +294,8 @@ pub fn assemble(
             ),
         },
         accounts: Accounts {
-            auth: Arc::new(Authenticator::new(ledger.clone())),
-            ledger,
+            service: Arc::new(crate::accounts::AccountService::new(ledger, auth.clone())),
+            auth,
             mail: Arc::new(s.mail),
             throttles: Arc::new(Throttles::new(s.dashboard.sign_in_per_minute)),
             dashboard: Arc::new(s.dashboard),
@@ -430,7 +431,7 @@ fn spawn_revocation_sync(state: &AppState) {
 /// `LEASE_SWEEP_S`, release the holds of replicas that died; purge the key cache the moment any
 /// replica changes a key (`LISTEN`), and purge it all when that feed is lost. Nothing on SQLite.
 fn spawn_replica_upkeep(state: &AppState) {
-    let ledger = state.accounts.ledger.clone();
+    let ledger = state.accounts.service.ledger().clone();
     if !ledger.is_postgres() {
         return;
     }

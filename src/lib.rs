@@ -2,15 +2,19 @@
 //! in-process with candle and meters them against a prepaid balance.
 //!
 //! Layers (dependencies point inward; `scripts/check-layers` checks them in CI):
-//! `api` (axum) -> `metering` -> {`billing`, `ledger` (SQLite), `engine` (candle, tokenizers,
-//! minijinja)}; `api` -> `auth` -> `ledger`; `api` -> `engine` for prompt preparation only;
-//! `api` -> `mcp` (rmcp) -> `engine`, `billing`, `catalog`, `reference`; `billing` uses
-//! `ledger`'s record types, never its database calls; `catalog` and `reference` are plain data; `cpu_turns` (std only) is shared by `engine` and `audio`.
-//! `metering`, `engine` and `ledger` never import axum or HTTP types; `engine` and `ledger`
-//! never import each other; no handler file imports another; no `src/` file is in an import
-//! circle. Not yet true: dashboard handlers still call the ledger directly for accounts, keys
-//! and sessions. `app` is the composition root; `cli` the command line; `main.rs` is thin.
+//! `api` (axum) -> {`metering`, `accounts`} -> {`billing`, `ledger` (SQLite or PostgreSQL),
+//! `engine` (candle, tokenizers, minijinja), `audio`, `auth`, `mail`, `payments`};
+//! `api` -> `engine` for prompt preparation only; `api` -> `mcp` (rmcp) -> `engine`, `billing`,
+//! `catalog`, `reference`; `auth` -> `ledger`; `billing` uses `ledger`'s record types, never
+//! its database calls; `catalog` and `reference` are plain data; `cpu_turns` (std only) is
+//! shared by `engine` and `audio`. `api` never uses `ledger`: `metering` owns every paid
+//! request's ledger work and `accounts` everything else (sign-up, sessions, keys, usage,
+//! top-ups, stored responses). `metering`, `accounts`, `engine`, `ledger` and `audio` never
+//! import axum or HTTP types; `engine` and `ledger` never import each other; no handler file
+//! imports another; no `src/` file is in an import circle. `app` is the composition root;
+//! `cli` the command line; `main.rs` is thin.
 
+pub mod accounts;
 pub mod api;
 pub mod app;
 pub mod audio;

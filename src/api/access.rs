@@ -11,7 +11,7 @@ use super::session;
 use super::state::{Accounts, Public};
 use crate::auth::session::SessionPrincipal;
 use crate::auth::{ApiKeyPrincipal, AuthError};
-use crate::ledger::{AccountId, KeyId};
+use crate::ids::{AccountId, KeyId};
 
 /// Who pays for a chat completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +131,7 @@ pub async fn authenticate(
         .await
         .map_err(|e| ApiError::Internal(format!("auth task: {e}")))?;
     result.map_err(|e| match e {
-        AuthError::Ledger(l) => l.into(),
+        AuthError::Ledger(l) => ApiError::storage(l.is_unavailable(), l.to_string()),
         other => unauthenticated(&other),
     })
 }

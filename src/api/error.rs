@@ -6,9 +6,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::schema::{ErrorBody, ErrorObject};
+use crate::accounts::AccountsError;
 use crate::audio::AudioError;
-use crate::ledger::{KeyLimitBreach, LedgerError};
-use crate::metering::MeterError;
+use crate::metering::{KeyLimitBreach, MeterError};
 use crate::money::Micros;
 
 /// `Retry-After` of a 503 `ledger_unavailable`, seconds: long enough for an operator's
@@ -255,15 +255,22 @@ impl From<MeterError> for ApiError {
     }
 }
 
-impl From<LedgerError> for ApiError {
+impl From<AccountsError> for ApiError {
     /// A ledger read or write the database failed (disk full, I/O error, unreachable, pool
     /// exhausted) is 503 `ledger_unavailable`; anything else reaching here is our fault (500).
-    fn from(e: LedgerError) -> Self {
-        match e {
-            LedgerError::Database(_) | LedgerError::Pool(_) => {
-                Self::LedgerUnavailable(e.to_string())
-            }
-            other => Self::Internal(other.to_string()),
+    fn from(e: AccountsError) -> Self {
+        Self::storage(e.is_unavailable(), e.to_string())
+    }
+}
+
+impl ApiError {
+    /// A storage failure: 503 `ledger_unavailable` when the ledger could not be reached or
+    /// written (`unavailable`), else 500.
+    pub fn storage(unavailable: bool, detail: String) -> Self {
+        if unavailable {
+            Self::LedgerUnavailable(detail)
+        } else {
+            Self::Internal(detail)
         }
     }
 }

@@ -16,7 +16,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use super::error::ApiError;
-use crate::ledger::{AccountId, KeyId};
+use crate::ids::{AccountId, KeyId};
 
 /// How many replicas share each limit (1 on one machine), kept current by the server's
 /// replica upkeep (`app::spawn_replica_upkeep`) from the ledger's heartbeat table.

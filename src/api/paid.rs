@@ -16,7 +16,7 @@ use super::state::{AppState, RequestModel};
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::ModelEntry;
 use crate::engine::{resolve, ChatInput, EngineError, Prompt};
-use crate::ledger::IdempotencyScope;
+use crate::metering::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
 
 /// The payer of a paid request and its rate-limit state (keys and playground sessions have

@@ -26,9 +26,10 @@ use super::response_sse::{self, Save};
 #[allow(unused_imports)] // Named by the OpenAPI attributes.
 use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
 use super::state::{AppState, RequestId, RequestModel};
+use crate::accounts::SavedResponse;
 use crate::api::access::Payer;
 use crate::engine::{FinishReason, GenerateRequest};
-use crate::ledger::{AccountId, SavedResponse};
+use crate::ids::AccountId;
 use crate::metering::{Admission, Mode, PaidRequest, StoredResponse};
 
 const ROUTE: &str = "/v1/responses";
@@ -104,9 +105,8 @@ pub async fn delete(
 ) -> Response {
     let st = &state;
     paid::for_payer(st, &headers, |payer| async move {
-        let (ledger, account, key) = (st.accounts.ledger.clone(), payer.account_id(), id.clone());
-        let deleted = ledger
-            .run(move |l| l.delete_response(&key, account))
+        let deleted = (st.accounts.service)
+            .delete_response(id.clone(), payer.account_id())
             .await?;
         if !deleted {
             return Err(ApiError::ResponseNotFound { id, param: None });
@@ -128,9 +128,8 @@ async fn stored(
     account: AccountId,
     param: Option<&'static str>,
 ) -> Result<SavedResponse, ApiError> {
-    let (ledger, key) = (state.accounts.ledger.clone(), id.to_owned());
-    ledger
-        .run(move |l| l.response(&key, account))
+    (state.accounts.service)
+        .saved_response(id.to_owned(), account)
         .await?
         .ok_or_else(|| ApiError::ResponseNotFound {
             id: id.to_owned(),
@@ -245,7 +244,7 @@ async fn handle(
 /// its output as an assistant message). A failed save is logged; the answer is still sent
 /// (it was charged), and a later `previous_response_id` naming it gets a 404.
 fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save {
-    let ledger = state.accounts.ledger.clone();
+    let service = state.accounts.service.clone();
     Box::new(move |body: String| {
         async move {
             let object: Value = serde_json::from_str(&body).unwrap_or_default();
@@ -257,11 +256,7 @@ fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save
                 body,
                 conversation: Value::Array(conversation).to_string(),
             };
-            let key = id.clone();
-            if let Err(e) = ledger
-                .run(move |l| l.save_response(&key, account, &saved))
-                .await
-            {
+            if let Err(e) = service.save_response(id.clone(), account, saved).await {
                 tracing::error!(response = %id, error = %e, "could not store the response");
             }
         }

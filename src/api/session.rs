@@ -7,8 +7,8 @@ use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum_extra::extract::cookie::CookieJar;
 
 use super::state::Accounts;
+use crate::accounts::AccountsError;
 use crate::auth::session::{self, SessionPrincipal};
-use crate::ledger::LedgerError;
 
 /// The session cookie's value, if the request carries one.
 pub fn cookie(headers: &HeaderMap) -> Option<String> {
@@ -21,15 +21,15 @@ pub fn cookie(headers: &HeaderMap) -> Option<String> {
 /// looked up off the async workers; touches the session's idle timer.
 ///
 /// # Errors
-/// Database errors; `Join` if the lookup task failed.
+/// `AccountsError::Ledger` when the ledger cannot be read.
 pub async fn resolve(
     state: &Accounts,
     value: String,
-) -> Result<Option<SessionPrincipal>, LedgerError> {
-    let (ledger, policy) = (state.ledger.clone(), state.dashboard.sessions);
-    tokio::task::spawn_blocking(move || session::resolve(&ledger, policy, &value))
+) -> Result<Option<SessionPrincipal>, AccountsError> {
+    state
+        .service
+        .resolve_session(state.dashboard.sessions, value)
         .await
-        .map_err(|e| LedgerError::Join(e.to_string()))?
 }
 
 /// Whether a request may use the session cookie: neither `Sec-Fetch-Site` says another site

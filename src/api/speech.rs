@@ -31,7 +31,7 @@ use crate::audio::encode::Container;
 use crate::audio::{AudioError, SpeechJob};
 use crate::billing::{self, PricedUnits};
 use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
-use crate::ledger::StoredResponse;
+use crate::metering::StoredResponse;
 use crate::metering::{PaidUnits, UnitsAdmission};
 
 /// OpenAI's voice names: each is an alias of the model's first voice (we have one voice per

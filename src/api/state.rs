@@ -12,7 +12,6 @@ use crate::auth::session::SessionPolicy;
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::engine::SharedEngine;
-use crate::ledger::Ledger;
 
 /// Shared state of every handler, in four parts; a handler takes only the part it needs
 /// (`State<Models>`, `State<Accounts>`, ...: axum's `FromRef`).
@@ -55,12 +54,12 @@ pub struct Paid {
     pub session_limits: Arc<SessionLimits>,
 }
 
-/// Accounts and who may act for them: the ledger, key authentication, the dashboard's
-/// settings and throttles, e-mail, card top-ups and single sign-on.
+/// Accounts and who may act for them: the accounts service, key authentication, the
+/// dashboard's settings and throttles, e-mail, card top-ups and single sign-on.
 #[derive(Clone)]
 pub struct Accounts {
-    /// Accounts, holds, usage, keys and idempotency records (SQLite; call through `Ledger::run`).
-    pub ledger: Arc<Ledger>,
+    /// Sign-up, sessions, keys, usage, top-ups and stored responses (`accounts`).
+    pub service: Arc<crate::accounts::AccountService>,
     /// Bearer-key authentication with its 60 s lookup cache.
     pub auth: Arc<Authenticator>,
     /// Dashboard settings (cookies, links, sign-up grant, session lifetimes).

@@ -131,6 +131,12 @@ impl From<rusqlite::Error> for LedgerError {
 }
 
 impl LedgerError {
+    /// The database could not be read or written (disk full, I/O error, unreachable, pool
+    /// exhausted), as opposed to a refusal: callers answer 503 and nothing was recorded.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Database(_) | Self::Pool(_))
+    }
+
     /// A PostgreSQL serialization failure or deadlock: the transaction may run again.
     fn is_retryable(&self) -> bool {
         matches!(self, Self::Database(e) if e.is_retryable())

@@ -43,8 +43,8 @@ pub use self::units::{PaidUnits, UnitsAdmission};
 use crate::billing::{self, Metered};
 use crate::catalog::Pricing;
 use crate::engine::{ChoiceEvents, EngineError, GenerateRequest, SharedEngine};
-pub use crate::ledger::{AccountId, KeyId, StoredResponse};
-use crate::ledger::{Admitted, Claim, IdempotencyScope, Ledger, LedgerError};
+pub use crate::ledger::{AccountId, IdempotencyScope, KeyId, KeyLimitBreach, StoredResponse};
+use crate::ledger::{Admitted, Claim, Ledger, LedgerError};
 
 /// The metering service: admits paid requests against the ledger and the engine.
 #[derive(Clone)]

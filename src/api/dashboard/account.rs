@@ -9,17 +9,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::{
-    account_json, base_url, link_page, normalize_email, removal_cookie, start_session,
+    account_json, base_url, capitalize, link_page, normalize_email, removal_cookie, start_session,
 };
-use super::common::{blocking, ok, Body, DashError, Session};
+use super::common::{ok, Body, DashError, Session};
+use crate::accounts::EmailLinks;
 use crate::api::state::Accounts;
 use crate::auth::password;
-use crate::auth::session::{self, new_secret};
-use crate::ledger::{sha256, AccountId, Ledger, LedgerError, TokenPurpose};
-use crate::mail::{Mail, Outbox};
-
-/// How long e-mailed links stay valid, in seconds.
-const LINK_TTL_SECS: i64 = 24 * 3600;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,41 +46,12 @@ fn weak_password(e: &password::PasswordError) -> DashError {
     DashError::bad_request("weak_password", format!("{}.", capitalize(&e.to_string())))
 }
 
-fn capitalize(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-        .unwrap_or_default()
-}
-
-/// Store a new one-time token of `purpose` for `account` and e-mail its link (under `base`)
-/// to `email`. Blocking: call inside `blocking`.
-pub(super) fn send_link(
-    ledger: &Ledger,
-    outbox: &Outbox,
-    account: AccountId,
-    email: String,
-    purpose: TokenPurpose,
-    base: &str,
-) -> Result<(), DashError> {
-    let token = new_secret();
-    ledger.insert_email_token(account, purpose, &sha256(&token), LINK_TTL_SECS)?;
-    let (subject, body) = match purpose {
-        TokenPurpose::Verify => (
-            "Confirm your tollgate account",
-            format!("Open this link to confirm your address (valid 24 hours):\n{base}/verify?token={token}\n"),
-        ),
-        TokenPurpose::Reset => (
-            "Reset your tollgate password",
-            format!("Open this link to choose a new password (valid 24 hours):\n{base}/reset?token={token}\nIf you did not ask for this, ignore this message.\n"),
-        ),
-    };
-    outbox.send(Mail {
-        to: email,
-        subject: subject.into(),
-        body,
-    });
-    Ok(())
+/// Where this request's e-mailed links go out from.
+fn links(state: &Accounts, headers: &HeaderMap) -> EmailLinks {
+    EmailLinks {
+        outbox: state.mail.clone(),
+        base: base_url(state, headers),
+    }
 }
 
 /// `POST /api/v1/auth/signup {email, password}` -> 201 with the (unverified) account; the
@@ -103,22 +69,9 @@ pub async fn sign_up(
     )?;
     let email = normalize_email(&c.email)?;
     password::check_policy(&c.password).map_err(|e| weak_password(&e).field("password"))?;
-    let base = base_url(&state, &headers);
-    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
-    let account = blocking(move || {
-        let hash = password::hash(&c.password).map_err(|e| weak_password(&e))?;
-        let account = ledger.sign_up(&email, &hash)?;
-        send_link(
-            &ledger,
-            &outbox,
-            account.id,
-            email,
-            TokenPurpose::Verify,
-            &base,
-        )?;
-        Ok(account)
-    })
-    .await?;
+    let account = (state.service)
+        .sign_up(email, c.password, links(&state, &headers))
+        .await?;
     Ok(ok(
         StatusCode::CREATED,
         json!({"account": account_json(&account), "verification": "sent"}),
@@ -126,10 +79,8 @@ pub async fn sign_up(
 }
 
 async fn verify_token(state: &Accounts, token: String) -> Result<(), DashError> {
-    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
-    blocking(move || Ok(ledger.verify_email(&sha256(&token), starter)?))
-        .await
-        .map(|_| ())
+    let starter = state.dashboard.starter_micros;
+    Ok(state.service.verify_email(token, starter).await?)
 }
 
 /// `POST /api/v1/auth/verify {token}`: confirm the address (grants the starter balance once).
@@ -196,22 +147,9 @@ pub async fn resend_verification(
         "resend-verification",
     )?;
     t.check(&t.resend_email, &email, "resend-verification")?;
-    let base = base_url(&state, &headers);
-    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
-    blocking(move || {
-        if let Some(login) = ledger.login(&email)?.filter(|l| !l.verified) {
-            send_link(
-                &ledger,
-                &outbox,
-                login.account_id,
-                email,
-                TokenPurpose::Verify,
-                &base,
-            )?;
-        }
-        Ok(())
-    })
-    .await?;
+    (state.service)
+        .resend_verification(email, links(&state, &headers))
+        .await?;
     Ok(ok(
         StatusCode::OK,
         json!({"sent": "if the address has an unconfirmed account"}),
@@ -226,13 +164,8 @@ pub async fn sign_in(
     Body(c): Body<Credentials>,
 ) -> Result<Response, DashError> {
     // Bounded and normalized before it keys a throttle; a malformed address cannot sign in.
-    let email = normalize_email(&c.email).map_err(|_| {
-        DashError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_credentials",
-            "Wrong e-mail address or password.",
-        )
-    })?;
+    let email = normalize_email(&c.email)
+        .map_err(|_| DashError::from(crate::accounts::AccountsError::InvalidCredentials))?;
     let t = &state.throttles;
     t.check(
         &t.sign_in_ip,
@@ -240,33 +173,7 @@ pub async fn sign_in(
         "sign-in",
     )?;
     t.check(&t.sign_in_email, &email, "sign-in")?;
-    let ledger = state.ledger.clone();
-    let account = blocking(move || {
-        let login = ledger.login(&email)?;
-        let matched = match login.as_ref().and_then(|l| l.password_hash.as_deref()) {
-            Some(phc) => password::verify(&c.password, phc),
-            None => {
-                password::verify_dummy(&c.password);
-                false
-            }
-        };
-        let login = login.filter(|_| matched).ok_or_else(|| {
-            DashError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_credentials",
-                "Wrong e-mail address or password.",
-            )
-        })?;
-        if !login.verified {
-            return Err(DashError::new(
-                StatusCode::FORBIDDEN,
-                "email_not_verified",
-                "Confirm your e-mail address first: open the link we sent, or ask for a new one.",
-            ));
-        }
-        Ok(ledger.account(login.account_id)?)
-    })
-    .await?;
+    let account = state.service.sign_in(email, c.password).await?;
     let jar = start_session(&state, jar, account.id).await?;
     Ok((
         jar,
@@ -281,8 +188,7 @@ pub async fn sign_out(
     jar: CookieJar,
     s: Session,
 ) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    blocking(move || Ok(session::end(&ledger, &s.cookie)?)).await?;
+    state.service.end_session(s.cookie).await?;
     let jar = jar.remove(removal_cookie());
     Ok((jar, ok(StatusCode::OK, json!({"signed_out": 1}))).into_response())
 }
@@ -293,8 +199,9 @@ pub async fn sign_out_everywhere(
     jar: CookieJar,
     s: Session,
 ) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let n = blocking(move || Ok(ledger.delete_sessions(s.principal.account_id)?)).await?;
+    let n = (state.service)
+        .end_all_sessions(s.principal.account_id)
+        .await?;
     let jar = jar.remove(removal_cookie());
     Ok((jar, ok(StatusCode::OK, json!({"signed_out": n}))).into_response())
 }
@@ -313,22 +220,9 @@ pub async fn request_reset(
         "password-reset",
     )?;
     let email = normalize_email(&b.email)?;
-    let base = base_url(&state, &headers);
-    let (ledger, outbox) = (state.ledger.clone(), state.mail.clone());
-    blocking(move || {
-        if let Some(login) = ledger.login(&email)? {
-            send_link(
-                &ledger,
-                &outbox,
-                login.account_id,
-                email,
-                TokenPurpose::Reset,
-                &base,
-            )?;
-        }
-        Ok(())
-    })
-    .await?;
+    (state.service)
+        .request_reset(email, links(&state, &headers))
+        .await?;
     Ok(ok(
         StatusCode::OK,
         json!({"sent": "if the address has an account"}),
@@ -349,15 +243,9 @@ pub async fn confirm_reset(
         "password-reset",
     )?;
     password::check_policy(&b.password).map_err(|e| weak_password(&e).field("password"))?;
-    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
-    blocking(move || {
-        // Cheap check first: no argon2 work for a token that cannot succeed.
-        if !ledger.email_token_usable(&sha256(&b.token), TokenPurpose::Reset)? {
-            return Err(LedgerError::BadToken.into());
-        }
-        let hash = password::hash(&b.password).map_err(|e| weak_password(&e))?;
-        Ok(ledger.reset_password(&sha256(&b.token), &hash, starter)?)
-    })
-    .await?;
+    let starter = state.dashboard.starter_micros;
+    (state.service)
+        .confirm_reset(b.token, b.password, starter)
+        .await?;
     Ok(ok(StatusCode::OK, json!({"password_reset": true})))
 }

@@ -8,24 +8,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::common::account_json;
-use super::common::{blocking, ok, Body, DashError, Session};
+use super::common::{ok, Body, DashError, Session};
+use crate::accounts::AccountsError;
 use crate::api::state::Accounts;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ids::AccountId;
 use crate::money::Micros;
-
-/// The session's account, if it is an admin.
-fn require_admin(ledger: &Ledger, s: &Session) -> Result<String, DashError> {
-    let me = ledger.account(s.principal.account_id)?;
-    if me.admin {
-        Ok(me.email)
-    } else {
-        Err(DashError::new(
-            StatusCode::FORBIDDEN,
-            "admin_only",
-            "Only admin accounts can do this.",
-        ))
-    }
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,15 +28,13 @@ pub async fn accounts(
     s: Session,
     Query(p): Query<AccountsPage>,
 ) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let rows = blocking(move || {
-        require_admin(&ledger, &s)?;
-        Ok(ledger.accounts_page(
-            crate::ledger::AccountId(p.after.unwrap_or(0)),
+    let rows = (state.service)
+        .accounts_page(
+            s.principal.account_id,
+            AccountId(p.after.unwrap_or(0)),
             p.limit.unwrap_or(50).clamp(1, 500),
-        )?)
-    })
-    .await?;
+        )
+        .await?;
     let next = rows.last().map(|a| a.id);
     Ok(ok(
         StatusCode::OK,
@@ -77,13 +62,9 @@ pub async fn adjust(
     Path(id): Path<String>,
     Body(b): Body<Adjustment>,
 ) -> Result<Response, DashError> {
-    let id: i64 = id.parse().map_err(|_| {
-        DashError::new(
-            StatusCode::NOT_FOUND,
-            "account_not_found",
-            "No such account.",
-        )
-    })?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| DashError::from(AccountsError::NoSuchAccount))?;
     let micros = Micros::parse_usd(&b.amount_usd)
         .ok()
         .filter(|m| m.0 != 0 && m.0.unsigned_abs() <= MAX_ADJUST_MICROS)
@@ -100,29 +81,8 @@ pub async fn adjust(
             "Give a reason of 1 to 500 characters; it is written on the ledger entry.",
         ));
     }
-    let ledger = state.ledger.clone();
-    let a = blocking(move || {
-        let admin = require_admin(&ledger, &s)?;
-        match ledger.adjust(
-            crate::ledger::AccountId(id),
-            micros,
-            &format!("by {admin}: {reason}"),
-        ) {
-            Err(LedgerError::InsufficientBalance { available, .. }) => Err(DashError::bad_request(
-                "would_go_negative",
-                format!(
-                    "The debit exceeds the available balance ({available}, {} micros).",
-                    available.0
-                ),
-            )),
-            Err(LedgerError::NoSuchAccount(_)) => Err(DashError::new(
-                StatusCode::NOT_FOUND,
-                "account_not_found",
-                "No such account.",
-            )),
-            other => Ok(other?),
-        }
-    })
-    .await?;
+    let a = (state.service)
+        .adjust(s.principal.account_id, AccountId(id), micros, reason)
+        .await?;
     Ok(ok(StatusCode::OK, json!({"account": account_json(&a)})))
 }

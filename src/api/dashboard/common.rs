@@ -1,8 +1,7 @@
 //! What the dashboard's handler files share (so none imports another, and none uses the
 //! router in `mod.rs`): the `{ok, data}` / `{ok: false, error}` envelope and `DashError`, the
-//! JSON body extractor, the `Session` extractor, the CSRF middleware, running blocking work,
-//! e-mail normalization, the account as JSON, the base URL of e-mailed links, and starting a
-//! session with its cookie.
+//! JSON body extractor, the `Session` extractor, the CSRF middleware, e-mail normalization,
+//! the account as JSON, the base URL of e-mailed links, and starting a session with its cookie.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
@@ -14,11 +13,12 @@ use axum::Json;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde_json::{json, Value};
 
+use crate::accounts::{Account, AccountsError};
 use crate::api::limits::Throttled;
 use crate::api::session as api_session;
 use crate::api::state::Accounts;
 use crate::auth::session::{self, SessionPrincipal};
-use crate::ledger::{Account, AccountId, LedgerError};
+use crate::ids::AccountId;
 
 /// A dashboard failure: status, stable `code`, readable `message`.
 #[derive(Debug)]
@@ -56,48 +56,123 @@ impl DashError {
     pub(super) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
+
+    /// 500 `internal_error`: our failure, logged where it happened.
+    pub(super) fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "The server failed; try again.",
+        )
+    }
 }
 
-impl From<LedgerError> for DashError {
-    fn from(e: LedgerError) -> Self {
+impl From<AccountsError> for DashError {
+    /// The dashboard's answer to each accounts failure: status, `code`, message, form field.
+    fn from(e: AccountsError) -> Self {
+        use AccountsError as E;
         match e {
-            LedgerError::EmailTaken(_) => Self::new(
+            E::EmailTaken => Self::new(
                 StatusCode::CONFLICT,
                 "email_taken",
                 "An account with this e-mail address already exists; sign in or reset the password.",
             ),
-            LedgerError::UnverifiedIdentity(_) => Self::new(
+            E::UnverifiedIdentity => Self::new(
                 StatusCode::FORBIDDEN,
                 "email_not_verified_by_provider",
                 "Your identity provider has not verified your e-mail address, so it cannot sign you in here. Verify the address with the provider, or sign up with e-mail and a password.",
             ),
-            LedgerError::BadToken => Self::bad_request(
+            E::BadToken => Self::bad_request(
                 "invalid_token",
                 "This link is unknown, already used or expired; ask for a new one.",
             ),
-            LedgerError::BadCode => Self::bad_request(
+            E::BadCode => Self::bad_request(
                 "invalid_code",
                 "This code is unknown or has already been redeemed.",
             )
             .field("code"),
-            LedgerError::TopupPending => Self::new(
+            E::TopupPending => Self::new(
                 StatusCode::CONFLICT,
                 "topup_pending",
                 "A card payment you started in the last 24 hours is not confirmed yet; delete the account once it is confirmed or has expired.",
             ),
-            LedgerError::NoSuchKey(_) => {
-                Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.")
+            E::NoSuchKey => Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key."),
+            E::InvalidCredentials => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_credentials",
+                "Wrong e-mail address or password.",
+            ),
+            E::EmailNotVerified => Self::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified",
+                "Confirm your e-mail address first: open the link we sent, or ask for a new one.",
+            ),
+            E::KeysNeedVerifiedEmail => Self::new(
+                StatusCode::FORBIDDEN,
+                "email_not_verified",
+                "Confirm your e-mail address before creating keys.",
+            ),
+            E::PasswordHash(m) => Self::bad_request("weak_password", format!("{}.", capitalize(&m))),
+            E::WrongPassword => {
+                Self::bad_request("wrong_password", "The current password is not right.")
+                    .field("current_password")
             }
-            other => {
+            E::ConfirmationMismatch => Self::bad_request(
+                "confirmation_mismatch",
+                "Type the account's e-mail address exactly to confirm.",
+            )
+            .field("confirm_email"),
+            E::AdminOnly => Self::new(
+                StatusCode::FORBIDDEN,
+                "admin_only",
+                "Only admin accounts can do this.",
+            ),
+            E::NoSuchAccount => Self::new(
+                StatusCode::NOT_FOUND,
+                "account_not_found",
+                "No such account.",
+            ),
+            E::WouldGoNegative { available } => Self::bad_request(
+                "would_go_negative",
+                format!(
+                    "The debit exceeds the available balance ({available}, {} micros).",
+                    available.0
+                ),
+            ),
+            E::FirstTopupTooSmall {
+                amount,
+                currency,
+                usd,
+            } => Self::bad_request(
+                "amount_too_small",
+                format!(
+                    "The first top-up must be at least 1.00 USD; {amount} {currency} is {:.2} USD.",
+                    usd.usd()
+                ),
+            ),
+            E::PaymentProvider(_) => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "payment_provider_error",
+                "The payment provider could not start a checkout; try again.",
+            ),
+            E::UnknownCheckout => Self::bad_request(
+                "unknown_checkout",
+                "No pending top-up matches this checkout, currency and amount.",
+            ),
+            E::Ledger(other) => {
                 tracing::error!(error = %other, "dashboard ledger failure");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal_error",
-                    "The server failed; try again.",
-                )
+                Self::internal()
             }
         }
     }
+}
+
+/// `s` with its first letter in upper case.
+pub(super) fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 impl From<JsonRejection> for DashError {
@@ -143,20 +218,6 @@ pub struct Body<T>(pub T);
 /// `{"ok": true, "data": data}` with `status`.
 pub(super) fn ok(status: StatusCode, data: Value) -> Response {
     (status, Json(json!({"ok": true, "data": data}))).into_response()
-}
-
-/// Run blocking ledger/auth work off the async workers.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, DashError> + Send + 'static,
-) -> Result<T, DashError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        tracing::error!(error = %e, "dashboard task failed");
-        DashError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "The server failed; try again.",
-        )
-    })?
 }
 
 /// The signed-in user of a request (from the session cookie) and the cookie's value.
@@ -328,16 +389,7 @@ pub async fn start_session(
     jar: CookieJar,
     account: AccountId,
 ) -> Result<CookieJar, DashError> {
-    let (ledger, old) = (
-        state.ledger.clone(),
-        jar.get(session::COOKIE).map(|c| c.value().to_owned()),
-    );
-    let value = blocking(move || {
-        if let Some(old) = old {
-            session::end(&ledger, &old)?;
-        }
-        Ok(session::start(&ledger, account)?)
-    })
-    .await?;
+    let old = jar.get(session::COOKIE).map(|c| c.value().to_owned());
+    let value = state.service.start_session(account, old).await?;
     Ok(jar.add(session_cookie(state, value)))
 }

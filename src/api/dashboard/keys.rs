@@ -7,10 +7,10 @@ use axum::response::Response;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
-use super::common::{blocking, ok, Body, DashError, Session};
+use super::common::{ok, Body, DashError, Session};
+use crate::accounts::{now, AccountsError, KeyState, KeyUpdate, KeyWithSpend};
 use crate::api::state::Accounts;
-use crate::auth::create_key;
-use crate::ledger::{now, AccountId, ApiKeyRecord, KeyId, KeySpend, KeyState, KeyUpdate, Ledger};
+use crate::ids::KeyId;
 use crate::money::Micros;
 
 /// Longest key name, in characters.
@@ -43,7 +43,7 @@ pub struct KeyView {
 }
 
 impl KeyView {
-    fn of(k: &ApiKeyRecord, spend: KeySpend) -> Self {
+    fn of(KeyWithSpend { record: k, spend }: &KeyWithSpend) -> Self {
         let state = match k.state {
             KeyState::Revoked => "revoked",
             KeyState::Active if k.expired_at(now()) => "expired",
@@ -65,24 +65,10 @@ impl KeyView {
     }
 }
 
-/// The view of `k` with its spend, read now. Blocking.
-fn view(ledger: &Ledger, k: &ApiKeyRecord) -> Result<KeyView, DashError> {
-    Ok(KeyView::of(k, ledger.key_spend_of(k.id)?))
-}
-
 /// `GET /api/v1/keys`: the account's keys, newest first, with what each spent.
 pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let keys = blocking(move || {
-        let account = s.principal.account_id;
-        let spend = ledger.key_spend(account)?;
-        Ok(ledger
-            .keys(account)?
-            .iter()
-            .map(|k| KeyView::of(k, spend.get(&k.id).copied().unwrap_or_default()))
-            .collect::<Vec<_>>())
-    })
-    .await?;
+    let keys = state.service.keys(s.principal.account_id).await?;
+    let keys: Vec<KeyView> = keys.iter().map(KeyView::of).collect();
     Ok(ok(StatusCode::OK, json!({ "keys": keys })))
 }
 
@@ -161,18 +147,6 @@ fn check_expiry(at: Option<i64>) -> Result<Option<i64>, DashError> {
     }
 }
 
-fn verified(ledger: &Ledger, account: AccountId) -> Result<(), DashError> {
-    if ledger.account(account)?.verified {
-        Ok(())
-    } else {
-        Err(DashError::new(
-            StatusCode::FORBIDDEN,
-            "email_not_verified",
-            "Confirm your e-mail address before creating keys.",
-        ))
-    }
-}
-
 /// `POST /api/v1/keys {name, spend_limit_usd?, expires_at?}` -> 201 with the full key, shown
 /// this once.
 pub async fn create(
@@ -183,22 +157,16 @@ pub async fn create(
     let name = check_name(&b.name)?;
     let limit = check_limit(b.spend_limit_usd.as_deref())?;
     let expires = check_expiry(b.expires_at)?;
-    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
-    let (key, record) = blocking(move || {
-        let account = s.principal.account_id;
-        verified(&ledger, account)?;
-        let (key, mut record) = create_key(&ledger, account, &name)?;
-        if limit.is_some() || expires.is_some() {
-            let update = KeyUpdate {
-                spend_limit_micros: Some(limit),
-                expires_at: Some(expires),
-                ..KeyUpdate::default()
-            };
-            record = auth.update(record.id, &update)?;
-        }
-        Ok((key, view(&ledger, &record)?))
-    })
-    .await?;
+    // Only what the request sets: a new key has no limit or expiry to clear.
+    let settings = KeyUpdate {
+        spend_limit_micros: limit.map(Some),
+        expires_at: expires.map(Some),
+        ..KeyUpdate::default()
+    };
+    let (key, created) = (state.service)
+        .create_key(s.principal.account_id, name, settings)
+        .await?;
+    let record = KeyView::of(&created);
     Ok(ok(
         StatusCode::CREATED,
         json!({"key": key, "record": record,
@@ -206,16 +174,11 @@ pub async fn create(
     ))
 }
 
-/// The account's key `id`, or 404 (someone else's key is "not found", never "forbidden": no
-/// probing of ids). Blocking.
-fn own_key(ledger: &Ledger, account: AccountId, id: &str) -> Result<KeyId, DashError> {
-    let not_found = || DashError::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key.");
-    let id = KeyId(id.parse().map_err(|_| not_found())?);
-    match ledger.key(id) {
-        Ok(k) if k.account_id == account => Ok(id),
-        Ok(_) | Err(crate::ledger::LedgerError::NoSuchKey(_)) => Err(not_found()),
-        Err(e) => Err(e.into()),
-    }
+/// The key id in a route's path; one that is not a number is no key of anyone's.
+fn key_id(id: &str) -> Result<KeyId, DashError> {
+    id.parse()
+        .map(KeyId)
+        .map_err(|_| AccountsError::NoSuchKey.into())
 }
 
 /// `PATCH /api/v1/keys/{id} {name?, spend_limit_usd?, expires_at?}`: rename a key, set or
@@ -235,13 +198,10 @@ pub async fn update(
             .transpose()?,
         expires_at: b.expires_at.map(check_expiry).transpose()?,
     };
-    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
-    let record = blocking(move || {
-        let id = own_key(&ledger, s.principal.account_id, &id)?;
-        let record = auth.update(id, &update)?;
-        view(&ledger, &record)
-    })
-    .await?;
+    let updated = (state.service)
+        .update_key(s.principal.account_id, key_id(&id)?, update)
+        .await?;
+    let record = KeyView::of(&updated);
     Ok(ok(StatusCode::OK, json!({ "record": record })))
 }
 
@@ -252,12 +212,9 @@ pub async fn revoke(
     s: Session,
     Path(id): Path<String>,
 ) -> Result<Response, DashError> {
-    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
-    let record = blocking(move || {
-        let id = own_key(&ledger, s.principal.account_id, &id)?;
-        let record = auth.revoke(id)?;
-        view(&ledger, &record)
-    })
-    .await?;
+    let revoked = (state.service)
+        .revoke_key(s.principal.account_id, key_id(&id)?)
+        .await?;
+    let record = KeyView::of(&revoked);
     Ok(ok(StatusCode::OK, json!({ "record": record })))
 }

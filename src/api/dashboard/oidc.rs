@@ -12,11 +12,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 
+use super::common::DashError;
 use super::common::{base_url, link_page, normalize_email, start_session};
-use super::common::{blocking, DashError};
+use crate::accounts::ExternalIdentity;
 use crate::api::state::Accounts;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
-use crate::ledger::ExternalIdentity;
 
 /// The cookie that binds a sign-in in progress to the browser that started it.
 const STATE_COOKIE: &str = "tollgate_oidc";
@@ -158,8 +158,11 @@ pub async fn callback(
         email,
         email_verified: claims.email_verified,
     };
-    let (ledger, starter) = (state.ledger.clone(), state.dashboard.starter_micros);
-    let resolved = blocking(move || Ok(ledger.sign_in_identity(&identity, starter)?)).await;
+    let starter = state.dashboard.starter_micros;
+    let resolved = (state.service)
+        .sign_in_identity(identity, starter)
+        .await
+        .map_err(DashError::from);
     match resolved {
         Ok(account) => match start_session(&state, jar, account).await {
             Ok(jar) => (jar, Redirect::to("/#/keys")).into_response(),

@@ -9,10 +9,9 @@ use axum_extra::extract::cookie::CookieJar;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::common::{account_json, blocking, ok, removal_cookie, Body, DashError, Session};
+use super::common::{account_json, ok, removal_cookie, Body, DashError, Session};
 use crate::api::state::Accounts;
 use crate::auth::password;
-use crate::ledger::sha256;
 use crate::money::Micros;
 
 /// Below this available balance (micros, $0.05) the dashboard shows a low-balance notice.
@@ -54,8 +53,7 @@ pub async fn providers(State(state): State<Accounts>) -> Response {
 /// `GET /api/v1/account`: e-mail, verification, whether it has a password, balance, reserved
 /// and available micros.
 pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let a = blocking(move || Ok(ledger.account(s.principal.account_id)?)).await?;
+    let a = state.service.account(s.principal.account_id).await?;
     Ok(ok(StatusCode::OK, account_json(&a)))
 }
 
@@ -90,26 +88,9 @@ pub async fn change_password(
         &account.to_string(),
         "password change",
     )?;
-    let ledger = state.ledger.clone();
-    let ended = blocking(move || {
-        let a = ledger.account(account)?;
-        let phc = ledger.login(&a.email)?.and_then(|l| l.password_hash);
-        if let Some(phc) = phc {
-            let given = b.current_password.as_deref().unwrap_or("");
-            if !password::verify(given, &phc) {
-                return Err(DashError::bad_request(
-                    "wrong_password",
-                    "The current password is not right.",
-                )
-                .field("current_password"));
-            }
-        }
-        let hash = password::hash(&b.new_password).map_err(|e| {
-            DashError::bad_request("weak_password", e.to_string()).field("new_password")
-        })?;
-        Ok(ledger.change_password(account, &hash, &sha256(&s.cookie))?)
-    })
-    .await?;
+    let ended = (state.service)
+        .change_password(account, b.current_password, b.new_password, s.cookie)
+        .await?;
     Ok(ok(
         StatusCode::OK,
         json!({"password_changed": true, "other_sessions_ended": ended}),
@@ -135,23 +116,9 @@ pub async fn delete(
     s: Session,
     Body(b): Body<DeleteAccount>,
 ) -> Result<Response, DashError> {
-    let (ledger, auth) = (state.ledger.clone(), state.auth.clone());
-    blocking(move || {
-        let account = s.principal.account_id;
-        let a = ledger.account(account)?;
-        if !b.confirm_email.trim().eq_ignore_ascii_case(&a.email) {
-            return Err(DashError::bad_request(
-                "confirmation_mismatch",
-                "Type the account's e-mail address exactly to confirm.",
-            )
-            .field("confirm_email"));
-        }
-        ledger.delete_account(account)?;
-        // Revoked keys must fail on this server's very next request too.
-        auth.sync_revocations()?;
-        Ok(())
-    })
-    .await?;
+    (state.service)
+        .delete_account(s.principal.account_id, b.confirm_email)
+        .await?;
     let jar = jar.remove(removal_cookie());
     Ok((
         jar,

@@ -9,11 +9,11 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::common::{blocking, ok, Body, DashError, Session};
+use super::common::{ok, Body, DashError, Session};
+use crate::accounts::{now, NewCheckout, TopupOutcome};
 use crate::api::state::Accounts;
-use crate::ledger::{LedgerError, NewTopup, TopupOutcome};
 use crate::money::Micros;
-use crate::payments::{self, PaymentError, MIN_FIRST_TOPUP_MICROS};
+use crate::payments::{self, PaymentError};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,50 +51,24 @@ pub async fn create(
     let usd = Micros(usd);
     let currency = b.currency.trim().to_lowercase();
     let base = super::common::base_url(&state, &headers);
-    let ledger = state.ledger.clone();
-    let account = s.principal.account_id;
-    let checkout = blocking(move || {
-        if usd < MIN_FIRST_TOPUP_MICROS && !ledger.has_topped_up(account)? {
-            return Err(DashError::bad_request(
-                "amount_too_small",
-                format!(
-                    "The first top-up must be at least 1.00 USD; {} {} is {:.2} USD.",
-                    b.amount.trim(),
-                    currency.to_uppercase(),
-                    usd.usd()
-                ),
-            ));
-        }
-        let checkout = payments::create_checkout(
-            &cfg,
-            account,
-            &currency,
-            minor,
-            // Stripe puts the Checkout Session id in place of the template, so the page can
-            // poll `GET /api/v1/topups/{id}` until the webhook has credited it.
-            &format!("{base}/?topup=success&checkout_id={{CHECKOUT_SESSION_ID}}"),
-            &format!("{base}/?topup=cancelled"),
+    let checkout = (state.service)
+        .start_topup(
+            cfg,
+            NewCheckout {
+                account: s.principal.account_id,
+                amount: b.amount,
+                currency,
+                amount_minor: minor,
+                usd,
+                rate,
+                // Stripe puts the Checkout Session id in place of the template, so the page can
+                // poll `GET /api/v1/topups/{id}` until the webhook has credited it.
+                success_url: format!("{base}/?topup=success&checkout_id={{CHECKOUT_SESSION_ID}}"),
+                cancel_url: format!("{base}/?topup=cancelled"),
+            },
         )
-        .map_err(|e| {
-            tracing::warn!(error = %e, "stripe checkout failed");
-            DashError::new(
-                StatusCode::BAD_GATEWAY,
-                "payment_provider_error",
-                "The payment provider could not start a checkout; try again.",
-            )
-        })?;
-        ledger.insert_topup(&NewTopup {
-            account_id: account,
-            provider: "stripe".into(),
-            provider_ref: checkout.id.clone(),
-            currency,
-            amount_minor: minor,
-            usd_micros: usd,
-            rate,
-        })?;
-        Ok(checkout)
-    })
-    .await?;
+        .await?
+        .checkout;
     Ok(ok(
         StatusCode::CREATED,
         json!({"checkout_url": checkout.url, "checkout_id": checkout.id,
@@ -110,8 +84,8 @@ pub async fn status(
     s: Session,
     Path(checkout_id): Path<String>,
 ) -> Result<Response, DashError> {
-    let ledger = state.ledger.clone();
-    let found = blocking(move || Ok(ledger.topup_status(s.principal.account_id, &checkout_id)?))
+    let found = (state.service)
+        .topup_status(s.principal.account_id, checkout_id)
         .await?
         .ok_or_else(|| {
             DashError::new(StatusCode::NOT_FOUND, "topup_not_found", "No such top-up.")
@@ -143,33 +117,16 @@ pub async fn webhook(
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    payments::verify_signature(&cfg.webhook_secret, signature, &body, crate::ledger::now())
+    payments::verify_signature(&cfg.webhook_secret, signature, &body, now())
         .map_err(|e| DashError::bad_request("invalid_signature", format!("{e}.")))?;
     let event = payments::completed_checkout(&body)
         .map_err(|e| DashError::bad_request("invalid_event", format!("{e}.")))?;
     let Some(c) = event else {
         return Ok(ok(StatusCode::OK, json!({"handled": false})));
     };
-    let ledger = state.ledger.clone();
-    let outcome = blocking(move || {
-        match ledger.complete_topup(
-            "stripe",
-            &c.event_id,
-            &c.session_id,
-            &c.currency,
-            c.amount_total,
-        ) {
-            Err(LedgerError::NoSuchTopup(id)) => {
-                tracing::warn!(checkout = %id, "stripe event for an unknown checkout or amount");
-                Err(DashError::bad_request(
-                    "unknown_checkout",
-                    "No pending top-up matches this checkout, currency and amount.",
-                ))
-            }
-            other => Ok(other?),
-        }
-    })
-    .await?;
+    let outcome = (state.service)
+        .complete_topup(c.event_id, c.session_id, c.currency, c.amount_total)
+        .await?;
     let data = match outcome {
         TopupOutcome::Credited {
             account_id,

@@ -1,8 +1,6 @@
 //! The balance page's data: metered requests (filtered by key, model, status and time, paged,
 //! or as CSV), spend per day and model for the chart, ledger entries, and redeem codes.
 
-use std::collections::HashMap;
-
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::common::account_json;
-use super::common::{blocking, ok, Body, DashError, Session, Q};
+use super::common::{ok, Body, DashError, Session, Q};
+use crate::accounts::{KeyFilter, UsageFilter, UsageLine, UsagePage};
 use crate::api::state::Accounts;
-use crate::ledger::{now, AccountId, KeyFilter, KeyId, Ledger, UsageFilter, UsageRecord};
+use crate::ids::KeyId;
 use crate::money::Micros;
 
 /// Most rows one page of usage or entries returns.
@@ -93,12 +92,13 @@ pub struct UsageRow {
     created_at: i64,
 }
 
-fn row(names: &HashMap<KeyId, String>, at: i64, u: &UsageRecord) -> UsageRow {
+fn row(line: UsageLine) -> UsageRow {
+    let u = &line.record;
     UsageRow {
         request_id: u.request_id.clone(),
         model: u.model.clone(),
         key_id: u.key_id,
-        key_name: u.key_id.and_then(|k| names.get(&k).cloned()),
+        key_name: line.key_name,
         prompt_tokens: u.prompt_tokens,
         cached_tokens: u.cached_tokens,
         completion_tokens: u.completion_tokens,
@@ -106,31 +106,13 @@ fn row(names: &HashMap<KeyId, String>, at: i64, u: &UsageRecord) -> UsageRow {
         cost_usd: u.cost_micros.usd(),
         status: u.status.as_str(),
         latency_ms: u.latency_ms,
-        created_at: at,
+        created_at: line.created_at,
     }
 }
 
-/// Rows of `account` matching `q`, with key names. Blocking.
-fn rows(
-    ledger: &Ledger,
-    account: AccountId,
-    filter: &UsageFilter,
-    before: Option<i64>,
-    limit: usize,
-) -> Result<(Vec<UsageRow>, Option<i64>), DashError> {
-    let names: HashMap<KeyId, String> = ledger
-        .keys(account)?
-        .into_iter()
-        .map(|k| (k.id, k.name))
-        .collect();
-    let page = ledger.usage_page(account, filter, before, limit)?;
-    let next = (page.len() == limit)
-        .then(|| page.last().map(|r| r.0))
-        .flatten();
-    Ok((
-        page.iter().map(|(_, at, u)| row(&names, *at, u)).collect(),
-        next,
-    ))
+/// The rows of `page` and its next cursor.
+fn rows(page: UsagePage) -> (Vec<UsageRow>, Option<i64>) {
+    (page.lines.into_iter().map(row).collect(), page.next_before)
 }
 
 /// `GET /api/v1/usage?limit=50&before=CURSOR&key_id=&model=&status=&since=&until=`: metered
@@ -142,9 +124,10 @@ pub async fn usage(
     Q(q): Q<UsageQuery>,
 ) -> Result<Response, DashError> {
     let (filter, limit, before) = (q.filter()?, q.limit(), q.before);
-    let ledger = state.ledger.clone();
-    let (rows, next) =
-        blocking(move || rows(&ledger, s.principal.account_id, &filter, before, limit)).await?;
+    let page = (state.service)
+        .usage(s.principal.account_id, filter, before, limit)
+        .await?;
+    let (rows, next) = rows(page);
     Ok(ok(
         StatusCode::OK,
         json!({"usage": rows, "next_before": next}),
@@ -178,10 +161,10 @@ pub async fn usage_csv(
     Q(q): Q<UsageQuery>,
 ) -> Result<Response, DashError> {
     let filter = q.filter()?;
-    let ledger = state.ledger.clone();
-    let (rows, _) =
-        blocking(move || rows(&ledger, s.principal.account_id, &filter, None, MAX_CSV_ROWS))
-            .await?;
+    let page = (state.service)
+        .usage(s.principal.account_id, filter, None, MAX_CSV_ROWS)
+        .await?;
+    let (rows, _) = rows(page);
     let mut out = String::from(
         "created_at,created_at_iso,request_id,key_id,key_name,model,prompt_tokens,completion_tokens,cost_micros,cost_usd,status,latency_ms\n",
     );
@@ -243,9 +226,10 @@ pub async fn daily(
     Q(q): Q<DaysQuery>,
 ) -> Result<Response, DashError> {
     let days = q.days.unwrap_or(14).clamp(1, MAX_DAYS);
-    let ledger = state.ledger.clone();
-    let spend =
-        blocking(move || Ok(ledger.daily_spend(s.principal.account_id, now(), days)?)).await?;
+    let spend = state
+        .service
+        .daily_spend(s.principal.account_id, days)
+        .await?;
     let out: Vec<DayView> = spend
         .into_iter()
         .map(|d| DayView {
@@ -274,8 +258,7 @@ pub async fn entries(
     Q(p): Q<EntriesQuery>,
 ) -> Result<Response, DashError> {
     let limit = p.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-    let ledger = state.ledger.clone();
-    let rows = blocking(move || Ok(ledger.entries(s.principal.account_id, limit)?)).await?;
+    let rows = state.service.entries(s.principal.account_id, limit).await?;
     let rows: Vec<_> = rows
         .iter()
         .map(|e| {
@@ -308,12 +291,7 @@ pub async fn redeem(
         &account.to_string(),
         "redeem",
     )?;
-    let ledger = state.ledger.clone();
-    let (credited, a) = blocking(move || {
-        let credited = ledger.redeem(account, &b.code)?;
-        Ok((credited, ledger.account(account)?))
-    })
-    .await?;
+    let (credited, a) = state.service.redeem(account, b.code).await?;
     Ok(ok(
         StatusCode::OK,
         json!({"credited_micros": credited, "credited_usd": credited.usd(), "account": account_json(&a)}),
