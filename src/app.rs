@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::api::limits::{Limiter, PublicLimits, Throttles};
+use crate::api::shared::limits::{Limiter, PublicLimits, Throttles};
 use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
@@ -65,7 +65,7 @@ pub struct ServeConfig {
     /// costs) and `tokenizers/` (reference tokenizers), unless flags name them elsewhere.
     pub data_dir: PathBuf,
     /// Connection and request-size limits.
-    pub http: api::server::HttpLimits,
+    pub http: api::shared::server::HttpLimits,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -239,7 +239,7 @@ pub struct ApiSettings {
     /// Where `language-multipliers.json` is read from (`--data-dir`).
     pub data_dir: PathBuf,
     /// Connection and request-size limits.
-    pub http: api::server::HttpLimits,
+    pub http: api::shared::server::HttpLimits,
 }
 
 impl Default for ApiSettings {
@@ -254,7 +254,7 @@ impl Default for ApiSettings {
             payments: None,
             oidc: None,
             mail: crate::mail::Outbox::default(),
-            http: api::server::HttpLimits::default(),
+            http: api::shared::server::HttpLimits::default(),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
         }
     }
@@ -267,11 +267,11 @@ pub fn assemble(
     ledger: Arc<Ledger>,
     s: ApiSettings,
 ) -> AppState {
-    use crate::api::state::{Accounts, Models, Paid, Public};
+    use crate::api::shared::state::{Accounts, Models, Paid, Public};
     // Ask whether the hub is reachable now, so no request waits for the first answer.
     crate::engine::hub::warm();
     let pacer = text_generation_pacer(&engine);
-    let replicas = crate::api::limits::one_replica();
+    let replicas = crate::api::shared::limits::one_replica();
     let auth = Arc::new(Authenticator::new(ledger.clone()));
     AppState {
         paid: Paid {
@@ -352,7 +352,7 @@ pub async fn serve_mcp_stdio(
         None,
         Arc::new(weights.to_owned()),
         tokenizers.to_owned(),
-        &api::request::ACCEPTED_PARAMETERS,
+        &api::shared::request::ACCEPTED_PARAMETERS,
         openapi,
     );
     crate::mcp::serve_stdio(Arc::new(data))
@@ -460,7 +460,7 @@ fn spawn_replica_upkeep(state: &AppState) {
 /// requests must not lose their holds to a failure elsewhere), then write the heartbeat and
 /// share the limits; always release expired leases. A failed step is logged and the next
 /// steps still run.
-fn lease_round(ledger: &Ledger, share: &crate::api::limits::ReplicaShare, renew: bool) {
+fn lease_round(ledger: &Ledger, share: &crate::api::shared::limits::ReplicaShare, renew: bool) {
     if renew {
         // The id's lock goes with its connection; take it again if that was lost.
         match ledger.keep_replica_id() {
@@ -519,7 +519,7 @@ pub async fn serve(
     spawn_replica_upkeep(&state);
     crate::heap::spawn_trimmer();
     let limits = state.http;
-    api::server::serve(listener, api::router(state), limits, shutdown).await;
+    api::shared::server::serve(listener, api::router(state), limits, shutdown).await;
     Ok(())
 }
 

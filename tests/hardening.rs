@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use tollgate::api::server::HttpLimits;
+use tollgate::api::shared::server::HttpLimits;
 
 fn server(limits: HttpLimits) -> TestServer {
     fake_server_configured(10_000, move |state| state.http = limits).0

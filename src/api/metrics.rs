@@ -18,7 +18,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::error::ApiError;
+use super::shared::error::ApiError;
 
 /// Latency buckets in seconds (TTFT, inter-token latency, request duration).
 const LATENCY_BUCKETS: [f64; 16] = [

@@ -1,46 +1,23 @@
-//! HTTP surface (axum): `/v1` (chat completions, responses, models), `/health`, and the dashboard's
-//! `/api/v1` (`dashboard`) and its web pages (`web`).
-//! Owns: routing, wire formats, the error envelope, request ids, panic recovery.
-//! May use: `metering` (paid requests), `engine` (prompt preparation, model lists), `auth`,
-//! `billing` (renderings), `catalog`. Only this module uses axum/tower.
+//! HTTP surface (axum): `/v1` (chat completions, responses, audio, models), `/health`, `/mcp`,
+//! `/metrics`, and the dashboard's `/api/v1` (`dashboard`) and its web pages (`web`).
+//! Owns: routing, wire formats, the error envelopes, request ids, panic recovery.
+//! May use: `metering` (paid requests), `accounts` (everything else an account does), `engine`
+//! (prompt preparation, model lists), `audio`, `auth`, `billing` (renderings), `catalog`,
+//! `mcp`. Never: `ledger` (only the services touch it). Only this module uses axum/tower.
 //!
-//! Files: this one is the router only (nothing uses it); `state.rs` (what handlers share),
-//! `error.rs`, `schema.rs`, `limits.rs` (every rate limit), `session.rs` (session cookies and the
-//! same-site rule), `access.rs` (who pays), `paid.rs` (around metering), `completion.rs` and
-//! `sse.rs` (wire shapes), `response_object.rs`, `response_output.rs` and `response_sse.rs`
-//! (the Responses API's)
-//! and `transcript_format.rs` (transcription bodies) are shared; the handler files (`chat.rs`,
-//! `audio.rs`, `speech.rs`, `responses.rs`, `models.rs`, `metrics.rs`,
-//! `web/`, `dashboard/*` but its `mod.rs` and `common.rs`) never use each other.
+//! Layout, one folder per surface: `v1/` (`chat/`, `responses/`, `audio/`, `models.rs`),
+//! `dashboard/` (one file per page's routes, `common.rs` shared), `web/` (the pages),
+//! `metrics.rs`, and `shared/` (state, errors, schema, limits, sessions, who pays, the paid-call
+//! opening, request parsing, the HTTP layer). This file is the router and `openapi.rs` the
+//! document; they alone name every handler. `scripts/check-layers` reads the units off this
+//! layout: no endpoint unit uses another and nothing shared uses one.
 
-pub mod access;
-mod audio;
-mod chat;
-mod completion;
-mod connections;
-mod cors;
 pub mod dashboard;
-pub mod error;
-mod headers;
-pub mod limits;
 mod metrics;
-mod models;
 pub mod openapi;
-mod paid;
-mod response_object;
-mod response_output;
-mod response_sse;
-mod responses;
-pub mod schema;
-pub mod server;
-mod session;
-mod speech;
-mod sse;
-pub mod state;
-mod transcript_format;
+pub mod shared;
+mod v1;
 mod web;
-
-pub mod request;
 
 use std::sync::Arc;
 
@@ -53,9 +30,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use self::error::ApiError;
-use self::state::{random_id, RequestId, RequestModel};
-pub use self::state::{AppState, DashboardConfig};
+use self::shared::error::ApiError;
+use self::shared::state::{random_id, RequestId, RequestModel};
+pub use self::shared::state::{AppState, DashboardConfig};
+use self::shared::{access, cors, headers, request, schema};
+use self::v1::{audio, chat, models, responses};
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {
@@ -87,15 +66,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/responses", post(responses::create))
         .route(
             "/v1/audio/transcriptions",
-            post(audio::transcriptions)
-                .layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+            post(audio::transcriptions::transcriptions).layer(DefaultBodyLimit::max(
+                audio::transcriptions::MAX_FILE_BYTES + 64 * 1024,
+            )),
         )
         .route(
             "/v1/audio/translations",
-            post(audio::translations)
-                .layer(DefaultBodyLimit::max(audio::MAX_FILE_BYTES + 64 * 1024)),
+            post(audio::transcriptions::translations).layer(DefaultBodyLimit::max(
+                audio::transcriptions::MAX_FILE_BYTES + 64 * 1024,
+            )),
         )
-        .route("/v1/audio/speech", post(speech::create))
+        .route("/v1/audio/speech", post(audio::speech::create))
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),

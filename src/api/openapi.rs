@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::state::Models;
-use super::{audio, chat, models, responses, speech};
+use super::shared::state::Models;
+use super::v1::audio::{speech, transcriptions as audio};
+use super::v1::{chat, models, responses};
 
 /// The `/v1` API.
 #[derive(OpenApi)]
@@ -33,7 +34,7 @@ use super::{audio, chat, models, responses, speech};
         models::get_model,
         models::get_languages
     ),
-    components(schemas(super::schema::ChatCompletionChunk)),
+    components(schemas(super::shared::schema::ChatCompletionChunk)),
     modifiers(&Security),
     tags(
         (name = "chat", description = "Chat completions (metered)"),
@@ -97,7 +98,7 @@ pub async fn serve(State(state): State<Models>) -> Json<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::request::ACCEPTED_PARAMETERS;
+    use crate::api::shared::request::ACCEPTED_PARAMETERS;
 
     #[test]
     fn the_request_schema_lists_exactly_the_accepted_parameters() {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::api::server::HttpLimits;
+use crate::api::shared::server::HttpLimits;
 
 /// Connection and request-size limits; every default is `HttpLimits::default()`'s.
 #[derive(Debug, Clone, clap::Args)]

@@ -351,7 +351,7 @@ pub fn fake_server() -> (TestServer, Arc<FakeEngine>) {
 pub fn fake_server_with(key_rpm: u32, session_rpm: Option<u32>) -> (TestServer, Arc<FakeEngine>) {
     fake_server_configured(key_rpm, move |state| {
         if let Some(n) = session_rpm {
-            state.paid.session_limits = Arc::new(tollgate::api::limits::Limiter::new(n));
+            state.paid.session_limits = Arc::new(tollgate::api::shared::limits::Limiter::new(n));
         }
     })
 }

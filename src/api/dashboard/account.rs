@@ -13,7 +13,7 @@ use super::common::{
 };
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::EmailLinks;
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::auth::password;
 
 #[derive(Deserialize)]
@@ -64,7 +64,7 @@ pub async fn sign_up(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.sign_up_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "sign-up",
     )?;
     let email = normalize_email(&c.email)?;
@@ -143,7 +143,7 @@ pub async fn resend_verification(
     let t = &state.throttles;
     t.check(
         &t.reset_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "resend-verification",
     )?;
     t.check(&t.resend_email, &email, "resend-verification")?;
@@ -169,7 +169,7 @@ pub async fn sign_in(
     let t = &state.throttles;
     t.check(
         &t.sign_in_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "sign-in",
     )?;
     t.check(&t.sign_in_email, &email, "sign-in")?;
@@ -216,7 +216,7 @@ pub async fn request_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     let email = normalize_email(&b.email)?;
@@ -239,7 +239,7 @@ pub async fn confirm_reset(
 ) -> Result<Response, DashError> {
     state.throttles.check(
         &state.throttles.reset_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "password-reset",
     )?;
     password::check_policy(&b.password).map_err(|e| weak_password(&e).field("password"))?;

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::common::account_json;
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::AccountsError;
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::ids::AccountId;
 use crate::money::Micros;
 

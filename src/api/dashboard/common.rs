@@ -14,9 +14,9 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde_json::{json, Value};
 
 use crate::accounts::{Account, AccountsError};
-use crate::api::limits::Throttled;
-use crate::api::session as api_session;
-use crate::api::state::Accounts;
+use crate::api::shared::limits::Throttled;
+use crate::api::shared::session as api_session;
+use crate::api::shared::state::Accounts;
 use crate::auth::session::{self, SessionPrincipal};
 use crate::ids::AccountId;
 
@@ -349,7 +349,7 @@ pub(super) fn link_page(status: StatusCode, title: &str, message: &str, sign_in:
     let mut r = (status, axum::response::Html(html)).into_response();
     r.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
-        header::HeaderValue::from_static(crate::api::headers::CSP),
+        header::HeaderValue::from_static(crate::api::shared::headers::CSP),
     );
     r
 }

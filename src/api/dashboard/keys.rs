@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, AccountsError, KeyState, KeyUpdate, KeyWithSpend};
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::ids::KeyId;
 use crate::money::Micros;
 

@@ -26,7 +26,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::state::AppState;
+use super::shared::state::AppState;
 use common::{csrf, DashError};
 
 async fn not_found(req: Request) -> DashError {

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::common::DashError;
 use super::common::{base_url, link_page, normalize_email, start_session};
 use crate::accounts::ExternalIdentity;
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::auth::oidc::{OidcError, FLOW_TTL};
 
 /// The cookie that binds a sign-in in progress to the browser that started it.
@@ -37,7 +37,7 @@ pub async fn start(
     let t = &state.throttles;
     if let Err(e) = t.check(
         &t.sign_in_ip,
-        &crate::api::limits::client_key(peer.ip()).to_string(),
+        &crate::api::shared::limits::client_key(peer.ip()).to_string(),
         "sign-in",
     ) {
         let e = DashError::from(e);

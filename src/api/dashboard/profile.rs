@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::common::{account_json, ok, removal_cookie, Body, DashError, Session};
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::auth::password;
 use crate::money::Micros;
 

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, NewCheckout, TopupOutcome};
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::money::Micros;
 use crate::payments::{self, PaymentError};
 

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::common::account_json;
 use super::common::{ok, Body, DashError, Session, Q};
 use crate::accounts::{KeyFilter, UsageFilter, UsageLine, UsagePage};
-use crate::api::state::Accounts;
+use crate::api::shared::state::Accounts;
 use crate::ids::KeyId;
 use crate::money::Micros;
 

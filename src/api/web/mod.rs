@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::headers::CSP;
-use super::state::AppState;
+use super::shared::headers::CSP;
+use super::shared::state::AppState;
 
 const INDEX: &str = include_str!("index.html");
 const APP_CSS: &str = include_str!("app.css");

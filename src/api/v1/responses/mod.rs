@@ -9,6 +9,10 @@
 //! lifecycle as chat completions: hold, settle, charge) -> `store` (kept 30 days, before the
 //! response is sent). Another account's response id is a 404, never a 403: ids do not leak.
 
+mod object;
+mod output;
+mod sse;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -17,17 +21,17 @@ use axum::Extension;
 use futures::FutureExt;
 use serde_json::Value;
 
-use super::error::ApiError;
-use super::paid;
-use super::request::responses::{self, ResponsesRequest};
-use super::response_object::{ResponseMeta, ResponseObject};
-use super::response_output::{output_as_chat, Outputs};
-use super::response_sse::{self, Save};
-#[allow(unused_imports)] // Named by the OpenAPI attributes.
-use super::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
-use super::state::{AppState, RequestId, RequestModel};
+use self::object::{ResponseMeta, ResponseObject};
+use self::output::{output_as_chat, Outputs};
+use self::sse::Save;
 use crate::accounts::SavedResponse;
-use crate::api::access::Payer;
+use crate::api::shared::access::Payer;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::paid;
+use crate::api::shared::request::responses::{self, ResponsesRequest};
+#[allow(unused_imports)] // Named by the OpenAPI attributes.
+use crate::api::shared::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
+use crate::api::shared::state::{AppState, RequestId, RequestModel};
 use crate::engine::{FinishReason, GenerateRequest};
 use crate::ids::AccountId;
 use crate::metering::{Admission, Mode, PaidRequest, StoredResponse};
@@ -148,7 +152,7 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let body = paid::json_body(state, headers, body, &logged).await?;
-    crate::api::request::size::check(&body, "input", &state.http)?;
+    crate::api::shared::request::size::check(&body, "input", &state.http)?;
     let draft = responses::read(&body)?;
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
@@ -228,7 +232,7 @@ async fn handle(
     Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {
-            response_sse::stream_response(meta, events, settlement, saver).into_response()
+            sse::stream_response(meta, events, settlement, saver).into_response()
         }
         Admission::Completing(completion) => {
             let (_, response) = completion.wait().await?;

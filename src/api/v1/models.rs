@@ -5,10 +5,10 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::error::ApiError;
-use super::request::ACCEPTED_PARAMETERS;
-use super::schema::{ErrorBody, LanguageCosts};
-use super::state::Models;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::request::ACCEPTED_PARAMETERS;
+use crate::api::shared::schema::{ErrorBody, LanguageCosts};
+use crate::api::shared::state::Models;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::record::{AudioModelRecord, ListedModel, ModelList, ModelRecord};
 use crate::catalog::ModelEntry;

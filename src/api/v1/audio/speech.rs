@@ -20,13 +20,13 @@ use axum::Extension;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::error::ApiError;
-use super::paid;
-use super::request::speech;
+use crate::api::shared::access::Payer;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::paid;
+use crate::api::shared::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use super::schema::ErrorBody;
-use super::state::{AppState, RequestId, RequestModel};
-use crate::api::access::Payer;
+use crate::api::shared::schema::ErrorBody;
+use crate::api::shared::state::{AppState, RequestId, RequestModel};
 use crate::audio::encode::Container;
 use crate::audio::{AudioError, SpeechJob};
 use crate::billing::{self, PricedUnits};

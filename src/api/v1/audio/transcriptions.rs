@@ -19,13 +19,13 @@ use axum::response::Response;
 use axum::Extension;
 use sha2::{Digest, Sha256};
 
-use super::error::ApiError;
-use super::paid;
+use super::format::{self, Format};
+use crate::api::shared::access::Payer;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use super::schema::ErrorBody;
-use super::state::{AppState, RequestId, RequestModel};
-use super::transcript_format::{self, Format};
-use crate::api::access::Payer;
+use crate::api::shared::schema::ErrorBody;
+use crate::api::shared::state::{AppState, RequestId, RequestModel};
 use crate::audio::whisper::languages;
 use crate::audio::whisper::transcribe::{Options, Task};
 use crate::audio::{pcm, AudioError};
@@ -378,9 +378,8 @@ async fn handle(
     };
     let request_id = rid.0.clone();
     let translate = task == Task::Translate;
-    let render = move |cost, t| {
-        transcript_format::render(&t, format, translate, billed_seconds, cost, &request_id)
-    };
+    let render =
+        move |cost, t| format::render(&t, format, translate, billed_seconds, cost, &request_id);
     let req = PaidUnits {
         request_id: rid.0,
         account: payer.account_id(),
@@ -392,8 +391,8 @@ async fn handle(
         estimate_s: billed_seconds / 5 + 5,
     };
     Ok(match state.paid.meter.run_units(req, work, render).await? {
-        UnitsAdmission::Replay(stored) => transcript_format::respond(format, stored, true),
-        UnitsAdmission::Done(_, stored) => transcript_format::respond(format, stored, false),
+        UnitsAdmission::Replay(stored) => format::respond(format, stored, true),
+        UnitsAdmission::Done(_, stored) => format::respond(format, stored, false),
         UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
     })
 }

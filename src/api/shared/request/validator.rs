@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::api::error::FieldError;
+use crate::api::shared::error::FieldError;
 
 /// A content part that is an image, by position, to be checked against the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +19,8 @@ pub struct ImagePart {
 pub(super) fn top_level(
     body: &[u8],
     accepted: &[&str],
-) -> Result<Map<String, Value>, crate::api::error::ApiError> {
-    use crate::api::error::ApiError;
+) -> Result<Map<String, Value>, crate::api::shared::error::ApiError> {
+    use crate::api::shared::error::ApiError;
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let Value::Object(obj) = value else {

@@ -6,20 +6,22 @@
 //! settle). The money lifecycle lives in `metering`; this file only extracts, admits and
 //! responds.
 
+mod sse;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
-use super::completion::CompletionMeta;
-use super::error::ApiError;
-use super::paid;
-use super::request;
+use crate::api::shared::access::Payer;
+use crate::api::shared::completion::CompletionMeta;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::paid;
+use crate::api::shared::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use super::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
-use super::state::{AppState, RequestId, RequestModel};
-use crate::api::access::Payer;
+use crate::api::shared::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
+use crate::api::shared::state::{AppState, RequestId, RequestModel};
 use crate::engine::GenerateRequest;
 use crate::metering::{Admission, Mode, PaidRequest};
 
@@ -118,7 +120,7 @@ async fn handle(
     Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {
-            super::sse::stream_response(meta, req.include_usage, events, settlement).into_response()
+            self::sse::stream_response(meta, req.include_usage, events, settlement).into_response()
         }
         Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
     })

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::validator::{ImagePart, Validator};
-use crate::api::error::ApiError;
+use crate::api::shared::error::ApiError;
 use crate::engine::{ChatMessage, Role, ToolCall};
 
 impl Validator<'_> {

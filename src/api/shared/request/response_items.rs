@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::api::error::{ApiError, FieldError};
+use crate::api::shared::error::{ApiError, FieldError};
 
 /// A 422 for one field.
 pub(super) fn invalid(param: &str, message: &str) -> ApiError {

@@ -10,7 +10,7 @@
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
-use super::schema::ServiceCost;
+use crate::api::shared::schema::ServiceCost;
 use crate::audio::whisper::languages;
 use crate::audio::whisper::transcribe::{Segment, Transcript};
 use crate::metering::StoredResponse;
@@ -211,12 +211,12 @@ pub fn render(
 /// The response for a stored transcription (`replayed`: an idempotent replay).
 pub fn respond(format: Format, stored: StoredResponse, replayed: bool) -> Response {
     if matches!(format, Format::Json | Format::VerboseJson) {
-        return super::paid::stored(stored, replayed);
+        return crate::api::shared::paid::stored(stored, replayed);
     }
     let Ok(s) = serde_json::from_str::<Stored>(&stored.body) else {
-        return super::paid::stored(stored, replayed);
+        return crate::api::shared::paid::stored(stored, replayed);
     };
-    super::paid::priced_body(
+    crate::api::shared::paid::priced_body(
         s.body,
         &s.content_type,
         s.cost_micros,

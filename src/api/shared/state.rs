@@ -22,7 +22,7 @@ pub struct AppState {
     pub accounts: Accounts,
     pub public: Public,
     /// Connection and request-size limits (`server::HttpLimits`).
-    pub http: crate::api::server::HttpLimits,
+    pub http: crate::api::shared::server::HttpLimits,
     /// How many replicas share the rate limits (`limits::Limiter`).
     pub replicas: super::limits::ReplicaShare,
 }

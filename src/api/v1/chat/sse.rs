@@ -15,9 +15,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::stream::{self, Stream};
 use serde::Serialize;
 
-use super::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
-use super::error::ApiError;
-use super::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
+use crate::api::shared::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
+use crate::api::shared::error::ApiError;
+use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;

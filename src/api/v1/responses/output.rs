@@ -7,10 +7,10 @@
 
 use serde_json::{Map, Value};
 
-use super::completion::{choice_logprobs, new_call_id};
-use super::response_object::{OutputItem, OutputText, StreamEvent};
-use super::schema::LogprobEntry;
-use super::state::random_id;
+use super::object::{OutputItem, OutputText, StreamEvent};
+use crate::api::shared::completion::{choice_logprobs, new_call_id};
+use crate::api::shared::schema::LogprobEntry;
+use crate::api::shared::state::random_id;
 use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::tools::ToolSyntax;
 use crate::engine::TokenLogprob;

@@ -16,7 +16,7 @@
 use serde_json::{json, Value};
 
 use super::validator::Validator;
-use crate::api::error::ApiError;
+use crate::api::shared::error::ApiError;
 use crate::engine::grammar::{self, GrammarSpec};
 use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};
 

@@ -17,9 +17,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::future::BoxFuture;
 use futures::stream::{self, Stream};
 
-use super::error::ApiError;
-use super::response_object::{ResponseMeta, Sequenced, StreamEvent};
-use super::response_output::Outputs;
+use super::object::{ResponseMeta, Sequenced, StreamEvent};
+use super::output::Outputs;
+use crate::api::shared::error::ApiError;
 use crate::engine::{ChoiceEvents, FinishReason, GenerationEvent};
 use crate::metering::Settlement;
 

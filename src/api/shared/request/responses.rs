@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::response_items::{input_items, invalid, object};
 use super::ChatRequest;
-use crate::api::error::{ApiError, FieldError};
+use crate::api::shared::error::{ApiError, FieldError};
 
 /// The accepted top-level fields; anything else (not null) is `unsupported_parameter`.
 pub const ACCEPTED_PARAMETERS: [&str; 18] = [

@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::api::error::ApiError;
+use crate::api::shared::error::ApiError;
 
 /// Most tools in one request (OpenAI's limit): 400 `too_many_tools`.
 pub const MAX_TOOLS: usize = 128;

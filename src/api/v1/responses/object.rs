@@ -10,9 +10,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::request::responses::Echo;
-use super::schema::{LogprobEntry, ServiceCost};
-use super::state::random_id;
+use crate::api::shared::request::responses::Echo;
+use crate::api::shared::schema::{LogprobEntry, ServiceCost};
+use crate::api::shared::state::random_id;
 use crate::engine::tools::ToolSyntax;
 use crate::engine::FinishReason;
 use crate::metering::Charge;

@@ -10,8 +10,8 @@ use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::api::error::ApiError;
-use crate::api::server::HttpLimits;
+use crate::api::shared::error::ApiError;
+use crate::api::shared::server::HttpLimits;
 
 /// Visitor methods that accept and skip every JSON type a visitor does not look into, so the
 /// pass fails only on bad JSON syntax and a counted field of an odd type cannot stop the count.

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::validator::{self, Validator};
-use crate::api::error::ApiError;
+use crate::api::shared::error::ApiError;
 use crate::audio::encode::Container;
 
 /// Longest `input`, characters (OpenAI's limit).
