@@ -1,6 +1,7 @@
 //! Accounts on the dashboard: sign-up with e-mail verification, sign-in and sign-out (one or
 //! every session), password reset by e-mailed link, and the account view.
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -43,7 +44,10 @@ pub struct ResetBody {
 }
 
 fn weak_password(e: &password::PasswordError) -> DashError {
-    DashError::bad_request("weak_password", format!("{}.", capitalize(&e.to_string())))
+    DashError::bad_request(
+        DashCode::WeakPassword,
+        format!("{}.", capitalize(&e.to_string())),
+    )
 }
 
 /// Where this request's e-mailed links go out from.

@@ -1,6 +1,7 @@
 //! The admin role on the dashboard: list accounts and adjust a balance with a reason (an
 //! `adjustment` ledger entry naming the admin). Only sessions of admin accounts get here.
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -70,14 +71,14 @@ pub async fn adjust(
         .filter(|m| m.0 != 0 && m.0.unsigned_abs() <= MAX_ADJUST_MICROS)
         .ok_or_else(|| {
             DashError::bad_request(
-                "invalid_amount",
+                DashCode::InvalidAmount,
                 "Give a non-zero USD amount such as 5.00 or -1.25 (at most 6 decimals, at most 1,000,000 USD).",
             )
         })?;
     let reason = b.reason.trim().to_owned();
     if reason.is_empty() || reason.chars().count() > 500 {
         return Err(DashError::bad_request(
-            "invalid_reason",
+            DashCode::InvalidReason,
             "Give a reason of 1 to 500 characters; it is written on the ledger entry.",
         ));
     }

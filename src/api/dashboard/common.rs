@@ -3,6 +3,7 @@
 //! JSON body extractor, the `Session` extractor, the CSRF middleware, e-mail normalization,
 //! the account as JSON, the base URL of e-mailed links, and starting a session with its cookie.
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -24,7 +25,7 @@ use crate::ids::AccountId;
 #[derive(Debug)]
 pub struct DashError {
     pub(super) status: StatusCode,
-    pub(super) code: &'static str,
+    pub(super) code: DashCode,
     pub(super) message: String,
     pub(super) retry_after: Option<u64>,
     /// The request field (form control) the error is about, for feedback next to it.
@@ -32,7 +33,7 @@ pub struct DashError {
 }
 
 impl DashError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: DashCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -53,7 +54,7 @@ impl DashError {
         self
     }
 
-    pub(super) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(code: DashCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
@@ -61,7 +62,7 @@ impl DashError {
     pub(super) fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            DashCode::InternalError,
             "The server failed; try again.",
         )
     }
@@ -74,66 +75,66 @@ impl From<AccountsError> for DashError {
         match e {
             E::EmailTaken => Self::new(
                 StatusCode::CONFLICT,
-                "email_taken",
+                DashCode::EmailTaken,
                 "An account with this e-mail address already exists; sign in or reset the password.",
             ),
             E::UnverifiedIdentity => Self::new(
                 StatusCode::FORBIDDEN,
-                "email_not_verified_by_provider",
+                DashCode::EmailNotVerifiedByProvider,
                 "Your identity provider has not verified your e-mail address, so it cannot sign you in here. Verify the address with the provider, or sign up with e-mail and a password.",
             ),
             E::BadToken => Self::bad_request(
-                "invalid_token",
+                DashCode::InvalidToken,
                 "This link is unknown, already used or expired; ask for a new one.",
             ),
             E::BadCode => Self::bad_request(
-                "invalid_code",
+                DashCode::InvalidCode,
                 "This code is unknown or has already been redeemed.",
             )
             .field("code"),
             E::TopupPending => Self::new(
                 StatusCode::CONFLICT,
-                "topup_pending",
+                DashCode::TopupPending,
                 "A card payment you started in the last 24 hours is not confirmed yet; delete the account once it is confirmed or has expired.",
             ),
-            E::NoSuchKey => Self::new(StatusCode::NOT_FOUND, "key_not_found", "No such API key."),
+            E::NoSuchKey => Self::new(StatusCode::NOT_FOUND, DashCode::KeyNotFound, "No such API key."),
             E::InvalidCredentials => Self::new(
                 StatusCode::UNAUTHORIZED,
-                "invalid_credentials",
+                DashCode::InvalidCredentials,
                 "Wrong e-mail address or password.",
             ),
             E::EmailNotVerified => Self::new(
                 StatusCode::FORBIDDEN,
-                "email_not_verified",
+                DashCode::EmailNotVerified,
                 "Confirm your e-mail address first: open the link we sent, or ask for a new one.",
             ),
             E::KeysNeedVerifiedEmail => Self::new(
                 StatusCode::FORBIDDEN,
-                "email_not_verified",
+                DashCode::EmailNotVerified,
                 "Confirm your e-mail address before creating keys.",
             ),
-            E::PasswordHash(m) => Self::bad_request("weak_password", format!("{}.", capitalize(&m))),
+            E::PasswordHash(m) => Self::bad_request(DashCode::WeakPassword, format!("{}.", capitalize(&m))),
             E::WrongPassword => {
-                Self::bad_request("wrong_password", "The current password is not right.")
+                Self::bad_request(DashCode::WrongPassword, "The current password is not right.")
                     .field("current_password")
             }
             E::ConfirmationMismatch => Self::bad_request(
-                "confirmation_mismatch",
+                DashCode::ConfirmationMismatch,
                 "Type the account's e-mail address exactly to confirm.",
             )
             .field("confirm_email"),
             E::AdminOnly => Self::new(
                 StatusCode::FORBIDDEN,
-                "admin_only",
+                DashCode::AdminOnly,
                 "Only admin accounts can do this.",
             ),
             E::NoSuchAccount => Self::new(
                 StatusCode::NOT_FOUND,
-                "account_not_found",
+                DashCode::AccountNotFound,
                 "No such account.",
             ),
             E::WouldGoNegative { available } => Self::bad_request(
-                "would_go_negative",
+                DashCode::WouldGoNegative,
                 format!(
                     "The debit exceeds the available balance ({available}, {} micros).",
                     available.0
@@ -144,7 +145,7 @@ impl From<AccountsError> for DashError {
                 currency,
                 usd,
             } => Self::bad_request(
-                "amount_too_small",
+                DashCode::AmountTooSmall,
                 format!(
                     "The first top-up must be at least 1.00 USD; {amount} {currency} is {:.2} USD.",
                     usd.usd()
@@ -152,11 +153,11 @@ impl From<AccountsError> for DashError {
             ),
             E::PaymentProvider(_) => Self::new(
                 StatusCode::BAD_GATEWAY,
-                "payment_provider_error",
+                DashCode::PaymentProviderError,
                 "The payment provider could not start a checkout; try again.",
             ),
             E::UnknownCheckout => Self::bad_request(
-                "unknown_checkout",
+                DashCode::UnknownCheckout,
                 "No pending top-up matches this checkout, currency and amount.",
             ),
             E::Ledger(other) => {
@@ -177,7 +178,7 @@ pub(super) fn capitalize(s: &str) -> String {
 
 impl From<JsonRejection> for DashError {
     fn from(r: JsonRejection) -> Self {
-        Self::new(r.status(), "invalid_body", r.body_text())
+        Self::new(r.status(), DashCode::InvalidBody, r.body_text())
     }
 }
 
@@ -185,9 +186,11 @@ impl IntoResponse for DashError {
     fn into_response(self) -> Response {
         let body = match self.field {
             Some(f) => {
-                json!({"ok": false, "error": {"code": self.code, "message": self.message, "field": f}})
+                json!({"ok": false, "error": {"code": self.code.as_str(), "message": self.message, "field": f}})
             }
-            None => json!({"ok": false, "error": {"code": self.code, "message": self.message}}),
+            None => {
+                json!({"ok": false, "error": {"code": self.code.as_str(), "message": self.message}})
+            }
         };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
@@ -200,7 +203,7 @@ impl IntoResponse for DashError {
 
 impl From<QueryRejection> for DashError {
     fn from(r: QueryRejection) -> Self {
-        Self::new(r.status(), "invalid_query", r.body_text())
+        Self::new(r.status(), DashCode::InvalidQuery, r.body_text())
     }
 }
 
@@ -243,12 +246,12 @@ where
             (Some(principal), Some(cookie)) => Ok(Self { principal, cookie }),
             _ if parts.headers.contains_key(header::AUTHORIZATION) => Err(DashError::new(
                 StatusCode::UNAUTHORIZED,
-                "session_required",
+                DashCode::SessionRequired,
                 "The dashboard API takes a signed-in session, not an API key: an API key can spend but never create, list or revoke keys.",
             )),
             _ => Err(DashError::new(
                 StatusCode::UNAUTHORIZED,
-                "session_required",
+                DashCode::SessionRequired,
                 "Sign in first: this needs a dashboard session.",
             )),
         }
@@ -265,7 +268,7 @@ pub(super) async fn csrf(req: Request, next: Next) -> Response {
     } else {
         DashError::new(
             StatusCode::FORBIDDEN,
-            "cross_site_request",
+            DashCode::CrossSiteRequest,
             "Cross-site requests cannot change dashboard state.",
         )
         .into_response()
@@ -276,7 +279,7 @@ impl From<Throttled> for DashError {
     fn from(t: Throttled) -> Self {
         DashError::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "too_many_attempts",
+            DashCode::TooManyAttempts,
             format!("Too many {} attempts; try again in {} s.", t.what, t.wait_s),
         )
         .retry_after(t.wait_s)
@@ -302,7 +305,7 @@ pub fn normalize_email(raw: &str) -> Result<String, DashError> {
         Ok(e)
     } else {
         Err(DashError::bad_request(
-            "invalid_email",
+            DashCode::InvalidEmail,
             "Enter an e-mail address like name@example.com.",
         )
         .field("email"))

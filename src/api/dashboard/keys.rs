@@ -1,6 +1,7 @@
 //! Key management (session only: an API key never reaches these handlers, `Session` refuses
 //! it): create, list with what each key spent, rename, spend limit and expiry, revoke.
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -112,7 +113,7 @@ fn check_name(name: &str) -> Result<String, DashError> {
         || name.chars().any(char::is_control)
     {
         return Err(DashError::bad_request(
-            "invalid_name",
+            DashCode::InvalidName,
             format!("Give the key a name of 1 to {MAX_NAME_CHARS} printable characters."),
         )
         .field("name"));
@@ -127,7 +128,7 @@ fn check_limit(usd: Option<&str>) -> Result<Option<Micros>, DashError> {
             .filter(|m| m.0 >= 0 && m.0 <= MAX_LIMIT_MICROS)
             .ok_or_else(|| {
                 DashError::bad_request(
-                    "invalid_spend_limit",
+                    DashCode::InvalidSpendLimit,
                     "Give the spend limit in USD, such as 5.00 or 0.25 (at most 6 decimals, 0 to 1,000,000).",
                 )
                 .field("spend_limit_usd")
@@ -139,7 +140,7 @@ fn check_limit(usd: Option<&str>) -> Result<Option<Micros>, DashError> {
 fn check_expiry(at: Option<i64>) -> Result<Option<i64>, DashError> {
     match at {
         Some(t) if t <= now() => Err(DashError::bad_request(
-            "invalid_expiry",
+            DashCode::InvalidExpiry,
             "The expiry must be in the future; remove it to keep the key without one.",
         )
         .field("expires_at")),

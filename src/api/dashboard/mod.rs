@@ -20,6 +20,7 @@ mod profile;
 mod topups;
 mod usage;
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware;
@@ -32,7 +33,7 @@ use common::{csrf, DashError};
 async fn not_found(req: Request) -> DashError {
     DashError::new(
         StatusCode::NOT_FOUND,
-        "not_found",
+        DashCode::NotFound,
         format!("No dashboard route {} {}.", req.method(), req.uri().path()),
     )
 }
@@ -75,7 +76,7 @@ pub fn router() -> Router<AppState> {
         .method_not_allowed_fallback(|| async {
             DashError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                DashCode::MethodNotAllowed,
                 "This route does not take that method.",
             )
         })

@@ -2,6 +2,7 @@
 //! (`ledger::profile` says what is kept), and the public facts the pages need before sign-in
 //! (sign-in providers, whether card top-ups are configured, the starter credit).
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -77,7 +78,7 @@ pub async fn change_password(
 ) -> Result<Response, DashError> {
     password::check_policy(&b.new_password).map_err(|e| {
         DashError::bad_request(
-            "weak_password",
+            DashCode::WeakPassword,
             format!("The new password is too weak: {e}."),
         )
         .field("new_password")

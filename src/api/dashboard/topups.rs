@@ -2,6 +2,7 @@
 //! creates a Checkout Session and a pending top-up; `POST /webhooks/stripe` credits it when the
 //! signed `checkout.session.completed` event arrives, once per event and once per checkout.
 
+use crate::api::shared::codes::DashCode;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -27,7 +28,7 @@ pub struct TopupBody {
 fn not_configured() -> DashError {
     DashError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "payments_not_configured",
+        DashCode::PaymentsNotConfigured,
         "Top-ups by card are not configured on this server; redeem a code instead.",
     )
 }
@@ -43,8 +44,8 @@ pub async fn create(
     let cfg = state.payments.clone().ok_or_else(not_configured)?;
     let (minor, usd, rate) = cfg.rates.convert(&b.amount, &b.currency).map_err(|e| {
         let code = match e {
-            PaymentError::Currency(..) => "unsupported_currency",
-            _ => "invalid_amount",
+            PaymentError::Currency(..) => DashCode::UnsupportedCurrency,
+            _ => DashCode::InvalidAmount,
         };
         DashError::bad_request(code, format!("{e}."))
     })?;
@@ -88,7 +89,11 @@ pub async fn status(
         .topup_status(s.principal.account_id, checkout_id)
         .await?
         .ok_or_else(|| {
-            DashError::new(StatusCode::NOT_FOUND, "topup_not_found", "No such top-up.")
+            DashError::new(
+                StatusCode::NOT_FOUND,
+                DashCode::TopupNotFound,
+                "No such top-up.",
+            )
         })?;
     Ok(ok(
         StatusCode::OK,
@@ -109,7 +114,7 @@ pub async fn webhook(
     let cfg = state.payments.clone().ok_or_else(|| {
         DashError::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            DashCode::NotFound,
             "No payment provider is configured.",
         )
     })?;
@@ -118,9 +123,9 @@ pub async fn webhook(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     payments::verify_signature(&cfg.webhook_secret, signature, &body, now())
-        .map_err(|e| DashError::bad_request("invalid_signature", format!("{e}.")))?;
+        .map_err(|e| DashError::bad_request(DashCode::InvalidSignature, format!("{e}.")))?;
     let event = payments::completed_checkout(&body)
-        .map_err(|e| DashError::bad_request("invalid_event", format!("{e}.")))?;
+        .map_err(|e| DashError::bad_request(DashCode::InvalidEvent, format!("{e}.")))?;
     let Some(c) = event else {
         return Ok(ok(StatusCode::OK, json!({"handled": false})));
     };

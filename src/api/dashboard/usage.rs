@@ -1,6 +1,7 @@
 //! The balance page's data: metered requests (filtered by key, model, status and time, paged,
 //! or as CSV), spend per day and model for the chart, ledger entries, and redeem codes.
 
+use crate::api::shared::codes::DashCode;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -50,14 +51,17 @@ impl UsageQuery {
             None => None,
             Some("playground") => Some(KeyFilter::Playground),
             Some(k) => Some(KeyFilter::Key(KeyId(k.parse().map_err(|_| {
-                DashError::bad_request("invalid_filter", "key_id is a key's id or `playground`.")
-                    .field("key_id")
+                DashError::bad_request(
+                    DashCode::InvalidFilter,
+                    "key_id is a key's id or `playground`.",
+                )
+                .field("key_id")
             })?))),
         };
         let status = self.status.clone().filter(|s| !s.is_empty());
         if status.as_deref().is_some_and(|s| !STATUSES.contains(&s)) {
             return Err(DashError::bad_request(
-                "invalid_filter",
+                DashCode::InvalidFilter,
                 format!("status is one of {}.", STATUSES.join(", ")),
             )
             .field("status"));

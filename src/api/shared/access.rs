@@ -2,6 +2,7 @@
 //! dashboard session cookie on `POST /v1/chat/completions`, interface.md "Endpoints" note 1),
 //! and the public endpoints' per-address limit (the limiters themselves are in `limits`).
 
+use crate::api::shared::codes::Code;
 use std::net::IpAddr;
 
 use axum::http::HeaderMap;
@@ -138,10 +139,10 @@ pub async fn authenticate(
 
 fn unauthenticated(e: &AuthError) -> ApiError {
     let code = match e {
-        AuthError::Missing => "missing_api_key",
-        AuthError::Revoked => "revoked_api_key",
-        AuthError::Expired => "expired_api_key",
-        _ => "invalid_api_key",
+        AuthError::Missing => Code::MissingApiKey,
+        AuthError::Revoked => Code::RevokedApiKey,
+        AuthError::Expired => Code::ExpiredApiKey,
+        _ => Code::InvalidApiKey,
     };
     ApiError::Unauthenticated {
         code,

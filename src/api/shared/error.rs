@@ -5,6 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::codes::Code;
 use super::schema::{ErrorBody, ErrorObject};
 use crate::accounts::AccountsError;
 use crate::audio::AudioError;
@@ -36,7 +37,7 @@ pub enum ApiError {
     #[error("{message}")]
     BadRequest {
         param: Option<String>,
-        code: &'static str,
+        code: Code,
         message: String,
     },
     /// 422 `invalid_request`: well-formed JSON that fails validation.
@@ -44,7 +45,7 @@ pub enum ApiError {
     Validation(Vec<FieldError>),
     /// 401 `missing_api_key` / `invalid_api_key` / `revoked_api_key`, with `WWW-Authenticate`.
     #[error("{message}")]
-    Unauthenticated { code: &'static str, message: String },
+    Unauthenticated { code: Code, message: String },
     /// 402 `INSUFFICIENT_BALANCE`: the balance does not cover the request's hold.
     #[error("Insufficient balance: this request needs up to {required} but {available} is available. Top up your balance or lower `max_tokens`.")]
     InsufficientBalance { required: Micros, available: Micros },
@@ -134,38 +135,38 @@ pub enum ApiError {
 impl ApiError {
     /// (status, `type`, `code`, `param`) for each variant; exhaustive, no catch-all arm.
     #[rustfmt::skip]
-    pub fn parts(&self) -> (StatusCode, &'static str, &'static str, Option<String>) {
+    pub fn parts(&self) -> (StatusCode, &'static str, Code, Option<String>) {
         use ApiError as E;
         const INVALID: &str = "invalid_request_error";
         let model = || Some("model".to_owned());
         match self {
-            E::InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, "invalid_json", None),
-            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, INVALID, "unsupported_parameter", p.first().cloned()),
-            E::BadRequest { param, code, .. } => (StatusCode::BAD_REQUEST, INVALID, code, param.clone()),
-            E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "invalid_request", errs.first().map(|e| e.param.clone())),
-            E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", code, None),
-            E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "INSUFFICIENT_BALANCE", None),
-            E::KeySpendLimit(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", "KEY_SPEND_LIMIT", None),
-            E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", "model_license_forbids_commercial_use", model()),
-            E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "model_not_found", model()),
-            E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", "response_not_found", param.map(str::to_owned)),
-            E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", "unknown_route", None),
-            E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, "method_not_allowed", None),
-            E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, "idempotency_key_in_flight", None),
-            E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, "idempotency_key_reused", Some("Idempotency-Key".into())),
-            E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "request_too_large", None),
-            E::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, INVALID, "request_timeout", None),
-            E::UnsupportedEncoding(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID, "unsupported_content_encoding", Some("Content-Encoding".into())),
-            E::TooManyConnections => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "too_many_connections", None),
-            E::FileTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, "file_too_large", Some("file".into())),
-            E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit_exceeded", None),
-            E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "engine_overloaded", None),
-            E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "model_capacity", None),
-            E::ModelNotAvailable { .. } => (StatusCode::NOT_FOUND, "not_found_error", "model_not_available", model()),
-            E::ModelUnavailable { .. } => (StatusCode::BAD_GATEWAY, "api_error", "model_unavailable", model()),
-            E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", "engine_error", None),
-            E::LedgerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", "ledger_unavailable", None),
-            E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", "internal_error", None),
+            E::InvalidJson(_) => (StatusCode::BAD_REQUEST, INVALID, Code::InvalidJson, None),
+            E::UnsupportedParameter(p) => (StatusCode::BAD_REQUEST, INVALID, Code::UnsupportedParameter, p.first().cloned()),
+            E::BadRequest { param, code, .. } => (StatusCode::BAD_REQUEST, INVALID, *code, param.clone()),
+            E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Code::InvalidRequest, errs.first().map(|e| e.param.clone())),
+            E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", *code, None),
+            E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", Code::InsufficientBalance, None),
+            E::KeySpendLimit(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", Code::KeySpendLimit, None),
+            E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", Code::ModelLicenseForbidsCommercialUse, model()),
+            E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", Code::ModelNotFound, model()),
+            E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ResponseNotFound, param.map(str::to_owned)),
+            E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", Code::UnknownRoute, None),
+            E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, Code::MethodNotAllowed, None),
+            E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, Code::IdempotencyKeyInFlight, None),
+            E::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Code::IdempotencyKeyReused, Some("Idempotency-Key".into())),
+            E::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, Code::RequestTooLarge, None),
+            E::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, INVALID, Code::RequestTimeout, None),
+            E::UnsupportedEncoding(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID, Code::UnsupportedContentEncoding, Some("Content-Encoding".into())),
+            E::TooManyConnections => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::TooManyConnections, None),
+            E::FileTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, Code::FileTooLarge, Some("file".into())),
+            E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Code::RateLimitExceeded, None),
+            E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Code::EngineOverloaded, None),
+            E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::ModelCapacity, None),
+            E::ModelNotAvailable { .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ModelNotAvailable, model()),
+            E::ModelUnavailable { .. } => (StatusCode::BAD_GATEWAY, "api_error", Code::ModelUnavailable, model()),
+            E::EngineFailed(_) => (StatusCode::BAD_GATEWAY, "api_error", Code::EngineError, None),
+            E::LedgerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::LedgerUnavailable, None),
+            E::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "api_error", Code::InternalError, None),
         }
     }
 
@@ -201,7 +202,7 @@ impl ApiError {
                 message: self.to_string(),
                 kind,
                 param,
-                code,
+                code: code.as_str(),
                 details,
                 request_id,
             },
@@ -241,7 +242,7 @@ impl From<MeterError> for ApiError {
             MeterError::IdempotencyMismatch => Self::IdempotencyMismatch,
             MeterError::StreamWithIdempotency => Self::BadRequest {
                 param: Some("stream".into()),
-                code: "idempotency_key_with_stream",
+                code: Code::IdempotencyKeyWithStream,
                 message: "The Idempotency-Key header cannot be combined with `stream: true`."
                     .into(),
             },
@@ -276,25 +277,31 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// 400 with `code`, naming the request field `param` (a JSON path such as
+    /// `tools[1].function.name`, or a form field).
+    pub fn bad(param: impl Into<String>, code: Code, message: String) -> Self {
+        Self::BadRequest {
+            param: Some(param.into()),
+            code,
+            message,
+        }
+    }
+
     /// The answer to audio work on `model` that failed with `e`: 400 for what the client sent
     /// (`param` names the field: `file`, `input`, `prompt`, `language`), 502 for a model that
     /// could not load or run.
     pub fn from_audio(model: &str, e: AudioError) -> Self {
-        let bad = |param: &str, code: &'static str, message: String| Self::BadRequest {
-            param: Some(param.into()),
-            code,
-            message,
-        };
+        let bad = Self::bad;
         match e {
-            AudioError::TooLong { limit_seconds } => bad("file", "audio_too_long", format!("The audio is longer than the limit of {limit_seconds} seconds ({} minutes).", limit_seconds / 60)),
-            AudioError::Empty => bad("file", "empty_audio", "The file holds no audio samples.".into()),
-            AudioError::Unsupported(m) => bad("file", "unsupported_audio_format", format!("The file is not audio this server can decode (wav, flac, mp3, ogg/vorbis, m4a/aac, webm/mkv): {m}.")),
-            AudioError::Corrupt(m) => bad("file", "invalid_audio", format!("The audio file is damaged: {m}.")),
-            AudioError::SampleRate { rate, min, max } => bad("file", "invalid_audio", format!("The audio's sample rate is {rate} Hz; this server decodes {min} to {max} Hz.")),
-            AudioError::NoSpeech => bad("input", "no_speakable_text", "The input has nothing to speak (no letters or digits the voice can read); nothing was charged.".into()),
-            AudioError::SpeechTooLong { seconds, limit_seconds } => bad("input", "input_too_long", format!("The input would take about {} minutes to say at this speed; one request may make at most {} minutes of speech. Split the text (or raise `speed`); nothing was charged.", seconds.div_ceil(60), limit_seconds / 60)),
-            AudioError::PromptTooLong { limit_tokens } => bad("prompt", "prompt_too_long", format!("The prompt is longer than {limit_tokens} tokens, the most the model reads.")),
-            AudioError::UnknownLanguage(l) => bad("language", "unsupported_language", format!("Unknown language `{l}`.")),
+            AudioError::TooLong { limit_seconds } => bad("file", Code::AudioTooLong, format!("The audio is longer than the limit of {limit_seconds} seconds ({} minutes).", limit_seconds / 60)),
+            AudioError::Empty => bad("file", Code::EmptyAudio, "The file holds no audio samples.".into()),
+            AudioError::Unsupported(m) => bad("file", Code::UnsupportedAudioFormat, format!("The file is not audio this server can decode (wav, flac, mp3, ogg/vorbis, m4a/aac, webm/mkv): {m}.")),
+            AudioError::Corrupt(m) => bad("file", Code::InvalidAudio, format!("The audio file is damaged: {m}.")),
+            AudioError::SampleRate { rate, min, max } => bad("file", Code::InvalidAudio, format!("The audio's sample rate is {rate} Hz; this server decodes {min} to {max} Hz.")),
+            AudioError::NoSpeech => bad("input", Code::NoSpeakableText, "The input has nothing to speak (no letters or digits the voice can read); nothing was charged.".into()),
+            AudioError::SpeechTooLong { seconds, limit_seconds } => bad("input", Code::InputTooLong, format!("The input would take about {} minutes to say at this speed; one request may make at most {} minutes of speech. Split the text (or raise `speed`); nothing was charged.", seconds.div_ceil(60), limit_seconds / 60)),
+            AudioError::PromptTooLong { limit_tokens } => bad("prompt", Code::PromptTooLong, format!("The prompt is longer than {limit_tokens} tokens, the most the model reads.")),
+            AudioError::UnknownLanguage(l) => bad("language", Code::UnsupportedLanguage, format!("Unknown language `{l}`.")),
             AudioError::Load(m) | AudioError::Unavailable(m) => Self::ModelUnavailable { model: model.to_owned(), detail: m },
             AudioError::Inference(m) => Self::EngineFailed(m),
         }

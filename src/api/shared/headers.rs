@@ -1,6 +1,7 @@
 //! Header rules shared by several handler files: the pages' Content-Security-Policy, and the
 //! `/v1` request-header guard (single-valued headers sent once, no compressed bodies).
 
+use crate::api::shared::codes::Code;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderName};
 use axum::middleware::Next;
@@ -39,7 +40,7 @@ pub fn check(headers: &HeaderMap) -> Result<(), ApiError> {
         if headers.get_all(name).iter().nth(1).is_some() {
             return Err(ApiError::BadRequest {
                 param: Some((*shown).into()),
-                code: "duplicate_header",
+                code: Code::DuplicateHeader,
                 message: format!("The header `{shown}` was sent more than once."),
             });
         }

@@ -9,6 +9,7 @@
 //! and `connections` (the HTTP layer's limits).
 
 pub mod access;
+pub mod codes;
 pub(crate) mod completion;
 pub(crate) mod connections;
 pub(crate) mod cors;

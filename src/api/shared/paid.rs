@@ -5,6 +5,7 @@
 //! so no handler imports another.
 //! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
 
+use crate::api::shared::codes::Code;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -81,7 +82,7 @@ pub async fn json_body(
         if !ct.starts_with("application/json") {
             return Err(ApiError::BadRequest {
                 param: None,
-                code: "unsupported_content_type",
+                code: Code::UnsupportedContentType,
                 message: "Content-Type must be application/json.".into(),
             });
         }
@@ -116,7 +117,7 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         }
         ApiError::BadRequest {
             param: None,
-            code: "invalid_body",
+            code: Code::InvalidBody,
             message: "The request body could not be read.".into(),
         }
     })
@@ -148,7 +149,7 @@ pub fn idempotency(
     };
     let bad = || ApiError::BadRequest {
         param: Some("Idempotency-Key".into()),
-        code: "invalid_idempotency_key",
+        code: Code::InvalidIdempotencyKey,
         message: "The Idempotency-Key header must be 1 to 255 visible ASCII characters.".into(),
     };
     let key = v.to_str().map_err(|_| bad())?;
@@ -158,7 +159,7 @@ pub fn idempotency(
     if stream {
         return Err(ApiError::BadRequest {
             param: Some("stream".into()),
-            code: "idempotency_key_with_stream",
+            code: Code::IdempotencyKeyWithStream,
             message: "The Idempotency-Key header cannot be combined with `stream: true`.".into(),
         });
     }
@@ -270,18 +271,18 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
         (e @ EngineError::Unavailable { .. }, Some(entry)) => not_available(entry, &e.to_string()),
         (EngineError::Template(t), _) => ApiError::BadRequest {
             param: Some("messages".into()),
-            code: "invalid_messages",
+            code: Code::InvalidMessages,
             message: format!("The messages cannot be rendered with the model's chat template: {t}"),
         },
         (e @ EngineError::NoRoom { .. }, _) => ApiError::NoCapacity(e.to_string()),
         (EngineError::PromptTooLong { limit, counted }, _) => ApiError::BadRequest {
             param: Some("messages".into()),
-            code: "context_length_exceeded",
+            code: Code::ContextLengthExceeded,
             message: format!("This model's maximum context length is {} tokens. However, your messages have more than {limit} tokens (counting stopped at {counted}). Please reduce the length of the messages.", limit + 1),
         },
         (EngineError::Grammar(g), _) => ApiError::BadRequest {
             param: Some(grammar_param.into()),
-            code: "unsupported_grammar",
+            code: Code::UnsupportedGrammar,
             message: format!("The output constraint cannot be compiled for this model: {g}"),
         },
         (
@@ -310,7 +311,7 @@ pub fn max_new_tokens(
     let exceeded = |param: &str, asked: usize| {
         ApiError::BadRequest {
         param: Some(param.into()),
-        code: "context_length_exceeded",
+        code: Code::ContextLengthExceeded,
         message: format!("This model's maximum context length is {ctx} tokens. However, you requested {} tokens ({n} in the messages, {asked} in the completion). Please reduce the length of the messages or completion.", n.saturating_add(asked)),
     }
     };
@@ -384,7 +385,7 @@ pub fn audio_model(
     };
     let other = |what: &str| ApiError::BadRequest {
         param: Some("model".into()),
-        code: "model_not_supported",
+        code: Code::ModelNotSupported,
         message: format!("The model `{model}` {what}; it does not {}.", does(kind)),
     };
     let entry = match state.models.catalog.audio_model(model) {

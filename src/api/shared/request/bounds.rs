@@ -7,6 +7,7 @@
 //! are ours and documented in `docs/reference/limits.md`.
 //! May use: `serde_json`, `error`. Never: the engine, handlers.
 
+use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
 use crate::api::shared::error::ApiError;
@@ -30,13 +31,7 @@ pub const MAX_METADATA_KEY_CHARS: usize = 64;
 /// Longest `metadata` value, characters (OpenAI's limit).
 pub const MAX_METADATA_VALUE_CHARS: usize = 512;
 
-fn refuse(param: String, code: &'static str, message: String) -> ApiError {
-    ApiError::BadRequest {
-        param: Some(param),
-        code,
-        message,
-    }
-}
+use ApiError as Refuse;
 
 /// Refuses more than `MAX_TOOLS` tools (`n` as sent).
 ///
@@ -44,9 +39,9 @@ fn refuse(param: String, code: &'static str, message: String) -> ApiError {
 /// 400 `too_many_tools`, `param` `tools`.
 pub fn tool_count(n: usize) -> Result<(), ApiError> {
     if n > MAX_TOOLS {
-        return Err(refuse(
-            "tools".into(),
-            "too_many_tools",
+        return Err(Refuse::bad(
+            "tools",
+            Code::TooManyTools,
             format!("A request may have at most {MAX_TOOLS} tools; it has {n}."),
         ));
     }
@@ -93,12 +88,12 @@ impl Totals {
     fn add(&mut self, param: String, schema: &Value) -> Result<(), ApiError> {
         let depth = depth(schema);
         if depth > MAX_SCHEMA_DEPTH {
-            return Err(refuse(param, "schema_too_deep", format!("The schema nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted.")));
+            return Err(Refuse::bad(param, Code::SchemaTooDeep, format!("The schema nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted.")));
         }
         self.properties += properties(schema);
         self.bytes += compact_len(schema);
         if self.properties > MAX_SCHEMA_PROPERTIES || self.bytes > MAX_SCHEMA_BYTES {
-            return Err(refuse(param, "schema_too_large", format!("The request's schemas together have {} properties in {} bytes; at most {MAX_SCHEMA_PROPERTIES} properties and {MAX_SCHEMA_BYTES} bytes are accepted.", self.properties, self.bytes)));
+            return Err(Refuse::bad(param, Code::SchemaTooLarge, format!("The request's schemas together have {} properties in {} bytes; at most {MAX_SCHEMA_PROPERTIES} properties and {MAX_SCHEMA_BYTES} bytes are accepted.", self.properties, self.bytes)));
         }
         Ok(())
     }
@@ -165,9 +160,9 @@ fn compact_len(v: &Value) -> usize {
 /// 400 `invalid_metadata`, `param` `metadata`, the message naming the rule broken.
 pub fn metadata(v: Option<&Value>) -> Result<Map<String, Value>, ApiError> {
     let bad = |why: String| {
-        refuse(
-            "metadata".into(),
-            "invalid_metadata",
+        Refuse::bad(
+            "metadata",
+            Code::InvalidMetadata,
             format!("`metadata` {why}."),
         )
     };
@@ -216,7 +211,7 @@ mod tests {
 
     fn code(r: Result<impl Sized, ApiError>) -> Option<(&'static str, Option<String>)> {
         match r {
-            Err(ApiError::BadRequest { code, param, .. }) => Some((code, param)),
+            Err(ApiError::BadRequest { code, param, .. }) => Some((code.as_str(), param)),
             _ => None,
         }
     }

@@ -6,6 +6,7 @@
 //! message are ignored. Text content parts are joined with `\n` (as vLLM does), so
 //! `["in", "to"]` reads as two lines, not "into".
 
+use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
 use super::validator::{ImagePart, Validator};
@@ -211,7 +212,7 @@ pub(super) fn check_tool_call_ids(messages: &[ChatMessage]) -> Result<(), ApiErr
             if !calls.contains(&id.as_str()) {
                 return Err(ApiError::BadRequest {
                     param: Some(format!("messages[{i}].tool_call_id")),
-                    code: "invalid_tool_call_id",
+                    code: Code::InvalidToolCallId,
                     message: format!(
                         "The tool message answers `{id}`, which no earlier assistant message called."
                     ),

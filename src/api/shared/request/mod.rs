@@ -24,6 +24,7 @@ pub mod speech;
 mod tools;
 mod validator;
 
+use crate::api::shared::codes::Code;
 pub use validator::ImagePart;
 use validator::Validator;
 
@@ -120,7 +121,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     if top_logprobs.is_some() && !logprobs {
         return Err(ApiError::BadRequest {
             param: Some("top_logprobs".into()),
-            code: "invalid_value",
+            code: Code::InvalidValue,
             message: "`top_logprobs` needs `logprobs: true`.".into(),
         });
     }
@@ -255,7 +256,7 @@ mod tests {
     #[test]
     fn tool_and_response_format_errors_name_their_param() {
         let bad = |body: &str| match err(body) {
-            ApiError::BadRequest { param, code, .. } => (param.unwrap_or_default(), code),
+            ApiError::BadRequest { param, code, .. } => (param.unwrap_or_default(), code.as_str()),
             other => panic!("{other:?}"),
         };
         let msgs = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;

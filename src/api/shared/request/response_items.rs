@@ -3,6 +3,7 @@
 //! message before it as chat's `tool_calls`) and `function_call_output` (a `tool` message).
 //! Other item and part types are 400s naming them.
 
+use crate::api::shared::codes::Code;
 use serde_json::Value;
 
 use crate::api::shared::error::{ApiError, FieldError};
@@ -86,7 +87,7 @@ pub(super) fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usi
             other => {
                 return Err(ApiError::BadRequest {
                     param: Some(format!("{p}.type")),
-                    code: "unsupported_input_item",
+                    code: Code::UnsupportedInputItem,
                     message: format!("Input items of type `{other}` are not supported; send `message`, `function_call` and `function_call_output` items."),
                 })
             }
@@ -115,7 +116,7 @@ fn chat_parts(parts: &[Value], p: &str) -> Result<Vec<Value>, ApiError> {
                 ])),
                 other => Err(ApiError::BadRequest {
                     param: Some(format!("{p}.content[{k}].type")),
-                    code: "unsupported_content_part",
+                    code: Code::UnsupportedContentPart,
                     message: format!("Content parts of type `{other}` are not supported; send `input_text` (or `input_image` to a model that reads images)."),
                 }),
             }

@@ -12,6 +12,7 @@
 //! top-level fields (`background`, `reasoning`, `prompt`, ...), built-in tools (`web_search`,
 //! ...), `include` values, `truncation: "auto"`, `text.verbosity`.
 
+use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
 use super::response_items::{input_items, invalid, object};
@@ -80,7 +81,7 @@ pub struct ResponsesRequest {
 fn unsupported_value(param: &str, message: String) -> ApiError {
     ApiError::BadRequest {
         param: Some(param.into()),
-        code: "unsupported_value",
+        code: Code::UnsupportedValue,
         message,
     }
 }
@@ -266,7 +267,7 @@ fn chat_tools(tools: &[Value]) -> Result<Vec<Value>, ApiError> {
             Some(other) => {
                 return Err(ApiError::BadRequest {
                     param: Some(format!("tools[{i}].type")),
-                    code: "unsupported_tool",
+                    code: Code::UnsupportedTool,
                     message: format!("The built-in tool `{other}` is not available on this server; only `function` tools are."),
                 })
             }

@@ -5,6 +5,7 @@
 //! refused request costs its body and nothing more. A body this pass cannot read (bad JSON,
 //! wrong types) passes here and is refused by the real parse with its usual error.
 
+use crate::api::shared::codes::Code;
 use std::cell::Cell;
 use std::fmt;
 
@@ -77,18 +78,18 @@ impl Exceeded {
     fn error(self, field: &'static str, l: &HttpLimits) -> ApiError {
         let (code, message) = match self {
             Self::Messages => (
-                "too_many_messages",
+                Code::TooManyMessages,
                 format!("`{field}` may hold at most {} items.", l.max_messages),
             ),
             Self::Parts => (
-                "too_many_content_parts",
+                Code::TooManyContentParts,
                 format!(
                     "`{field}` may hold at most {} content parts in all.",
                     l.max_content_parts
                 ),
             ),
             Self::Chars => (
-                "prompt_too_long",
+                Code::PromptTooLong,
                 format!(
                     "The text in `{field}` may be at most {} characters in all.",
                     l.max_prompt_chars
@@ -253,7 +254,7 @@ mod tests {
     fn code(body: &str, field: &'static str) -> Option<&'static str> {
         check(body.as_bytes(), field, &limits())
             .err()
-            .map(|e| e.parts().2)
+            .map(|e| e.parts().2.as_str())
     }
 
     #[test]

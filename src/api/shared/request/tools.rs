@@ -13,6 +13,7 @@
 //! otherwise (`additionalProperties: false`), as OpenAI's strict mode requires; a tool's top-level
 //! arguments object is closed in any case (see `engine::tools`).
 
+use crate::api::shared::codes::Code;
 use serde_json::{json, Value};
 
 use super::validator::Validator;
@@ -197,16 +198,12 @@ pub(super) fn constraint(
     parallel: bool,
     response_format: Option<Value>,
 ) -> Result<Option<OutputConstraint>, ApiError> {
-    let bad = |param: String, code: &'static str, message: String| ApiError::BadRequest {
-        param: Some(param),
-        code,
-        message,
-    };
+    let bad = |param: String, code, message| ApiError::bad(param, code, message);
     for (i, t) in tools.iter().enumerate() {
         if tools[..i].iter().any(|u| u.name == t.name) {
             return Err(bad(
                 format!("tools[{i}].function.name"),
-                "duplicate_tool_name",
+                Code::DuplicateToolName,
                 format!(
                     "Two tools are named `{}`; tool names must be unique.",
                     t.name
@@ -216,7 +213,7 @@ pub(super) fn constraint(
         grammar::check(&GrammarSpec::JsonSchema(t.parameters.clone())).map_err(|e| {
             bad(
                 format!("tools[{i}].function.parameters"),
-                "invalid_function_parameters",
+                Code::InvalidFunctionParameters,
                 format!("The parameters schema of `{}` cannot be used: {e}", t.name),
             )
         })?;
@@ -225,7 +222,7 @@ pub(super) fn constraint(
         grammar::check(&GrammarSpec::JsonSchema(schema.clone())).map_err(|e| {
             bad(
                 "response_format.json_schema.schema".into(),
-                "invalid_json_schema",
+                Code::InvalidJsonSchema,
                 format!("The schema cannot be used: {e}"),
             )
         })?;
@@ -235,14 +232,14 @@ pub(super) fn constraint(
         (Some(_), true) => {
             return Err(bad(
                 "tool_choice".into(),
-                "invalid_tool_choice",
+                Code::InvalidToolChoice,
                 "`tool_choice` needs `tools`.".into(),
             ))
         }
         (Some(ToolChoice::Function(name)), false) if !tools.iter().any(|t| t.name == name) => {
             return Err(bad(
                 "tool_choice".into(),
-                "invalid_tool_choice",
+                Code::InvalidToolChoice,
                 format!("`tool_choice` names `{name}`, which is not among the tools."),
             ))
         }
@@ -253,7 +250,7 @@ pub(super) fn constraint(
         (Some(_), Some(_)) => {
             return Err(bad(
                 "response_format".into(),
-                "unsupported_value",
+                Code::UnsupportedValue,
                 "`response_format` with tool calls is not supported; set `tool_choice` to \
                  `none` or drop one of them."
                     .into(),

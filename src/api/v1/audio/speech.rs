@@ -9,6 +9,7 @@
 //! its length, 400 `input_too_long`, voids the hold). The audio comes back whole (no streaming), with
 //! `x-tollgate-cost-micros` and `x-request-id`.
 
+use crate::api::shared::codes::Code;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -88,20 +89,12 @@ pub async fn create(
     .await
 }
 
-fn bad(param: &str, code: &'static str, message: String) -> ApiError {
-    ApiError::BadRequest {
-        param: Some(param.into()),
-        code,
-        message,
-    }
-}
-
 /// Refuses a `voice` that is neither one of `entry`'s voices nor an OpenAI alias of them.
 fn check_voice(entry: &AudioModelEntry, voice: &str) -> Result<(), ApiError> {
     if entry.voices.iter().any(|v| v == voice) || OPENAI_VOICES.contains(&voice) {
         return Ok(());
     }
-    Err(bad("voice", "unsupported_voice", format!(
+    Err(ApiError::bad("voice", Code::UnsupportedVoice, format!(
         "`{voice}` is not a voice of `{}`; use {} or an OpenAI voice name ({}), which are its aliases.",
         entry.id, entry.voices.join(", "), OPENAI_VOICES.join(", "))))
 }
@@ -138,9 +131,9 @@ async fn handle(
     // One voice per model for now, so the voice only needs checking, not choosing.
     check_voice(&entry, &req.voice)?;
     if !req.response_format.supported() {
-        return Err(bad(
+        return Err(ApiError::bad(
             "response_format",
-            "unsupported_response_format",
+            Code::UnsupportedResponseFormat,
             format!(
                 "This server has no {:?} encoder; use mp3, flac, wav or pcm.",
                 req.response_format

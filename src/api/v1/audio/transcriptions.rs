@@ -9,6 +9,7 @@
 //! before decoding; nothing is reserved before the audio's length is known) -> `metering`
 //! (claim 409/422/replay, hold of the exact cost 402, run, settle).
 
+use crate::api::shared::codes::Code;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -121,20 +122,12 @@ pub async fn translations(
     .await
 }
 
-fn bad(param: &str, code: &'static str, message: String) -> ApiError {
-    ApiError::BadRequest {
-        param: Some(param.into()),
-        code,
-        message,
-    }
-}
-
 /// Read every part: `file` whole (up to `MAX_FILE_BYTES`), the rest as text.
 async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, ApiError> {
     let mut form = form.map_err(|e| {
-        bad(
+        ApiError::bad(
             "file",
-            "invalid_multipart",
+            Code::InvalidMultipart,
             format!("The body must be multipart/form-data with a `file` part: {e}"),
         )
     })?;
@@ -149,9 +142,9 @@ async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, 
                 })
             }
             Err(e) => {
-                return Err(bad(
+                return Err(ApiError::bad(
                     "file",
-                    "invalid_multipart",
+                    Code::InvalidMultipart,
                     format!("The multipart body could not be read: {e}"),
                 ))
             }
@@ -163,9 +156,9 @@ async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, 
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE => ApiError::FileTooLarge {
                     limit_bytes: MAX_FILE_BYTES,
                 },
-                _ => bad(
+                _ => ApiError::bad(
                     "file",
-                    "invalid_multipart",
+                    Code::InvalidMultipart,
                     format!("The file could not be read: {e}"),
                 ),
             })?;
@@ -177,9 +170,9 @@ async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, 
             file = Some(bytes.to_vec());
         } else {
             let text = field.text().await.map_err(|e| {
-                bad(
+                ApiError::bad(
                     &name,
-                    "invalid_multipart",
+                    Code::InvalidMultipart,
                     format!("The field `{name}` could not be read: {e}"),
                 )
             })?;
@@ -194,9 +187,9 @@ async fn read_form(form: Result<Multipart, MultipartRejection>) -> Result<Form, 
         }
     }
     let file = file.filter(|f| !f.is_empty()).ok_or_else(|| {
-        bad(
+        ApiError::bad(
             "file",
-            "missing_file",
+            Code::MissingFile,
             "An audio `file` is required and must not be empty.".into(),
         )
     })?;
@@ -243,12 +236,12 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
             .filter(|v| !v.is_empty())
     };
     let model = field("model")
-        .ok_or_else(|| bad("model", "missing_model", "`model` is required.".into()))?;
+        .ok_or_else(|| ApiError::bad("model", Code::MissingModel, "`model` is required.".into()))?;
     let entry = paid::audio_model(state, model, AudioKind::Transcription)?;
     let format = match field("response_format") {
         None => Format::Json,
         Some(f) => Format::parse(f).ok_or_else(|| {
-            bad("response_format", "invalid_response_format", format!("`response_format` must be one of json, text, srt, verbose_json, vtt; got `{f}`."))
+            ApiError::bad("response_format", Code::InvalidResponseFormat, format!("`response_format` must be one of json, text, srt, verbose_json, vtt; got `{f}`."))
         })?,
     };
     let granularities = field("timestamp_granularities[]").or(field("timestamp_granularities"));
@@ -259,7 +252,7 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
         .filter(|g| !g.is_empty())
     {
         if g != "segment" {
-            return Err(bad("timestamp_granularities[]", "unsupported_timestamp_granularity",
+            return Err(ApiError::bad("timestamp_granularities[]", Code::UnsupportedTimestampGranularity,
                 format!("Only `segment` timestamps are available; `{g}` is not (word timings are not implemented).")));
         }
     }
@@ -270,9 +263,9 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
             .ok()
             .filter(|t| (0.0..=1.0).contains(t))
             .ok_or_else(|| {
-                bad(
+                ApiError::bad(
                     "temperature",
-                    "invalid_temperature",
+                    Code::InvalidTemperature,
                     format!("`temperature` must be a number from 0 to 1; got `{t}`."),
                 )
             })?,
@@ -280,9 +273,9 @@ fn check(state: &AppState, form: &Form, task: Task) -> Result<Checked, ApiError>
     let language = match field("language") {
         None => None,
         Some(l) => Some(languages::code_of(l).map(str::to_owned).ok_or_else(|| {
-            bad(
+            ApiError::bad(
                 "language",
-                "unsupported_language",
+                Code::UnsupportedLanguage,
                 format!(
                     "`language` must be an ISO 639-1 code Whisper knows, such as `en`; got `{l}`."
                 ),

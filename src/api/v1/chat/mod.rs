@@ -8,6 +8,7 @@
 
 mod sse;
 
+use crate::api::shared::codes::Code;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -86,7 +87,7 @@ async fn handle(
     if let (Some(img), false) = (req.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
             param: Some(format!("messages[{}].content[{}]", img.message, img.part)),
-            code: "image_not_supported",
+            code: Code::ImageNotSupported,
             message: format!("The model `{}` does not read images.", req.model),
         });
     }

@@ -13,6 +13,7 @@ mod object;
 mod output;
 mod sse;
 
+use crate::api::shared::codes::Code;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -166,7 +167,7 @@ async fn handle(
     if req.chat.input.messages.len() > state.http.max_messages {
         return Err(ApiError::BadRequest {
             param: Some("previous_response_id".into()),
-            code: "too_many_messages",
+            code: Code::TooManyMessages,
             message: format!(
                 "With the conversation of `previous_response_id`, this request has more than {} messages; start a new conversation.",
                 state.http.max_messages
@@ -179,7 +180,7 @@ async fn handle(
     if let (Some(img), false) = (req.chat.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
             param: Some(format!("input[{}]", img.message)),
-            code: "image_not_supported",
+            code: Code::ImageNotSupported,
             message: format!("The model `{}` does not read images.", req.chat.model),
         });
     }
@@ -187,7 +188,7 @@ async fn handle(
         .await
         .map_err(|e| match e {
             ApiError::BadRequest {
-                code: "context_length_exceeded",
+                code: Code::ContextLengthExceeded,
                 ..
             } => renamed(e),
             other => other,

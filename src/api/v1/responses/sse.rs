@@ -65,7 +65,7 @@ impl StreamState {
                 e.log();
                 let (_, _, code, param) = e.parts();
                 self.send(StreamEvent::Error {
-                    code,
+                    code: code.as_str(),
                     message: e.to_string(),
                     param,
                 });
