@@ -12,33 +12,47 @@ pub(super) const EPS: f32 = 1e-5;
 pub(super) const WINDOW: usize = 4;
 pub(super) const EXPERTS: usize = 4;
 
+use super::Family;
+
+/// A family under test: the engine's `Family`, and for `Llama` whether the model is
+/// Mixtral-shaped (mixture-of-experts feed-forward, written with the `llama` architecture).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Fam {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Gemma2,
-    Gemma3,
-    Phi3,
-    Olmo2,
-    Granite,
-    Cohere,
-    Mixtral,
+pub(super) struct Fam {
+    pub(super) family: Family,
+    pub(super) moe: bool,
+}
+
+const fn fam(family: Family) -> Fam {
+    Fam { family, moe: false }
+}
+
+#[allow(non_upper_case_globals)] // Named as the variants of `Family` they stand for.
+impl Fam {
+    pub(super) const Llama: Fam = fam(Family::Llama);
+    pub(super) const Qwen2: Fam = fam(Family::Qwen2);
+    pub(super) const Qwen3: Fam = fam(Family::Qwen3);
+    pub(super) const Gemma2: Fam = fam(Family::Gemma2);
+    pub(super) const Gemma3: Fam = fam(Family::Gemma3);
+    pub(super) const Phi3: Fam = fam(Family::Phi3);
+    pub(super) const Olmo2: Fam = fam(Family::Olmo2);
+    pub(super) const Granite: Fam = fam(Family::Granite);
+    pub(super) const Cohere: Fam = fam(Family::Cohere);
+    pub(super) const Mixtral: Fam = Fam {
+        family: Family::Llama,
+        moe: true,
+    };
 }
 
 impl Fam {
     pub(super) fn arch(self) -> &'static str {
-        match self {
-            Fam::Llama => "llama",
-            Fam::Qwen2 => "qwen2",
-            Fam::Qwen3 => "qwen3",
-            Fam::Gemma2 => "gemma2",
-            Fam::Gemma3 => "gemma3",
-            Fam::Phi3 => "phi3",
-            Fam::Olmo2 => "olmo2",
-            Fam::Granite => "granite",
-            Fam::Cohere => "command-r",
-            Fam::Mixtral => "llama",
+        self.family.arch()
+    }
+    /// The weights' seed offset: the family's index, Mixtral after the nine families.
+    pub(super) fn seed(self) -> u64 {
+        if self.moe {
+            9
+        } else {
+            self.family as u64
         }
     }
     pub(super) fn layers(self) -> usize {

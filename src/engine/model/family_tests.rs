@@ -195,7 +195,7 @@ fn check(f: Fam) {
 
 /// `hf`: write and load a safetensors directory instead of a GGUF file.
 fn check_format(f: Fam, hf: bool) {
-    let mut rng = StdRng::seed_from_u64(42 + f as u64);
+    let mut rng = StdRng::seed_from_u64(42 + f.seed());
     let w = weights(f, &mut rng);
     let dir = tempfile::tempdir().unwrap();
     let model = if hf {

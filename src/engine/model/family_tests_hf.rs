@@ -47,6 +47,7 @@ fn config(f: Fam, tied: bool) -> serde_json::Value {
         Fam::Granite => "granite",
         Fam::Cohere => "cohere",
         Fam::Mixtral => "mixtral",
+        Fam { moe: true, .. } => unreachable!("only Llama has a mixture-of-experts variant"),
     };
     let mut c = json!({
         "model_type": model_type, "hidden_size": H, "num_hidden_layers": f.layers(),

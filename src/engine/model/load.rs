@@ -103,6 +103,22 @@ impl Family {
             _ => return None,
         })
     }
+
+    /// The GGUF `general.architecture` llama.cpp writes for this family (`of`'s inverse; a
+    /// Mistral or Mixtral checkpoint is written as `llama`).
+    pub fn arch(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+            Self::Gemma2 => "gemma2",
+            Self::Gemma3 => "gemma3",
+            Self::Phi3 => "phi3",
+            Self::Olmo2 => "olmo2",
+            Self::Granite => "granite",
+            Self::Cohere => "command-r",
+        }
+    }
 }
 
 impl Transformer {
