@@ -22,14 +22,18 @@
 
 pub mod encode;
 mod error;
+mod fake;
 pub mod mel;
 pub mod pacer;
 pub mod pcm;
 pub mod piper;
 mod priority;
+mod seam;
 pub mod whisper;
 
 pub use self::error::AudioError;
+pub use self::fake::FakeAudio;
+pub use self::seam::{Audio, SharedAudio};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +51,12 @@ use self::whisper::WhisperModel;
 
 /// The speech worker: loads models on first use and runs transcriptions on its own pool
 /// (started with the first job, so a server that never transcribes starts no threads).
-pub struct Speech {
+/// Cheap to clone: clones share the worker. The `Audio` seam's real implementation.
+#[derive(Clone)]
+pub struct Speech(Arc<Worker>);
+
+/// What the clones of one `Speech` share.
+struct Worker {
     threads: usize,
     pool: std::sync::OnceLock<Result<rayon::ThreadPool, String>>,
     models: Mutex<HashMap<PathBuf, Arc<WhisperModel>>>,
@@ -95,39 +104,29 @@ pub struct SpeechJob {
 impl Speech {
     /// A worker with `threads` compute threads (at least 1) at lowered priority.
     pub fn new(threads: usize) -> Self {
-        Self {
+        Self::build(threads, Pacer::never())
+    }
+
+    /// A worker with `threads` compute threads whose audio work is paced by `pacer`.
+    fn build(threads: usize, pacer: Pacer) -> Self {
+        Self(Arc::new(Worker {
             threads: threads.max(1),
             pool: std::sync::OnceLock::new(),
             models: Mutex::new(HashMap::new()),
             voices: Mutex::new(HashMap::new()),
-            pacer: Pacer::never(),
-        }
+            pacer,
+        }))
     }
 
-    /// This worker, with audio work paced by `pacer` (see `pacer`).
+    /// This worker, with audio work paced by `pacer` (see `pacer`). Call before any job runs.
     #[must_use]
-    pub fn with_pacer(mut self, pacer: Pacer) -> Self {
-        self.pacer = pacer;
-        self
-    }
-
-    fn pool(&self) -> Result<&rayon::ThreadPool, AudioError> {
-        self.pool
-            .get_or_init(|| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(self.threads)
-                    .thread_name(|i| format!("tollgate-audio-{i}"))
-                    .start_handler(|_| lower_priority())
-                    .build()
-                    .map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(|e| AudioError::Inference(format!("audio thread pool: {e}")))
+    pub fn with_pacer(self, pacer: Pacer) -> Self {
+        Self::build(self.0.threads, pacer)
     }
 
     /// This worker's pacer (its totals say how audio shared the CPU).
     pub fn pacer(&self) -> &Pacer {
-        &self.pacer
+        &self.0.pacer
     }
 
     /// The Whisper model in `dir`, loaded once and kept.
@@ -135,13 +134,15 @@ impl Speech {
     /// # Errors
     /// `Load`.
     pub fn whisper(&self, dir: &Path) -> Result<Arc<WhisperModel>, AudioError> {
-        let mut models = self.models.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = models.get(dir) {
-            return Ok(m.clone());
-        }
-        let m = Arc::new(WhisperModel::load(dir, &candle_core::Device::Cpu)?);
-        models.insert(dir.to_path_buf(), m.clone());
-        Ok(m)
+        self.0.whisper(dir)
+    }
+
+    /// The Piper voice at `onnx`, loaded once (with ONNX Runtime from `runtime`) and kept.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ONNX Runtime), `Load`.
+    pub fn voice(&self, runtime: &Path, onnx: &Path) -> Result<Arc<Voice>, AudioError> {
+        self.0.voice(runtime, onnx)
     }
 
     /// Refuse a transcription `prompt` over `transcribe::MAX_PROMPT_TOKENS` tokens of the
@@ -162,13 +163,13 @@ impl Speech {
     /// receiver resolves exactly once (a dropped worker reads as a closed channel). Jobs run one
     /// at a time, in order.
     pub fn transcribe(
-        self: &Arc<Self>,
+        &self,
         dir: PathBuf,
         pcm: Pcm,
         opts: Options,
     ) -> oneshot::Receiver<Result<Transcript, AudioError>> {
         let (tx, rx) = oneshot::channel();
-        let me = self.clone();
+        let me = self.0.clone();
         std::thread::spawn(move || {
             let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
             let result = me.pool().and_then(|p| {
@@ -179,28 +180,11 @@ impl Speech {
         rx
     }
 
-    /// The Piper voice at `onnx`, loaded once (with ONNX Runtime from `runtime`) and kept.
-    ///
-    /// # Errors
-    /// `Unavailable` (no ONNX Runtime), `Load`.
-    pub fn voice(&self, runtime: &Path, onnx: &Path) -> Result<Arc<Voice>, AudioError> {
-        let mut voices = self.voices.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = voices.get(onnx) {
-            return Ok(v.clone());
-        }
-        let v = Arc::new(Voice::load(piper::runtime(runtime)?, onnx, self.threads)?);
-        voices.insert(onnx.to_path_buf(), v.clone());
-        Ok(v)
-    }
-
     /// Queue a synthesis: `job.text` spoken and encoded as `job.container`. Returns at once;
     /// the receiver resolves exactly once with the encoded bytes. Jobs run one at a time.
-    pub fn synthesize(
-        self: &Arc<Self>,
-        job: SpeechJob,
-    ) -> oneshot::Receiver<Result<Vec<u8>, AudioError>> {
+    pub fn synthesize(&self, job: SpeechJob) -> oneshot::Receiver<Result<Vec<u8>, AudioError>> {
         let (tx, rx) = oneshot::channel();
-        let me = self.clone();
+        let me = self.0.clone();
         std::thread::spawn(move || {
             lower_priority();
             let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
@@ -214,5 +198,49 @@ impl Speech {
             let _ = tx.send(result);
         });
         rx
+    }
+}
+
+impl Worker {
+    fn pool(&self) -> Result<&rayon::ThreadPool, AudioError> {
+        self.pool
+            .get_or_init(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads)
+                    .thread_name(|i| format!("tollgate-audio-{i}"))
+                    .start_handler(|_| lower_priority())
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| AudioError::Inference(format!("audio thread pool: {e}")))
+    }
+
+    /// The Whisper model in `dir`, loaded once and kept.
+    ///
+    /// # Errors
+    /// `Load`.
+    fn whisper(&self, dir: &Path) -> Result<Arc<WhisperModel>, AudioError> {
+        let mut models = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = models.get(dir) {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(WhisperModel::load(dir, &candle_core::Device::Cpu)?);
+        models.insert(dir.to_path_buf(), m.clone());
+        Ok(m)
+    }
+
+    /// The Piper voice at `onnx`, loaded once (with ONNX Runtime from `runtime`) and kept.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ONNX Runtime), `Load`.
+    fn voice(&self, runtime: &Path, onnx: &Path) -> Result<Arc<Voice>, AudioError> {
+        let mut voices = self.voices.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = voices.get(onnx) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(Voice::load(piper::runtime(runtime)?, onnx, self.threads)?);
+        voices.insert(onnx.to_path_buf(), v.clone());
+        Ok(v)
     }
 }

@@ -106,6 +106,15 @@ pub fn serve_with(engine: SharedEngine, catalog: Catalog, rpm: u32) -> TestServe
     serve_limited(engine, catalog, rpm, |_| {})
 }
 
+/// `serve` with `tweak` applied to the state before it serves (a fake audio seam, settings).
+pub fn serve_tweaked(
+    engine: SharedEngine,
+    catalog: Catalog,
+    tweak: impl FnOnce(&mut AppState),
+) -> TestServer {
+    serve_limited(engine, catalog, 10_000, tweak)
+}
+
 fn serve_limited(
     engine: SharedEngine,
     catalog: Catalog,

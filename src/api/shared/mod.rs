@@ -9,6 +9,7 @@
 //! and `connections` (the HTTP layer's limits).
 
 pub mod access;
+pub(crate) mod call;
 pub mod codes;
 pub(crate) mod completion;
 pub(crate) mod connections;
@@ -22,3 +23,4 @@ pub mod schema;
 pub mod server;
 pub(crate) mod session;
 pub mod state;
+pub(crate) mod text;

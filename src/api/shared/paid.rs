@@ -1,8 +1,9 @@
-//! What every paid endpoint does around `metering`: the payer and its rate limit, the JSON body
-//! and its `Content-Type`, the `Idempotency-Key` header and the body's fingerprint, the model's
-//! catalogue checks, prompt preparation, the context check, and turning metering's results and
-//! errors into responses. Shared by the paid handlers (chat completions, Responses, audio),
-//! so no handler imports another.
+//! The steps of a paid request around `metering`, used through `call::PaidCall` and
+//! `text::paid_request`: the payer and its rate limit, the JSON body and its `Content-Type`,
+//! the `Idempotency-Key` header and the body's fingerprint, the model's catalogue checks,
+//! prompt preparation, the context check, and turning metering's results into responses.
+//! Shared by the paid handlers (chat completions, Responses, audio), so no handler imports
+//! another.
 //! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
 
 use crate::api::shared::codes::Code;
@@ -41,25 +42,6 @@ pub async fn payer(state: &AppState, headers: &HeaderMap) -> Result<(Payer, Rate
             Err(r)
         }
     }
-}
-
-/// Run `handle` for the request's payer: authenticate and rate-limit (a 401 or 429 is answered
-/// here), then answer `handle`'s response or error, with the `x-ratelimit-*` headers on every
-/// authenticated answer.
-pub async fn for_payer<F, Fut>(state: &AppState, headers: &HeaderMap, handle: F) -> Response
-where
-    F: FnOnce(Payer) -> Fut,
-    Fut: std::future::Future<Output = Result<Response, ApiError>>,
-{
-    let (payer, rate) = match payer(state, headers).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let mut resp = handle(payer)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
-    rate.apply(resp.headers_mut());
-    resp
 }
 
 /// Read the body of an authenticated request, after its `Content-Type` is checked: at most

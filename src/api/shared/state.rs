@@ -39,8 +39,9 @@ pub struct Models {
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
     pub languages:
         Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
-    /// Speech models (transcription), on their own low-priority thread pool.
-    pub speech: Arc<crate::audio::Speech>,
+    /// Speech models (transcription and synthesis): `audio::Speech` on its own low-priority
+    /// threads, or `audio::FakeAudio` in tests.
+    pub speech: crate::audio::SharedAudio,
 }
 
 /// Paid requests: the metering service and the request limits of keys and sessions.

@@ -31,8 +31,8 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
 pub(super) fn audio_record(state: &Models, m: &AudioModelEntry) -> AudioModelRecord {
     let path = state.weights_dir.join(&m.path);
     let available = match m.kind {
-        AudioKind::Transcription => crate::audio::transcription_available(&path),
-        AudioKind::Speech => crate::audio::speech_available(&state.weights_dir, &path),
+        AudioKind::Transcription => state.speech.transcription_available(&path),
+        AudioKind::Speech => state.speech.speech_available(&state.weights_dir, &path),
     };
     AudioModelRecord::of(m, available)
 }

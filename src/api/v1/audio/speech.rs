@@ -11,23 +11,19 @@
 
 use crate::api::shared::codes::Code;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use crate::api::shared::access::Payer;
+use crate::api::shared::call::PaidCall;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::ErrorBody;
-use crate::api::shared::state::{AppState, RequestId, RequestModel};
+use crate::api::shared::state::AppState;
 use crate::audio::encode::Container;
 use crate::audio::{AudioError, SpeechJob};
 use crate::billing::{self, PricedUnits};
@@ -76,17 +72,8 @@ struct Stored {
         (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
     ))]
-pub async fn create(
-    State(state): State<AppState>,
-    Extension(rid): Extension<RequestId>,
-    Extension(logged): Extension<RequestModel>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    paid::for_payer(&state, &headers, |payer| {
-        handle(&state, rid, logged, payer, &headers, body)
-    })
-    .await
+pub async fn create(State(state): State<AppState>, call: PaidCall) -> Response {
+    call.answer(|call| handle(&state, call)).await
 }
 
 /// Refuses a `voice` that is neither one of `entry`'s voices nor an OpenAI alias of them.
@@ -116,16 +103,8 @@ fn respond(stored: StoredResponse, replayed: bool) -> Response {
     )
 }
 
-async fn handle(
-    state: &AppState,
-    rid: RequestId,
-    logged: RequestModel,
-    payer: Payer,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = paid::json_body(state, headers, body, &logged).await?;
+async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
+    let body = call.json(state).await?;
     let req = speech::parse(&body)?;
     let entry = paid::audio_model(state, &req.model, AudioKind::Speech)?;
     // One voice per model for now, so the voice only needs checking, not choosing.
@@ -142,13 +121,13 @@ async fn handle(
     }
     // Text with nothing to speak (emoji, symbols) is refused before money moves; the voice
     // also refuses phonemes it has no ids for (`AudioError::NoSpeech`, after the hold, voided).
-    if !crate::audio::piper::phonemize::has_speech(&req.input) {
+    if !state.models.speech.has_speech(&req.input) {
         return Err(ApiError::from_audio(&entry.id, AudioError::NoSpeech));
     }
     let weights = &state.models.weights_dir;
     let voice_path = weights.join(&entry.path);
     let runtime = weights.join(crate::audio::piper::RUNTIME_LIBRARY);
-    if let Err(reason) = crate::audio::speech_available(weights, &voice_path) {
+    if let Err(reason) = state.models.speech.speech_available(weights, &voice_path) {
         tracing::info!(model = %entry.id, voice = %voice_path.display(), "speech model not servable here: {reason}");
         return Err(if reason.starts_with("espeak") {
             ApiError::ModelUnavailable {
@@ -162,7 +141,7 @@ async fn handle(
             }
         });
     }
-    let idempotency = paid::idempotency(headers, &body, false, "/v1/audio/speech", &payer)?;
+    let idempotency = call.idempotency(&body, false, "/v1/audio/speech")?;
     let characters = req.input.chars().count() as u64;
     let per_million = entry
         .pricing
@@ -191,7 +170,12 @@ async fn handle(
     // The audio reaches the answer through `made`; the stored body (base64, 4/3 of the audio)
     // is built only when an `Idempotency-Key` will keep it for a replay.
     let made = Arc::new(Mutex::new(None::<Vec<u8>>));
-    let (request_id, keyed, slot) = (rid.0.clone(), idempotency.is_some(), made.clone());
+    let caller = call.caller;
+    let (request_id, keyed, slot) = (
+        caller.request_id.0.clone(),
+        idempotency.is_some(),
+        made.clone(),
+    );
     let render = move |cost: crate::money::Micros, audio: Vec<u8>| {
         let body = keyed.then(|| {
             serde_json::to_string(&Stored {
@@ -209,13 +193,13 @@ async fn handle(
         }
     };
     let req = PaidUnits {
-        request_id: rid.0,
-        account: payer.account_id(),
-        key: payer.key_id(),
+        request_id: caller.request_id.0,
+        account: caller.payer.account_id(),
+        key: caller.payer.key_id(),
         model: entry.id.clone(),
         units,
         idempotency,
-        started,
+        started: caller.started,
         estimate_s: characters / 100 + 5,
     };
     Ok(match state.paid.meter.run_units(req, work, render).await? {

@@ -11,22 +11,19 @@
 
 use crate::api::shared::codes::Code;
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
 use sha2::{Digest, Sha256};
 
 use super::format::{self, Format};
-use crate::api::shared::access::Payer;
+use crate::api::shared::call::PaidCall;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::ErrorBody;
-use crate::api::shared::state::{AppState, RequestId, RequestModel};
+use crate::api::shared::state::AppState;
 use crate::audio::whisper::languages;
 use crate::audio::whisper::transcribe::{Options, Task};
 use crate::audio::{pcm, AudioError};
@@ -72,17 +69,9 @@ struct Form {
         (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
     ))]
-pub async fn transcriptions(
-    State(state): State<AppState>,
-    Extension(rid): Extension<RequestId>,
-    Extension(logged): Extension<RequestModel>,
-    headers: HeaderMap,
-    form: Result<Multipart, MultipartRejection>,
-) -> Response {
-    paid::for_payer(&state, &headers, |payer| {
-        handle(&state, rid, logged, payer, &headers, form, Task::Transcribe)
-    })
-    .await
+pub async fn transcriptions(State(state): State<AppState>, call: PaidCall) -> Response {
+    call.answer(|call| handle(&state, call, Task::Transcribe))
+        .await
 }
 
 /// `POST /v1/audio/translations`: English text from speech in any language.
@@ -109,17 +98,9 @@ pub async fn transcriptions(
         (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
     ))]
-pub async fn translations(
-    State(state): State<AppState>,
-    Extension(rid): Extension<RequestId>,
-    Extension(logged): Extension<RequestModel>,
-    headers: HeaderMap,
-    form: Result<Multipart, MultipartRejection>,
-) -> Response {
-    paid::for_payer(&state, &headers, |payer| {
-        handle(&state, rid, logged, payer, &headers, form, Task::Translate)
-    })
-    .await
+pub async fn translations(State(state): State<AppState>, call: PaidCall) -> Response {
+    call.answer(|call| handle(&state, call, Task::Translate))
+        .await
 }
 
 /// Read every part: `file` whole (up to `MAX_FILE_BYTES`), the rest as text.
@@ -302,20 +283,10 @@ fn canonical(form: &Form) -> Vec<u8> {
     serde_json::to_vec(&(&form.fields, &form.filename, file_sha)).unwrap_or_default()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn handle(
-    state: &AppState,
-    rid: RequestId,
-    logged: RequestModel,
-    payer: Payer,
-    headers: &HeaderMap,
-    form: Result<Multipart, MultipartRejection>,
-    task: Task,
-) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let form = read_form(form).await?;
+async fn handle(state: &AppState, mut call: PaidCall, task: Task) -> Result<Response, ApiError> {
+    let form = read_form(call.multipart(state).await?).await?;
     if let Some(m) = form.fields.get("model") {
-        logged.set(m);
+        call.logged.set(m);
     }
     let Checked {
         entry,
@@ -323,7 +294,7 @@ async fn handle(
         opts,
     } = check(state, &form, task)?;
     let dir = state.models.weights_dir.join(&entry.path);
-    if crate::audio::transcription_available(&dir).is_err() {
+    if state.models.speech.transcription_available(&dir).is_err() {
         tracing::info!(model = %entry.id, dir = %dir.display(), "speech model has no weights on this server");
         return Err(ApiError::ModelNotAvailable {
             model: entry.id.clone(),
@@ -334,7 +305,8 @@ async fn handle(
         Task::Transcribe => "/v1/audio/transcriptions",
         Task::Translate => "/v1/audio/translations",
     };
-    let idempotency = paid::idempotency(headers, &canonical(&form), false, route, &payer)?;
+    let idempotency = call.idempotency(&canonical(&form), false, route)?;
+    let caller = call.caller;
     let Form { file, filename, .. } = form;
     let (speech, model_dir, prompt) = (
         state.models.speech.clone(),
@@ -369,18 +341,18 @@ async fn handle(
             .await
             .unwrap_or_else(|_| Err(AudioError::Inference("the speech worker stopped".into())))
     };
-    let request_id = rid.0.clone();
+    let request_id = caller.request_id.0.clone();
     let translate = task == Task::Translate;
     let render =
         move |cost, t| format::render(&t, format, translate, billed_seconds, cost, &request_id);
     let req = PaidUnits {
-        request_id: rid.0,
-        account: payer.account_id(),
-        key: payer.key_id(),
+        request_id: caller.request_id.0,
+        account: caller.payer.account_id(),
+        key: caller.payer.key_id(),
         model: entry.id.clone(),
         units,
         idempotency,
-        started,
+        started: caller.started,
         estimate_s: billed_seconds / 5 + 5,
     };
     Ok(match state.paid.meter.run_units(req, work, render).await? {

@@ -8,23 +8,19 @@
 
 mod sse;
 
-use crate::api::shared::codes::Code;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 
-use crate::api::shared::access::Payer;
+use crate::api::shared::call::PaidCall;
 use crate::api::shared::completion::CompletionMeta;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
-use crate::api::shared::state::{AppState, RequestId, RequestModel};
-use crate::engine::GenerateRequest;
-use crate::metering::{Admission, Mode, PaidRequest};
+use crate::api::shared::state::AppState;
+use crate::api::shared::text::{self, Surface};
+use crate::metering::{Admission, Mode};
 
 const ROUTE: &str = "/v1/chat/completions";
 
@@ -56,72 +52,33 @@ const ROUTE: &str = "/v1/chat/completions";
         (status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
             headers(("Retry-After" = String, description = "Seconds"))),
     ))]
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    Extension(rid): Extension<RequestId>,
-    Extension(logged): Extension<RequestModel>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    paid::for_payer(&state, &headers, |payer| {
-        handle(&state, rid, logged, payer, &headers, body)
-    })
-    .await
+pub async fn chat_completions(State(state): State<AppState>, call: PaidCall) -> Response {
+    call.answer(|call| handle(&state, call)).await
 }
 
 /// Extract and check the request, admit it through metering, respond.
-async fn handle(
-    state: &AppState,
-    rid: RequestId,
-    logged: RequestModel,
-    payer: Payer,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
-    let body = paid::json_body(state, headers, body, &logged).await?;
+async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
+    let body = call.json(state).await?;
     request::size::check(&body, "messages", &state.http)?;
     let req = request::parse(&body)?;
-    let idempotency = paid::idempotency(headers, &body, req.stream, ROUTE, &payer)?;
-    let entry = paid::servable_model(state, &req.model).await?;
-    if let (Some(img), false) = (req.images.first(), entry.reads_images()) {
-        return Err(ApiError::BadRequest {
-            param: Some(format!("messages[{}].content[{}]", img.message, img.part)),
-            code: Code::ImageNotSupported,
-            message: format!("The model `{}` does not read images.", req.model),
-        });
-    }
-    let prompt = paid::prepare(state, &req.model, &req.input).await?;
-    let max_new_tokens = paid::max_new_tokens(&prompt, req.max_tokens)?;
-    let mut meta = CompletionMeta::new(&req.model, &rid.0, prompt.tool_syntax.clone());
-    meta.logprobs = req.sampling.logprobs.is_some();
-    let mode = if req.stream {
+    let idempotency = call.idempotency(&body, req.stream, ROUTE)?;
+    let (stream, include_usage) = (req.stream, req.include_usage);
+    let logprobs = req.sampling.logprobs.is_some();
+    let (model, n) = (req.model.clone(), req.n);
+    let (paid_request, tool_syntax) =
+        text::paid_request(state, &call.caller, req, n, idempotency, Surface::Chat).await?;
+    let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, tool_syntax);
+    meta.logprobs = logprobs;
+    let mode = if stream {
         Mode::Stream
     } else {
         let meta = meta.clone();
         Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
     };
-    let paid_request = PaidRequest {
-        request_id: rid.0.clone(),
-        account: payer.account_id(),
-        key: payer.key_id(),
-        model: req.model.clone(),
-        pricing: entry.pricing,
-        generate: GenerateRequest {
-            request_id: rid.0,
-            prompt,
-            sampling: req.sampling,
-            max_new_tokens,
-            stop: req.stop,
-            n: req.n,
-        },
-        idempotency,
-        started,
-    };
     Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {
-            self::sse::stream_response(meta, req.include_usage, events, settlement).into_response()
+            self::sse::stream_response(meta, include_usage, events, settlement).into_response()
         }
         Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
     })

@@ -14,11 +14,9 @@ mod output;
 mod sse;
 
 use crate::api::shared::codes::Code;
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures::FutureExt;
 use serde_json::Value;
 
@@ -26,16 +24,17 @@ use self::object::{ResponseMeta, ResponseObject};
 use self::output::{output_as_chat, Outputs};
 use self::sse::Save;
 use crate::accounts::SavedResponse;
-use crate::api::shared::access::Payer;
+use crate::api::shared::call::PaidCall;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request::responses::{self, ResponsesRequest};
 #[allow(unused_imports)] // Named by the OpenAPI attributes.
 use crate::api::shared::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
-use crate::api::shared::state::{AppState, RequestId, RequestModel};
-use crate::engine::{FinishReason, GenerateRequest};
+use crate::api::shared::state::AppState;
+use crate::api::shared::text::{self, Surface};
+use crate::engine::FinishReason;
 use crate::ids::AccountId;
-use crate::metering::{Admission, Mode, PaidRequest, StoredResponse};
+use crate::metering::{Admission, Mode, StoredResponse};
 
 const ROUTE: &str = "/v1/responses";
 
@@ -58,17 +57,8 @@ const ROUTE: &str = "/v1/responses";
         (status = 502, description = "The model failed; nothing is charged", body = ErrorBody),
         (status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged); `Retry-After`", body = ErrorBody),
     ))]
-pub async fn create(
-    State(state): State<AppState>,
-    Extension(rid): Extension<RequestId>,
-    Extension(logged): Extension<RequestModel>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    paid::for_payer(&state, &headers, |payer| {
-        handle(&state, rid, logged, payer, &headers, body)
-    })
-    .await
+pub async fn create(State(state): State<AppState>, call: PaidCall) -> Response {
+    call.answer(|call| handle(&state, call)).await
 }
 
 /// `GET /v1/responses/{id}`: a response this account stored.
@@ -81,11 +71,11 @@ pub async fn create(
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    call: PaidCall,
 ) -> Response {
     let (st, id) = (&state, &id);
-    paid::for_payer(st, &headers, |payer| async move {
-        let s = stored(st, id, payer.account_id(), None).await?;
+    call.answer(|call| async move {
+        let s = stored(st, id, call.caller.payer.account_id(), None).await?;
         Ok((
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -106,12 +96,12 @@ pub async fn get(
 pub async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    call: PaidCall,
 ) -> Response {
     let st = &state;
-    paid::for_payer(st, &headers, |payer| async move {
+    call.answer(|call| async move {
         let deleted = (st.accounts.service)
-            .delete_response(id.clone(), payer.account_id())
+            .delete_response(id.clone(), call.caller.payer.account_id())
             .await?;
         if !deleted {
             return Err(ApiError::ResponseNotFound { id, param: None });
@@ -143,21 +133,14 @@ async fn stored(
 }
 
 /// Extract and check the request, admit it through metering, respond (and store).
-async fn handle(
-    state: &AppState,
-    rid: RequestId,
-    logged: RequestModel,
-    payer: Payer,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
-    let body = paid::json_body(state, headers, body, &logged).await?;
+async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
+    let body = call.json(state).await?;
     crate::api::shared::request::size::check(&body, "input", &state.http)?;
     let draft = responses::read(&body)?;
+    let account = call.caller.payer.account_id();
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
-            let s = stored(state, id, payer.account_id(), Some("previous_response_id")).await?;
+            let s = stored(state, id, account, Some("previous_response_id")).await?;
             serde_json::from_str::<Vec<Value>>(&s.conversation)
                 .map_err(|e| ApiError::Internal(format!("stored conversation: {e}")))?
         }
@@ -175,61 +158,40 @@ async fn handle(
         });
     }
     let stream = req.chat.stream;
-    let idempotency = paid::idempotency(headers, &body, stream, ROUTE, &payer)?;
-    let entry = paid::servable_model(state, &req.chat.model).await?;
-    if let (Some(img), false) = (req.chat.images.first(), entry.reads_images()) {
-        return Err(ApiError::BadRequest {
-            param: Some(format!("input[{}]", img.message)),
-            code: Code::ImageNotSupported,
-            message: format!("The model `{}` does not read images.", req.chat.model),
-        });
-    }
-    let prompt = paid::prepare(state, &req.chat.model, &req.chat.input)
-        .await
-        .map_err(|e| match e {
-            ApiError::BadRequest {
-                code: Code::ContextLengthExceeded,
-                ..
-            } => renamed(e),
-            other => other,
-        })?;
-    let max_new_tokens = paid::max_new_tokens(&prompt, req.chat.max_tokens).map_err(renamed)?;
+    let idempotency = call.idempotency(&body, stream, ROUTE)?;
     let ResponsesRequest {
         chat,
         input_messages,
         echo,
     } = req;
-    let store = echo.store;
-    let meta = ResponseMeta::new(
-        &chat.model,
-        &rid.0,
-        prompt.tool_syntax.clone(),
-        echo,
+    let (model, temperature, top_p) = (
+        chat.model.clone(),
         chat.sampling.temperature,
         chat.sampling.top_p,
+    );
+    let store = echo.store;
+    // A response has one output; the Responses API has no `n`.
+    let (paid_request, tool_syntax) = text::paid_request(
+        state,
+        &call.caller,
+        chat,
+        1,
+        idempotency,
+        Surface::Responses,
+    )
+    .await?;
+    let meta = ResponseMeta::new(
+        &model,
+        &call.caller.request_id.0,
+        tool_syntax,
+        echo,
+        temperature,
+        top_p,
     );
     let mut conversation = previous;
     conversation.extend(input_messages);
     let mode = mode(&meta, stream);
-    let paid_request = PaidRequest {
-        request_id: rid.0.clone(),
-        account: payer.account_id(),
-        key: payer.key_id(),
-        model: chat.model.clone(),
-        pricing: entry.pricing,
-        generate: GenerateRequest {
-            request_id: rid.0,
-            prompt,
-            sampling: chat.sampling,
-            max_new_tokens,
-            stop: chat.stop,
-            // A response has one output; the Responses API has no `n`.
-            n: 1,
-        },
-        idempotency,
-        started,
-    };
-    let saver = store.then(|| saver(state, payer.account_id(), conversation));
+    let saver = store.then(|| saver(state, account, conversation));
     Ok(match state.paid.meter.admit(paid_request, mode).await? {
         Admission::Replay(stored) => paid::stored(stored, true),
         Admission::Streaming(events, settlement) => {
@@ -267,29 +229,6 @@ fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save
         }
         .boxed()
     })
-}
-
-/// A context error in Responses terms (`input`, `max_output_tokens`).
-fn renamed(e: ApiError) -> ApiError {
-    match e {
-        ApiError::BadRequest {
-            param,
-            code,
-            message,
-        } => ApiError::BadRequest {
-            param: param.map(|p| {
-                if p == "messages" {
-                    "input"
-                } else {
-                    "max_output_tokens"
-                }
-                .to_owned()
-            }),
-            code,
-            message,
-        },
-        other => other,
-    }
 }
 
 /// Streamed, or whole with the response object rendered from the text once it is charged.

@@ -1,0 +1,112 @@
+//! The text generation request that chat completions and the Responses API share: once the
+//! endpoint has parsed its body into a `ChatRequest` and named its `Idempotency-Key`, the
+//! model is checked (catalogue, licence, weights), images are refused for a text-only model,
+//! the prompt is rendered and tokenized, the completion's token budget is fitted to the
+//! context, and the `PaidRequest` for `metering` is built. Only the field names in errors
+//! differ between the two surfaces (`Surface`).
+//! May use: `paid`, `call`, `request`, `error`, `state`, `engine`, `metering`.
+
+use super::call::Caller;
+use super::codes::Code;
+use super::error::ApiError;
+use super::paid;
+use super::request::{ChatRequest, ImagePart};
+use super::state::AppState;
+use crate::engine::tools::ToolSyntax;
+use crate::engine::GenerateRequest;
+use crate::metering::{Idempotency, PaidRequest};
+
+/// Which API a text request came through: the names its errors give the fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// `POST /v1/chat/completions`: `messages[i].content[j]`, `messages`, `max_tokens`.
+    Chat,
+    /// `POST /v1/responses`: `input[i]`, `input`, `max_output_tokens`.
+    Responses,
+}
+
+impl Surface {
+    /// The `param` of an image part the model cannot read.
+    fn image_param(self, img: &ImagePart) -> String {
+        match self {
+            Self::Chat => format!("messages[{}].content[{}]", img.message, img.part),
+            Self::Responses => format!("input[{}]", img.message),
+        }
+    }
+
+    /// A `context_length_exceeded` error in this surface's field names (other errors pass).
+    pub fn context_error(self, e: ApiError) -> ApiError {
+        match (self, e) {
+            (
+                Self::Responses,
+                ApiError::BadRequest {
+                    param,
+                    code: Code::ContextLengthExceeded,
+                    message,
+                },
+            ) => ApiError::BadRequest {
+                param: param.map(|p| {
+                    if p == "messages" {
+                        "input"
+                    } else {
+                        "max_output_tokens"
+                    }
+                    .to_owned()
+                }),
+                code: Code::ContextLengthExceeded,
+                message,
+            },
+            (_, other) => other,
+        }
+    }
+}
+
+/// `chat` made ready for metering: the paid request, and how to read tool calls back out of
+/// its text (`None` when tools are off). `n` is the choices to generate.
+///
+/// # Errors
+/// 404 `model_not_found` / `model_not_available`, 403 `model_license_forbids_commercial_use`,
+/// 400 `image_not_supported`, the errors of `paid::prepare`, 400 `context_length_exceeded`
+/// (in `surface`'s field names).
+pub async fn paid_request(
+    state: &AppState,
+    caller: &Caller,
+    chat: ChatRequest,
+    n: usize,
+    idempotency: Option<Idempotency>,
+    surface: Surface,
+) -> Result<(PaidRequest, Option<ToolSyntax>), ApiError> {
+    let entry = paid::servable_model(state, &chat.model).await?;
+    if let (Some(img), false) = (chat.images.first(), entry.reads_images()) {
+        return Err(ApiError::BadRequest {
+            param: Some(surface.image_param(img)),
+            code: Code::ImageNotSupported,
+            message: format!("The model `{}` does not read images.", chat.model),
+        });
+    }
+    let prompt = paid::prepare(state, &chat.model, &chat.input)
+        .await
+        .map_err(|e| surface.context_error(e))?;
+    let max_new_tokens =
+        paid::max_new_tokens(&prompt, chat.max_tokens).map_err(|e| surface.context_error(e))?;
+    let tool_syntax = prompt.tool_syntax.clone();
+    let request_id = caller.request_id.0.clone();
+    let request = PaidRequest {
+        request_id: request_id.clone(),
+        account: caller.payer.account_id(),
+        key: caller.payer.key_id(),
+        model: chat.model,
+        pricing: entry.pricing,
+        generate: GenerateRequest {
+            request_id,
+            prompt,
+            sampling: chat.sampling,
+            max_new_tokens,
+            stop: chat.stop,
+            n,
+        },
+        idempotency,
+        started: caller.started,
+    };
+    Ok((request, tool_syntax))
+}
