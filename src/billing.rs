@@ -117,6 +117,42 @@ pub fn speech_micros(per_million: UnitPrice, characters: u64) -> Micros {
     Micros(i64::try_from(micros).unwrap_or(i64::MAX))
 }
 
+/// What a unit-priced request bills, with its model's list price (`None`: free); metering
+/// prices it (`Units::priced`) before it holds anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// Milliseconds of decoded audio, at a price per minute, billed by the whole second
+    /// (`transcription_micros`).
+    AudioMs {
+        ms: u64,
+        per_minute: Option<UnitPrice>,
+    },
+    /// Input characters spoken, at a price per million (`speech_micros`).
+    Characters {
+        count: u64,
+        per_million: Option<UnitPrice>,
+    },
+}
+
+impl Units {
+    /// The units with their exact cost (micros, rounded up as the two price rules say).
+    pub fn priced(self) -> PricedUnits {
+        let free = UnitPrice(Micros::ZERO);
+        match self {
+            Self::AudioMs { ms, per_minute } => PricedUnits {
+                audio_ms: ms,
+                input_characters: 0,
+                cost: transcription_micros(per_minute.unwrap_or(free), ms),
+            },
+            Self::Characters { count, per_million } => PricedUnits {
+                audio_ms: 0,
+                input_characters: count,
+                cost: speech_micros(per_million.unwrap_or(free), count),
+            },
+        }
+    }
+}
+
 /// A request priced by units known before it runs (speech): what is billed and its cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PricedUnits {

@@ -34,6 +34,10 @@ pub mod whisper;
 pub use self::error::AudioError;
 pub use self::fake::FakeAudio;
 pub use self::seam::{Audio, SharedAudio};
+/// What the transcription endpoints name: the job's options and task, its result, and the
+/// languages Whisper reads.
+pub use self::whisper::languages;
+pub use self::whisper::transcribe::{Options, Segment, Task, Transcript};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,7 +50,6 @@ use self::pacer::Pacer;
 use self::pcm::Pcm;
 use self::piper::Voice;
 use self::priority::lower_priority;
-use self::whisper::transcribe::{Options, Transcript};
 use self::whisper::WhisperModel;
 
 /// The speech worker: loads models on first use and runs transcriptions on its own pool

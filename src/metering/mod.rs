@@ -266,3 +266,6 @@ impl Meter {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

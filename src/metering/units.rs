@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::settle::{self, Context};
 use super::{Idempotency, Meter, MeterError};
-use crate::billing::{self, Ending, Metered, PricedUnits};
+use crate::billing::{self, Ending, Metered, Units};
 use crate::catalog::{PricePerMTok, Pricing};
 use crate::ledger::{AccountId, KeyId, StoredResponse};
 use crate::money::Micros;
@@ -23,8 +23,8 @@ pub struct PaidUnits {
     pub key: Option<KeyId>,
     /// Catalogue id of the model.
     pub model: String,
-    /// What is billed and its exact cost.
-    pub units: PricedUnits,
+    /// What is billed, at its list price (priced here, before the hold).
+    pub units: Units,
     pub idempotency: Option<Idempotency>,
     /// When the request arrived (usage latency, ms).
     pub started: Instant,
@@ -87,7 +87,8 @@ impl Meter {
         W: Future<Output = Result<T, E>>,
         R: FnOnce(Micros, T) -> StoredResponse,
     {
-        let cost = req.units.cost;
+        let units = req.units.priced();
+        let cost = units.cost;
         if let Some(replay) = self
             .claim_and_hold(
                 &req.request_id,
@@ -113,7 +114,7 @@ impl Meter {
             prompt_tokens: 0,
             hold_micros: cost,
             claim: req.idempotency.map(|c| c.scope),
-            units: Some(req.units),
+            units: Some(units),
         };
         match work.await {
             Err(e) => {
@@ -122,8 +123,7 @@ impl Meter {
             }
             Ok(out) => {
                 let response = render(cost, out);
-                let usage =
-                    billing::units_usage_record(&ctx.metered, &req.units, Ending::Completed);
+                let usage = billing::units_usage_record(&ctx.metered, &units, Ending::Completed);
                 settle::settle_usage(&ctx, usage, Some(&response), 0)
                     .await
                     .map(|()| UnitsAdmission::Done(cost, response))

@@ -11,8 +11,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 use crate::api::shared::schema::ServiceCost;
-use crate::audio::whisper::languages;
-use crate::audio::whisper::transcribe::{Segment, Transcript};
+use crate::audio::{languages, Segment, Transcript};
 use crate::metering::StoredResponse;
 use crate::money::Micros;
 

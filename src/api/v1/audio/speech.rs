@@ -26,8 +26,8 @@ use crate::api::shared::schema::ErrorBody;
 use crate::api::shared::state::AppState;
 use crate::audio::encode::Container;
 use crate::audio::{AudioError, SpeechJob};
-use crate::billing::{self, PricedUnits};
-use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
+use crate::billing::Units;
+use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::metering::StoredResponse;
 use crate::metering::{PaidUnits, UnitsAdmission};
 
@@ -143,14 +143,9 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     }
     let idempotency = call.idempotency(&body, false, "/v1/audio/speech")?;
     let characters = req.input.chars().count() as u64;
-    let per_million = entry
-        .pricing
-        .per_million_characters
-        .unwrap_or(UnitPrice(crate::money::Micros(0)));
-    let units = PricedUnits {
-        audio_ms: 0,
-        input_characters: characters,
-        cost: billing::speech_micros(per_million, characters),
+    let units = Units::Characters {
+        count: characters,
+        per_million: entry.pricing.per_million_characters,
     };
     let container: Container = req.response_format;
     let job = SpeechJob {

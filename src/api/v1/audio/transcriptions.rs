@@ -24,11 +24,10 @@ use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::ErrorBody;
 use crate::api::shared::state::AppState;
-use crate::audio::whisper::languages;
-use crate::audio::whisper::transcribe::{Options, Task};
+use crate::audio::{languages, Options, Task};
 use crate::audio::{pcm, AudioError};
-use crate::billing::{self, PricedUnits};
-use crate::catalog::audio::{AudioKind, AudioModelEntry, UnitPrice};
+use crate::billing::Units;
+use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::metering::{PaidUnits, UnitsAdmission};
 
 /// Largest uploaded file, bytes (OpenAI's limit: 25 MB).
@@ -325,14 +324,9 @@ async fn handle(state: &AppState, mut call: PaidCall, task: Task) -> Result<Resp
     let audio_ms =
         (audio.samples.len() as u64 * 1000).div_ceil(crate::audio::mel::SAMPLE_RATE as u64);
     let billed_seconds = audio.billed_seconds();
-    let per_minute = entry
-        .pricing
-        .per_minute
-        .unwrap_or(UnitPrice(crate::money::Micros(0)));
-    let units = PricedUnits {
-        audio_ms,
-        input_characters: 0,
-        cost: billing::transcription_micros(per_minute, audio_ms),
+    let units = Units::AudioMs {
+        ms: audio_ms,
+        per_minute: entry.pricing.per_minute,
     };
     let speech = state.models.speech.clone();
     let work = async move {
