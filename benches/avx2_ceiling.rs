@@ -195,7 +195,6 @@ fn best(f: impl Fn()) -> f64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::cast_precision_loss)]
 fn main() {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
         println!("avx2_ceiling: this CPU has no AVX2 + FMA; nothing to measure");

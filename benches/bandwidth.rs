@@ -29,7 +29,6 @@ fn main() {
         std::hint::black_box(s);
         best = best.min(t0.elapsed().as_secs_f64());
     }
-    #[allow(clippy::cast_precision_loss)]
     let gbs = (words * 8) as f64 / best / 1e9;
     println!(
         "threads={} read bandwidth {gbs:.2} GB/s (1 GiB, best of 5)",
@@ -50,7 +49,6 @@ fn main() {
             t.shape.elem_count() / be * bb
         })
         .sum();
-    #[allow(clippy::cast_precision_loss)]
     let mb = bytes as f64 / 1e6;
     println!(
         "{path}: {mb:.1} MB of weights read per decode token; bound {:.2} tok/s at {gbs:.2} GB/s",

@@ -1,5 +1,5 @@
 //! `Micros`: an amount of US dollars in integer micro-USD (1 micro = 1e-6 USD), the only money
-//! type (interface.md, Limits 5). Plain data: any module may use it; the ledger stores it as a
+//! type (`docs/reference/costs.md`). Plain data: any module may use it; the ledger stores it as a
 //! SQLite integer. It owns the one USD parser (`parse_usd`) and the renderings (`Display` for
 //! text, `usd_decimal` for CSV, `usd` for JSON numbers, which are renderings only).
 
@@ -49,7 +49,6 @@ impl Micros {
 
     /// The amount in US dollars as a float, for JSON `*_usd` fields only (a rendering: the
     /// integer is the exact value).
-    #[allow(clippy::cast_precision_loss)]
     pub fn usd(self) -> f64 {
         self.0 as f64 / 1e6
     }

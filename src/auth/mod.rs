@@ -24,7 +24,7 @@ use crate::ledger::{sha256, AccountId, ApiKeyRecord, KeyId, KeyState, Ledger, Le
 
 /// The literal prefix of every API key.
 pub const KEY_PREFIX: &str = "sk-svc-";
-/// How long a key lookup is cached (interface.md, Limits 2).
+/// How long a key lookup is cached (`docs/reference/limits.md`).
 pub const CACHE_TTL: Duration = Duration::from_secs(60);
 
 /// Who is calling, when the caller used an API key: may spend the account's balance, nothing else.

@@ -33,7 +33,6 @@ impl PricePerMTok {
     }
 
     /// The price in USD, for display only.
-    #[allow(clippy::cast_precision_loss)]
     pub fn usd(self) -> f64 {
         self.0 as f64 / 1e6
     }
@@ -370,7 +369,6 @@ mod catalog_file_tests {
                 m.family
             );
             // input = max(0.02, B * 0.08) USD per 1M, rounded up to the cent; output = 2 x input.
-            #[allow(clippy::cast_possible_truncation)]
             let cents = ((billions(&m.parameters) * 8.0 - 1e-9).ceil() as i64).max(2);
             assert_eq!(m.pricing.input.0, cents * 10_000, "{}", m.id);
             assert_eq!(m.pricing.output.0, 2 * m.pricing.input.0, "{}", m.id);

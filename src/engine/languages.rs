@@ -86,7 +86,6 @@ pub fn measure_with(
     for (code, text) in corpus {
         let tokens = encode(text)?;
         let chars = text.chars().count().max(1);
-        #[allow(clippy::cast_precision_loss)]
         let cost = LanguageCost {
             chars,
             tokens,

@@ -126,10 +126,8 @@ pub fn perplexity(
             nll2 += v * v;
             count += 1;
         }
-        #[allow(clippy::cast_precision_loss)]
         progress(c + 1, (nll / count as f64).exp());
     }
-    #[allow(clippy::cast_precision_loss)]
     let n = count as f64;
     let mean = nll / n;
     let var = (nll2 / n - mean * mean).max(0.0);

@@ -107,7 +107,6 @@ impl PrefixCache {
 
     /// Prompt tokens found in the cache over prompt tokens looked up, since the start (0 before
     /// the first lookup).
-    #[allow(clippy::cast_precision_loss)]
     pub fn hit_rate(&self) -> f64 {
         if self.queried == 0 {
             0.0

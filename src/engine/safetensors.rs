@@ -274,7 +274,6 @@ impl TensorStore for HfModel {
 type Translated = (HashMap<String, gguf_file::Value>, HashMap<String, Vec<f32>>);
 
 /// `config.json` fields as GGUF metadata (`{arch}.*` keys) plus computed RoPE factor tensors.
-#[allow(clippy::cast_possible_truncation)]
 fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
     use gguf_file::Value as G;
     let mut meta = HashMap::new();
@@ -333,7 +332,6 @@ fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
         int("hidden_size").unwrap_or(0) / int("num_attention_heads").unwrap_or(1).max(1)
     }) as usize;
     // Partial rotary (Phi-4-mini: 0.75 of the head).
-    #[allow(clippy::cast_precision_loss, clippy::cast_sign_loss)]
     if let Some(f) = float("partial_rotary_factor") {
         let dim = (head_dim as f64 * f).round() as u64;
         meta.insert(format!("{arch}.rope.dimension_count"), G::U64(dim));
@@ -346,7 +344,6 @@ fn translate(cfg: &Value, arch: &str) -> anyhow::Result<Translated> {
 
 /// `rope_scaling` of `config.json` as GGUF metadata and RoPE factor tensors: linear, Llama 3
 /// (`rope_freqs`) or LongRoPE; other types are an error.
-#[allow(clippy::cast_possible_truncation)]
 fn rope_scaling(
     cfg: &Value,
     scaling: &Value,
@@ -387,7 +384,6 @@ fn rope_scaling(
 
 /// LongRoPE (Phi-3.5, Phi-4-mini): short and long factor tensors, the original context length
 /// and the cos/sin multiplier.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn longrope(
     cfg: &Value,
     scaling: &Value,
@@ -446,7 +442,6 @@ fn longrope(
 ///
 /// # Errors
 /// Missing fields.
-#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
 fn llama3_factors(scaling: &Value, head_dim: usize, theta: f64) -> anyhow::Result<Vec<f32>> {
     let f = |k: &str| {
         scaling

@@ -70,7 +70,6 @@ pub fn logprobs(logits: &[f32], tok: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
         .filter(|x| !x.is_nan())
         .map(|&l| f64::from(l - max).exp())
         .sum();
-    #[allow(clippy::cast_possible_truncation)]
     let lse = max + sum.ln() as f32;
     let lp = |l: f32| {
         if l.is_nan() {
@@ -131,7 +130,6 @@ impl Sampler {
         if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
             for (&tok, &n) in &self.counts {
                 if let Some(l) = logits.get_mut(tok as usize) {
-                    #[allow(clippy::cast_precision_loss)]
                     let n = n as f32;
                     *l -= n * p.frequency_penalty + p.presence_penalty;
                 }

@@ -371,7 +371,6 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
     let room = s.job.request.max_new_tokens.min(KV_PREALLOC);
     s.cache.freeze(room, row);
     cache.insert(&s.job.request.prompt.token_ids, &s.cache.blocks);
-    #[allow(clippy::cast_precision_loss)]
     metrics::gauge!("tollgate_prefix_cache_bytes", "model" => rt.id.clone())
         .set(cache.bytes() as f64);
     rt.running.fetch_add(pending.len(), Ordering::Relaxed);
@@ -400,7 +399,6 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
 /// One forward step for the sequences of one model; returns those still running.
 fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
     let plan = plan_step(&seqs, step_tokens);
-    #[allow(clippy::cast_precision_loss)]
     {
         let tokens: usize = plan.iter().map(|p| p.1.len()).sum();
         metrics::histogram!("tollgate_batch_size", "model" => rt.id.clone())
@@ -547,7 +545,6 @@ fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Option<Vec<f32>>)>) -> Vec<Se
 
 /// Gauges after a step: running and waiting sequences, KV cache tokens and bytes (f32 keys
 /// and values: `layers * 2 * kv_heads * head_dim * 4` bytes per token).
-#[allow(clippy::cast_precision_loss)]
 fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
     // Own rows of each sequence, plus each shared block once.
     let mut shared = std::collections::HashSet::new();

@@ -74,7 +74,6 @@ pub trait TensorStore {
     fn f32_or(&self, key: &str, default: f32) -> f32 {
         self.get(key)
             .and_then(|v| {
-                #[allow(clippy::cast_possible_truncation)]
                 v.to_f32()
                     .ok()
                     .or_else(|| v.to_f64().ok().map(|f| f as f32))

@@ -412,7 +412,6 @@ fn spm_json(
         if types[i] == 3 || types[i] == 6 {
             continue;
         }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         let rank = match scores {
             // Higher score merges first; scores are finite log-probabilities in practice.
             Some(sc) => -(f64::from(sc[i]) * 1e6) as i64,
@@ -421,7 +420,6 @@ fn spm_json(
         for (n, (cut, _)) in piece.char_indices().enumerate().skip(1) {
             let (a, b) = piece.split_at(cut);
             if let (Some(&ia), Some(&ib)) = (index.get(a), index.get(b)) {
-                #[allow(clippy::cast_possible_wrap)]
                 merges.push((rank, -(n as i64), ia, ib));
             }
         }

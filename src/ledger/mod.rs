@@ -7,7 +7,7 @@
 //!
 //! Both engines run the same statements through [`db::Tx`], and every write is one
 //! transaction that sees the database as if alone:
-//! - SQLite (reliability.md): WAL, `synchronous=FULL`, `foreign_keys=ON`, `busy_timeout=5000`;
+//! - SQLite: WAL, `synchronous=FULL`, `foreign_keys=ON`, `busy_timeout=5000`;
 //!   every write runs in `BEGIN IMMEDIATE`, so concurrent writers serialise before reading
 //!   balances; STRICT tables; versioned migrations (`PRAGMA user_version`) applied at open.
 //! - PostgreSQL: every write runs at `SERIALIZABLE` and is run again (up to

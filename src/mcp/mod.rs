@@ -1,4 +1,4 @@
-//! The Model Context Protocol server (interface.md "What the service does" 9): read-only tools
+//! The Model Context Protocol server (`docs/reference/mcp.md`): read-only tools
 //! and resources over the catalogue, prices, measured language costs and the API reference,
 //! for coding assistants, without a key. Built on the official Rust SDK `rmcp`: streamable HTTP
 //! at `/mcp` (mounted by `api`, with rmcp's Host allow-list against DNS rebinding) and stdio

@@ -1,4 +1,4 @@
-//! The dashboard's JSON surface, `/api/v1/*` (interface.md: session cookie only, not a public
+//! The dashboard's JSON surface, `/api/v1/*` (`docs/dashboard-api.md`: session cookie only, not a public
 //! contract). Every response is an envelope: `{"ok": true, "data": ...}` on success,
 //! `{"ok": false, "error": {"code", "message", ...}}` on failure, with the HTTP status set.
 //!

@@ -1,5 +1,5 @@
 //! Who may call: bearer-key authentication (via `auth`), the playground's session path (a
-//! dashboard session cookie on `POST /v1/chat/completions`, interface.md "Endpoints" note 1),
+//! dashboard session cookie on `POST /v1/chat/completions`, `docs/reference/endpoints.md`),
 //! and the public endpoints' per-address limit (the limiters themselves are in `limits`).
 
 use crate::api::shared::codes::Code;

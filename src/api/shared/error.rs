@@ -1,5 +1,5 @@
 //! `ApiError`: the one error type that becomes an HTTP response, in the interface's envelope
-//! `{"error": {"message", "type", "param", "code", "details"?}}` (interface.md, "Errors").
+//! `{"error": {"message", "type", "param", "code", "details"?}}` (`docs/reference/errors.md`).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,6 +1,6 @@
 //! Every request-rate limit, on one limiter type (`Limiter`, the `governor` crate's GCRA keyed
 //! by whatever is limited): API keys and playground sessions (`x-ratelimit-*` headers,
-//! interface.md Limits 1), client addresses on the public endpoints, and the dashboard's
+//! `docs/reference/limits.md`), client addresses on the public endpoints, and the dashboard's
 //! throttles against guessing. Also the key a client address is limited under.
 //! May use: `governor`, `error` (`ApiError` for the public surface). Never: handlers.
 

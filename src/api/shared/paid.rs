@@ -22,7 +22,7 @@ use crate::metering::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
 
 /// The payer of a paid request and its rate-limit state (keys and playground sessions have
-/// separate limits: interface.md, Limits 1).
+/// separate limits: `docs/reference/limits.md`).
 ///
 /// # Errors
 /// The 401 or 429 response, ready to send (a 429 with its `x-ratelimit-*` headers).
@@ -156,7 +156,7 @@ pub fn idempotency(
 }
 
 /// SHA-256 of the canonical JSON body (object keys sorted, no whitespace), so a retry that
-/// reorders keys still matches (reliability.md, 1.2).
+/// reorders keys still matches (`docs/reference/idempotency.md`).
 /// Keys are sorted here, not by `serde_json` (its `preserve_order` feature is on: llguidance
 /// needs schema property order kept).
 fn fingerprint(body: &[u8]) -> Vec<u8> {

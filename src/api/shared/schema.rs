@@ -438,7 +438,7 @@ pub struct CompletionTokensDetails {
     pub rejected_prediction_tokens: usize,
 }
 
-/// The service's cost block (interface.md, "Chat completion response").
+/// The service's cost block (`docs/reference/costs.md`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ServiceCost {
     /// Micro-USD charged.
@@ -450,7 +450,7 @@ pub struct ServiceCost {
     pub request_id: String,
 }
 
-/// Every `/v1` error: `{"error": {...}}` (interface.md, "Errors").
+/// Every `/v1` error: `{"error": {...}}` (`docs/reference/errors.md`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorObject,

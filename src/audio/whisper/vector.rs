@@ -40,7 +40,6 @@ fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
     // 2^n built in the exponent bits; n is within [-126, 128) after the clamp.
-    #[allow(clippy::cast_possible_truncation)]
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
     p * scale
 }

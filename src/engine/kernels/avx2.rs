@@ -43,8 +43,6 @@
 //! over a group (or its widening) prefetches the next group into L2, as on AVX-512
 //! (`packed::prefetch_next_group`).
 
-#![allow(clippy::cast_ptr_alignment)]
-
 use std::arch::x86_64::*;
 
 use super::avx2_prep::{high_bits, nibbles, pre_scales, scales, HALF};

@@ -5,8 +5,6 @@
 //! `scales`). Uses `packed.rs`'s layout only; `mod.rs` calls `widens`, `widen` and
 //! `factor_scales`, and `avx2.rs` the readers.
 
-#![allow(clippy::cast_ptr_alignment)]
-
 use std::arch::x86_64::*;
 
 use super::packed::{high_bits_at, Packed, COLS};
@@ -195,9 +193,7 @@ pub(super) unsafe fn nibbles(wp: *const u8, h: usize) -> __m256i {
 pub(super) unsafe fn high_bits<const BITS: u32>(wp: *const u8, h: usize) -> __m256i {
     let (plane, shift, mask) = high_bits_at(BITS, h);
     let bits = _mm256_loadu_si256(wp.add(plane).cast());
-    #[allow(clippy::cast_possible_wrap)]
     let down = _mm256_srlv_epi32(bits, _mm256_set1_epi32(shift as i32));
-    #[allow(clippy::cast_possible_wrap)]
     let mask = _mm256_set1_epi8(mask as i8);
     _mm256_and_si256(_mm256_slli_epi16::<4>(down), mask)
 }

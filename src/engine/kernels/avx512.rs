@@ -97,10 +97,8 @@ unsafe fn high_bits<const BITS: u32>(w: &mut [__m512i; 8], wp: *const u8) {
     for (h, wh) in w.iter_mut().enumerate() {
         let (plane, shift, mask) = high_bits_at(BITS, h);
         let bits = _mm512_loadu_si512(wp.add(plane).cast());
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         let down = _mm512_srlv_epi16(bits, _mm512_set1_epi16(shift as i16));
         let up = _mm512_slli_epi16::<4>(down);
-        #[allow(clippy::cast_possible_wrap)]
         let mask = _mm512_set1_epi8(mask as i8);
         *wh = _mm512_ternarylogic_epi32::<OR_AND>(*wh, up, mask);
     }

@@ -479,7 +479,6 @@ impl Q8Acts {
         let mut dsum = vec![0.0f32; m * blocks];
         for i in 0..m {
             for b in 0..blocks {
-                #[allow(clippy::cast_precision_loss)]
                 let s = sum[i * blocks + b] as f32;
                 dsum[b * m + i] = d[i * blocks + b] * s;
             }
@@ -505,7 +504,6 @@ fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], 
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         let (mut s, mut lo) = (0i32, 0i32);
         for (e, (o, v)) in qs.iter_mut().zip(xs).enumerate() {
-            #[allow(clippy::cast_possible_truncation)]
             let r = (v * inv).round_ties_even() as i8;
             *o = r;
             s += i32::from(r);

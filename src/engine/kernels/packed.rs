@@ -172,7 +172,6 @@ impl Packed {
             WeightType::Q4_0 => 8,
             WeightType::Q5_0 => 16,
             WeightType::Q8_0 => 128,
-            #[allow(clippy::cast_possible_truncation)]
             WeightType::Q6K => SPLIT_CENTRE as i16,
             _ => 0,
         };
@@ -218,7 +217,6 @@ impl Packed {
                     let s = unpack(t, row(j), b, &mut q);
                     for (o, v) in uc.iter_mut().zip(q) {
                         // In 0..=255 by the choice of centre.
-                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                         let byte = (i16::from(v) + centre) as u8;
                         *o = byte;
                     }
@@ -226,7 +224,6 @@ impl Packed {
                     if let Some(f) = p.factors.as_mut() {
                         let k = k_scales(t, row(j), b).expect("a K-quant type has K-quant scales");
                         f.d[sup] = k.d;
-                        #[allow(clippy::cast_sign_loss)]
                         let (sc0, sc1) = (k.sc0 as u8, k.sc1 as u8);
                         f.sc[at * COLS + c] = sc0;
                         if split {
@@ -353,7 +350,6 @@ impl Packed {
 
     /// A factored scale byte as the kernels read it: signed when `split`.
     #[cfg(test)]
-    #[allow(clippy::cast_possible_wrap)]
     fn signed(&self, byte: u8) -> f32 {
         if self.split {
             f32::from(byte as i8)
@@ -377,7 +373,6 @@ impl Packed {
 /// planes: the packer, the kernels and the tests all read it.
 #[inline(always)]
 pub const fn high_bits_at(bits: u32, h: usize) -> (usize, u32, u8) {
-    #[allow(clippy::cast_possible_truncation)]
     if bits == 5 {
         (256, h as u32, 0x10)
     } else {

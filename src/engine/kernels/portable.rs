@@ -54,7 +54,6 @@ impl KScales {
 }
 
 /// The scales of K-quant 32-block `b` of a weight row; `None` for the other types.
-#[allow(clippy::cast_possible_wrap)]
 pub fn k_scales(t: WeightType, row: &[u8], b: usize) -> Option<KScales> {
     let sub = b % 8;
     match t {
@@ -88,7 +87,6 @@ pub fn k_scales(t: WeightType, row: &[u8], b: usize) -> Option<KScales> {
 }
 
 /// Unpack 32-block `b` of a weight row.
-#[allow(clippy::cast_possible_wrap)]
 pub fn unpack(t: WeightType, row: &[u8], b: usize, q: &mut [i8; 32]) -> Scales {
     match t {
         WeightType::Q4_0 | WeightType::Q4_1 => {
@@ -197,7 +195,6 @@ pub fn row_dot(t: WeightType, row: &[u8], acts: &Q8Acts, i0: usize, i1: usize, o
                 hi += i32::from(q[e + 16]) * i32::from(a[e + 16]);
             }
             let ab = i * acts.blocks + b;
-            #[allow(clippy::cast_precision_loss)]
             let v = s.s0 * lo as f32 + s.s1 * hi as f32 + s.min * acts.sum[ab] as f32;
             acc[slot] += acts.d[ab] * v;
         }

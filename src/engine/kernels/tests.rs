@@ -320,7 +320,6 @@ fn the_packed_layout_rebuilds_every_weight_on_any_cpu() {
                     } else {
                         p.scale_hi_at(at, c)
                     };
-                    #[allow(clippy::cast_precision_loss)]
                     (s, -s * SPLIT_CENTRE as f32)
                 };
                 let w = s * f32::from(u) + min;
@@ -350,7 +349,6 @@ fn k_quants_pack_to_within_six_percent_of_the_file() {
         let (mat, _) = make(&mut rng, g, n, k);
         let file = n * mat.row(0).len();
         let p = super::packed::Packed::pack(t, n, k, |j| mat.row(j));
-        #[allow(clippy::cast_precision_loss)]
         let ratio = p.size_in_bytes() as f64 / file as f64;
         assert!(ratio <= most, "{t:?}: {ratio:.3} of the file's bytes");
     }

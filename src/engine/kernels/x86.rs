@@ -5,8 +5,6 @@
 //! `[s0 x4, s1 x4] * da` and an add into one of two per-row f32x8 accumulators (even and odd
 //! blocks), the same order for every batch size.
 
-#![allow(clippy::cast_possible_wrap, clippy::cast_ptr_alignment)]
-
 use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, WeightType, TILE};

@@ -51,7 +51,6 @@ fn exp(x: f32) -> f32 {
         p = p * r + c;
     }
     let p = (p * (r * r) + r) + 1.0;
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
     p * scale
 }
@@ -189,7 +188,6 @@ mod tests {
     use candle_core::Device;
 
     /// Deterministic test values in about [-12, 12].
-    #[allow(clippy::cast_precision_loss)]
     fn values(len: usize) -> Vec<f32> {
         (0..len)
             .map(|i| ((i * 7919 % 2003) as f32 - 1000.0) / 83.0)

@@ -233,7 +233,6 @@ impl Meta<'_> {
         ));
         let gemma = matches!(family, Family::Gemma2 | Family::Gemma3);
         let only = |f: Family, v: Option<f64>| if family == f { v } else { None };
-        #[allow(clippy::cast_precision_loss)]
         Ok(Config {
             family,
             n_layers,
@@ -249,7 +248,6 @@ impl Meta<'_> {
             } else {
                 self.f64_key("embedding_scale")
             },
-            #[allow(clippy::cast_possible_truncation)]
             attn_scale: self
                 .f64_key("attention.scale")
                 .map_or(1.0 / (head_dim as f32).sqrt(), |s| s as f32),

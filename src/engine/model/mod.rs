@@ -160,7 +160,6 @@ pub struct StepSeq<'a> {
 }
 
 fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    #[allow(clippy::cast_possible_truncation)]
     candle_nn::ops::rms_norm(x, w, eps as f32)
 }
 
@@ -170,7 +169,6 @@ impl Transformer {
         let eps = self.config.rms_eps;
         if self.config.layer_norm {
             let bias = self.zero_bias.narrow(0, 0, w.elem_count())?;
-            #[allow(clippy::cast_possible_truncation)]
             candle_nn::ops::layer_norm(x, w, &bias, eps as f32)
         } else {
             rms(x, w, eps)

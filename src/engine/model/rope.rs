@@ -40,7 +40,6 @@ impl Rope {
         let half = dim / 2;
         let inv_freq = (0..half)
             .map(|i| {
-                #[allow(clippy::cast_precision_loss)]
                 let f = 1.0 / theta.powf((2 * i) as f32 / dim as f32);
                 let f = factors.and_then(|fs| fs.get(i)).map_or(f, |s| f / s);
                 f / linear
@@ -69,7 +68,6 @@ impl Rope {
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
             for &f in &self.inv_freq {
-                #[allow(clippy::cast_precision_loss)]
                 let a = p as f32 * f;
                 cos.push(a.cos() * self.mscale);
                 sin.push(a.sin() * self.mscale);

@@ -133,7 +133,6 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         (None, Some(m)) => Some((to_usize(m), "max_tokens")),
         (None, None) => None,
     };
-    #[allow(clippy::cast_possible_truncation)]
     let sampling = SamplingParams {
         temperature: temperature as f32,
         top_p: top_p as f32,

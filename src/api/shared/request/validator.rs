@@ -120,7 +120,6 @@ impl<'a> Validator<'a> {
             return Some(u);
         }
         if let Some(i) = v.as_i64() {
-            #[allow(clippy::cast_sign_loss)]
             return Some(i as u64);
         }
         self.err("seed", "must be an integer");
