@@ -22,7 +22,7 @@ use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::ErrorBody;
+use crate::api::shared::schema::{ErrorBody, PaidErrors};
 use crate::api::shared::state::AppState;
 use crate::audio::encode::Container;
 use crate::audio::{AudioError, SpeechJob};
@@ -55,22 +55,7 @@ struct Stored {
     responses(
         (status = 200, description = "The audio (`audio/mpeg`, `audio/flac`, `audio/wav` or `audio/pcm`); `x-tollgate-cost-micros` has its price",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics"))),
-        (status = 400, description = "An unknown voice, an unsupported format or field, malformed JSON, input with nothing to speak (`no_speakable_text`) or more than 20 minutes of speech (`input_too_long`); `param` names it; not charged", body = ErrorBody),
-        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
-        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
-        (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`)", body = ErrorBody),
-        (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),
-        (status = 422, description = "A missing or invalid field (`details.errors` lists every one), or `Idempotency-Key` reused with another body", body = ErrorBody),
-        (status = 429, description = "Rate limit", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
-        (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
-        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
+        PaidErrors,
     ))]
 pub async fn create(State(state): State<AppState>, call: PaidCall) -> Response {
     call.answer(|call| handle(&state, call)).await

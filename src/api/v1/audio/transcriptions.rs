@@ -22,7 +22,7 @@ use crate::api::shared::call::PaidCall;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::ErrorBody;
+use crate::api::shared::schema::{ErrorBody, PaidErrors};
 use crate::api::shared::state::AppState;
 use crate::audio::{languages, Options, Task};
 use crate::audio::{pcm, AudioError};
@@ -51,22 +51,7 @@ struct Form {
     responses(
         (status = 200, description = "The transcript: JSON with `service` for `json` and `verbose_json`, else text with `x-tollgate-cost-micros`",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics"))),
-        (status = 400, description = "No file, an unsupported or damaged file (`invalid_audio` also for a sample rate outside 4,000-192,000 Hz), audio over 20 minutes, a `prompt` over 224 tokens (`prompt_too_long`), an unknown language or field; `param` names it", body = ErrorBody),
-        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
-        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
-        (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`)", body = ErrorBody),
-        (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 413, description = "A file over 25 MB (`file_too_large`)", body = ErrorBody),
-        (status = 422, description = "`Idempotency-Key` reused with another request", body = ErrorBody),
-        (status = 429, description = "Rate limit", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
-        (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
-        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
+        PaidErrors,
     ))]
 pub async fn transcriptions(State(state): State<AppState>, call: PaidCall) -> Response {
     call.answer(|call| handle(&state, call, Task::Transcribe))
@@ -80,22 +65,7 @@ pub async fn transcriptions(State(state): State<AppState>, call: PaidCall) -> Re
     responses(
         (status = 200, description = "The English transcript, shaped as for transcriptions",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics"))),
-        (status = 400, description = "As for transcriptions", body = ErrorBody),
-        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low for the request's exact cost (`INSUFFICIENT_BALANCE`), or the key's spend limit reached (`KEY_SPEND_LIMIT`)", body = ErrorBody),
-        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
-        (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`)", body = ErrorBody),
-        (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 413, description = "A file over 25 MB (`file_too_large`)", body = ErrorBody),
-        (status = 422, description = "`Idempotency-Key` reused with another request", body = ErrorBody),
-        (status = 429, description = "Rate limit", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
-        (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
-        (status = 503, description = "Too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
+        PaidErrors,
     ))]
 pub async fn translations(State(state): State<AppState>, call: PaidCall) -> Response {
     call.answer(|call| handle(&state, call, Task::Translate))

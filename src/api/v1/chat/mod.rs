@@ -17,7 +17,7 @@ use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::{ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
+use crate::api::shared::schema::{PaidErrors, ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
 use crate::metering::{Admission, Mode};
@@ -35,22 +35,7 @@ const ROUTE: &str = "/v1/chat/completions";
         (status = 200, description = "The completion (`application/json`), or with `stream: true` server-sent events of `chat.completion.chunk` objects ending with `data: [DONE]`",
             headers(("x-request-id" = String, description = "`req_` + 24 alphanumerics")),
             content((ChatCompletion = "application/json"), (SseEvent = "text/event-stream"))),
-        (status = 400, description = "Malformed JSON, a parameter the service does not implement or the model does not support, an image for a text-only model, a prompt longer than the context, `Idempotency-Key` with `stream: true`; `param` names it", body = ErrorBody),
-        (status = 401, description = "API key missing, malformed, unknown or revoked", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 402, description = "Balance too low (`code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD), or the key's spend limit reached (`KEY_SPEND_LIMIT`, `details` with limit, used and required micros)", body = ErrorBody),
-        (status = 403, description = "The model's licence forbids commercial serving", body = ErrorBody),
-        (status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`, with `x-should-retry: false`)", body = ErrorBody),
-        (status = 409, description = "A request with this `Idempotency-Key` is still in flight", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 413, description = "Body larger than 4 MiB", body = ErrorBody),
-        (status = 422, description = "A field failed validation (`details.errors` lists every one), or `Idempotency-Key` reused with another body", body = ErrorBody),
-        (status = 429, description = "Rate limit, or the model's queue is full", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
-        (status = 500, description = "Server fault; `error.request_id` names the request", body = ErrorBody),
-        (status = 502, description = "The model failed or could not be loaded; nothing is charged", body = ErrorBody),
-        (status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)", body = ErrorBody,
-            headers(("Retry-After" = String, description = "Seconds"))),
+        PaidErrors,
     ))]
 pub async fn chat_completions(State(state): State<AppState>, call: PaidCall) -> Response {
     call.answer(|call| handle(&state, call)).await
