@@ -26,7 +26,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -34,7 +34,7 @@ use self::shared::error::ApiError;
 use self::shared::state::{random_id, RequestId, RequestModel};
 pub use self::shared::state::{AppState, DashboardConfig};
 use self::shared::{access, cors, headers, request, schema};
-use self::v1::{audio, chat, models, responses};
+use self::v1::models;
 
 /// Build the application router.
 pub fn router(state: AppState) -> Router {
@@ -56,31 +56,10 @@ pub fn router(state: AppState) -> Router {
         &request::ACCEPTED_PARAMETERS,
         openapi::document(&ids).to_string(),
     ));
-    let v1_public = Router::new()
-        .route("/v1/models", get(models::list_models))
-        .route("/v1/models/{id}", get(models::get_model))
-        .route("/v1/models/{id}/languages", get(models::get_languages))
-        .route("/v1/openapi.json", get(openapi::serve));
-    let v1 = Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/responses", post(responses::create))
-        .route(
-            "/v1/audio/transcriptions",
-            post(audio::transcriptions::transcriptions).layer(DefaultBodyLimit::max(
-                audio::transcriptions::MAX_FILE_BYTES + 64 * 1024,
-            )),
-        )
-        .route(
-            "/v1/audio/translations",
-            post(audio::transcriptions::translations).layer(DefaultBodyLimit::max(
-                audio::transcriptions::MAX_FILE_BYTES + 64 * 1024,
-            )),
-        )
-        .route("/v1/audio/speech", post(audio::speech::create))
-        .route(
-            "/v1/responses/{id}",
-            get(responses::get).delete(responses::delete),
-        )
+    let (v1_public, _) = v1::public_routes().split_for_parts();
+    let v1_public = v1_public.route("/v1/openapi.json", get(openapi::serve));
+    let (v1, _) = v1::paid_routes().split_for_parts();
+    let v1 = v1
         .route_layer(middleware::from_fn_with_state(
             state.public.clone(),
             access::unauthenticated_limit,

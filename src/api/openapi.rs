@@ -11,28 +11,15 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::shared::state::Models;
-use super::v1::audio::{speech, transcriptions as audio};
-use super::v1::{chat, models, responses};
 
-/// The `/v1` API.
+/// The `/v1` API's frame: its info, tags and security schemes. Its operations come from the
+/// routers that serve them (`v1::paid_routes`, `v1::public_routes`): see `generated`.
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "tollgate",
         description = "OpenAI-compatible chat completions over open-weight models, paid from a prepaid US-dollar balance. Every response carries `x-request-id`; every error is `{\"error\": {message, type, param, code, details?}}`.",
         license(name = "Apache-2.0")
-    ),
-    paths(
-        chat::chat_completions,
-        responses::create,
-        responses::get,
-        responses::delete,
-        audio::transcriptions,
-        audio::translations,
-        speech::create,
-        models::list_models,
-        models::get_model,
-        models::get_languages
     ),
     components(schemas(super::shared::schema::ChatCompletionChunk)),
     modifiers(&Security),
@@ -70,10 +57,18 @@ impl Modify for Security {
     }
 }
 
+/// `ApiDoc` with the operation of every route the `/v1` routers register.
+fn generated() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.merge(super::v1::paid_routes().into_openapi());
+    doc.merge(super::v1::public_routes().into_openapi());
+    doc
+}
+
 /// The document for this server: the generated one, with the catalogue's ids as the enum of
 /// model ids.
 pub fn document(model_ids: &[&str]) -> Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    let mut doc = serde_json::to_value(generated()).unwrap_or_else(|_| json!({}));
     let ids = json!(model_ids);
     if let Some(model) =
         doc.pointer_mut("/components/schemas/ChatCompletionRequest/properties/model")

@@ -487,40 +487,64 @@ pub struct ErrorObject {
 #[allow(dead_code)] // Only its OpenAPI rows are used.
 pub enum PaidErrors {
     /// 400.
-    #[response(status = 400, description = "Malformed JSON or form, a parameter the service does not implement or the model does not support, input the model cannot take (an image for a text-only model, a prompt longer than the context, audio it cannot decode, text with nothing to speak), `Idempotency-Key` with `stream: true`; `param` names it")]
+    #[response(
+        status = 400,
+        description = "Malformed JSON or form, a parameter the service does not implement or the model does not support, input the model cannot take (an image for a text-only model, a prompt longer than the context, audio it cannot decode, text with nothing to speak), `Idempotency-Key` with `stream: true`; `param` names it"
+    )]
     BadRequest(ErrorBody),
     /// 401.
     #[response(status = 401, description = "API key missing, malformed, unknown or revoked",
         headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
     Unauthenticated(ErrorBody),
     /// 402.
-    #[response(status = 402, description = "Balance too low (`code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD), or the key's spend limit reached (`KEY_SPEND_LIMIT`, `details` with limit, used and required micros)")]
+    #[response(
+        status = 402,
+        description = "Balance too low (`code` `INSUFFICIENT_BALANCE`, `details` with required and available micros and USD), or the key's spend limit reached (`KEY_SPEND_LIMIT`, `details` with limit, used and required micros)"
+    )]
     PaymentRequired(ErrorBody),
     /// 403.
-    #[response(status = 403, description = "The model's licence forbids commercial serving")]
+    #[response(
+        status = 403,
+        description = "The model's licence forbids commercial serving"
+    )]
     Forbidden(ErrorBody),
     /// 404.
-    #[response(status = 404, description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`, with `x-should-retry: false`)")]
+    #[response(
+        status = 404,
+        description = "No such model (`model_not_found`), or no weights for it on this server (`model_not_available`, with `x-should-retry: false`)"
+    )]
     NotFound(ErrorBody),
     /// 409.
     #[response(status = 409, description = "A request with this `Idempotency-Key` is still in flight",
         headers(("Retry-After" = String, description = "Seconds")))]
     Conflict(ErrorBody),
     /// 413.
-    #[response(status = 413, description = "A body over `--max-body-bytes` (`request_too_large`), or an uploaded file over 25 MiB (`file_too_large`)")]
+    #[response(
+        status = 413,
+        description = "A body over `--max-body-bytes` (`request_too_large`), or an uploaded file over 25 MiB (`file_too_large`)"
+    )]
     TooLarge(ErrorBody),
     /// 422.
-    #[response(status = 422, description = "A field failed validation (`details.errors` lists every one), or `Idempotency-Key` reused with another body")]
+    #[response(
+        status = 422,
+        description = "A field failed validation (`details.errors` lists every one), or `Idempotency-Key` reused with another body"
+    )]
     Unprocessable(ErrorBody),
     /// 429.
     #[response(status = 429, description = "Rate limit, or the model's queue is full",
         headers(("Retry-After" = String, description = "Seconds")))]
     TooManyRequests(ErrorBody),
     /// 500.
-    #[response(status = 500, description = "Server fault; `error.request_id` names the request")]
+    #[response(
+        status = 500,
+        description = "Server fault; `error.request_id` names the request"
+    )]
     Internal(ErrorBody),
     /// 502.
-    #[response(status = 502, description = "The model failed or could not be loaded; nothing is charged")]
+    #[response(
+        status = 502,
+        description = "The model failed or could not be loaded; nothing is charged"
+    )]
     BadGateway(ErrorBody),
     /// 503.
     #[response(status = 503, description = "No capacity to load the model now (`model_capacity`), too many connections (`too_many_connections`), or the ledger cannot record the request (`ledger_unavailable`; nothing is charged)",

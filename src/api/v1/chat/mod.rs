@@ -17,7 +17,9 @@ use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::{PaidErrors, ChatCompletion, ChatCompletionRequest, ErrorBody, SseEvent};
+use crate::api::shared::schema::{
+    ChatCompletion, ChatCompletionRequest, ErrorBody, PaidErrors, SseEvent,
+};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
 use crate::metering::{Admission, Mode};
