@@ -7,12 +7,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
-use serde_json::json;
+use serde::Serialize;
 
 use super::common::{
-    account_json, base_url, capitalize, link_page, normalize_email, removal_cookie, start_session,
+    base_url, capitalize, link_page, normalize_email, removal_cookie, start_session,
 };
-use super::common::{ok, Body, DashError, Session};
+use super::common::{ok, AccountView, Body, DashError, Session, WithAccount};
 use crate::accounts::EmailLinks;
 use crate::api::shared::state::Accounts;
 use crate::auth::password;
@@ -50,6 +50,37 @@ fn weak_password(e: &password::PasswordError) -> DashError {
     )
 }
 
+/// `POST /auth/signup`'s answer.
+#[derive(Serialize)]
+struct SignedUp<'a> {
+    account: AccountView<'a>,
+    verification: &'static str,
+}
+
+/// `POST /auth/verify`'s answer.
+#[derive(Serialize)]
+struct Verified {
+    verified: bool,
+}
+
+/// The answer of the e-mailing routes, the same whether or not the address has an account.
+#[derive(Serialize)]
+struct Sent {
+    sent: &'static str,
+}
+
+/// How many sessions a sign-out ended.
+#[derive(Serialize)]
+struct SignedOut {
+    signed_out: usize,
+}
+
+/// `POST /auth/password-reset/confirm`'s answer.
+#[derive(Serialize)]
+struct PasswordReset {
+    password_reset: bool,
+}
+
 /// Where this request's e-mailed links go out from.
 fn links(state: &Accounts, headers: &HeaderMap) -> EmailLinks {
     EmailLinks {
@@ -78,7 +109,10 @@ pub async fn sign_up(
         .await?;
     Ok(ok(
         StatusCode::CREATED,
-        json!({"account": account_json(&account), "verification": "sent"}),
+        SignedUp {
+            account: AccountView::of(&account),
+            verification: "sent",
+        },
     ))
 }
 
@@ -93,7 +127,7 @@ pub async fn verify(
     Body(b): Body<TokenBody>,
 ) -> Result<Response, DashError> {
     verify_token(&state, b.token).await?;
-    Ok(ok(StatusCode::OK, json!({"verified": true})))
+    Ok(ok(StatusCode::OK, Verified { verified: true }))
 }
 
 #[derive(Deserialize)]
@@ -156,7 +190,9 @@ pub async fn resend_verification(
         .await?;
     Ok(ok(
         StatusCode::OK,
-        json!({"sent": "if the address has an unconfirmed account"}),
+        Sent {
+            sent: "if the address has an unconfirmed account",
+        },
     ))
 }
 
@@ -179,11 +215,7 @@ pub async fn sign_in(
     t.check(&t.sign_in_email, &email, "sign-in")?;
     let account = state.service.sign_in(email, c.password).await?;
     let jar = start_session(&state, jar, account.id).await?;
-    Ok((
-        jar,
-        ok(StatusCode::OK, json!({"account": account_json(&account)})),
-    )
-        .into_response())
+    Ok((jar, ok(StatusCode::OK, WithAccount::of(&account))).into_response())
 }
 
 /// `POST /api/v1/auth/signout`: ends this session.
@@ -194,7 +226,7 @@ pub async fn sign_out(
 ) -> Result<Response, DashError> {
     state.service.end_session(s.cookie).await?;
     let jar = jar.remove(removal_cookie());
-    Ok((jar, ok(StatusCode::OK, json!({"signed_out": 1}))).into_response())
+    Ok((jar, ok(StatusCode::OK, SignedOut { signed_out: 1 })).into_response())
 }
 
 /// `POST /api/v1/auth/signout-everywhere`: ends every session of the account.
@@ -207,7 +239,7 @@ pub async fn sign_out_everywhere(
         .end_all_sessions(s.principal.account_id)
         .await?;
     let jar = jar.remove(removal_cookie());
-    Ok((jar, ok(StatusCode::OK, json!({"signed_out": n}))).into_response())
+    Ok((jar, ok(StatusCode::OK, SignedOut { signed_out: n })).into_response())
 }
 
 /// `POST /api/v1/auth/password-reset {email}`: e-mails a reset link if the address has an
@@ -229,7 +261,9 @@ pub async fn request_reset(
         .await?;
     Ok(ok(
         StatusCode::OK,
-        json!({"sent": "if the address has an account"}),
+        Sent {
+            sent: "if the address has an account",
+        },
     ))
 }
 
@@ -251,5 +285,10 @@ pub async fn confirm_reset(
     (state.service)
         .confirm_reset(b.token, b.password, starter)
         .await?;
-    Ok(ok(StatusCode::OK, json!({"password_reset": true})))
+    Ok(ok(
+        StatusCode::OK,
+        PasswordReset {
+            password_reset: true,
+        },
+    ))
 }

@@ -6,10 +6,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::json;
+use serde::Serialize;
 
-use super::common::account_json;
-use super::common::{ok, Body, DashError, Session};
+use super::common::{ok, AccountView, Body, DashError, Session, WithAccount};
 use crate::accounts::AccountsError;
 use crate::api::shared::state::Accounts;
 use crate::ids::AccountId;
@@ -39,7 +38,10 @@ pub async fn accounts(
     let next = rows.last().map(|a| a.id);
     Ok(ok(
         StatusCode::OK,
-        json!({"accounts": rows.iter().map(account_json).collect::<Vec<_>>(), "next_after": next}),
+        AccountsPageView {
+            accounts: rows.iter().map(AccountView::of).collect(),
+            next_after: next,
+        },
     ))
 }
 
@@ -53,6 +55,13 @@ pub struct Adjustment {
 
 /// Largest adjustment, in micros (1,000,000 USD): keeps every balance sum far from `i64`
 /// overflow.
+/// `GET /admin/accounts`'s answer: a page, and the id to continue after.
+#[derive(Serialize)]
+struct AccountsPageView<'a> {
+    accounts: Vec<AccountView<'a>>,
+    next_after: Option<AccountId>,
+}
+
 const MAX_ADJUST_MICROS: u64 = 1_000_000_000_000;
 
 /// `POST /api/v1/admin/accounts/{id}/adjust {amount_usd, reason}`: credit or debit a balance;
@@ -85,5 +94,5 @@ pub async fn adjust(
     let a = (state.service)
         .adjust(s.principal.account_id, AccountId(id), micros, reason)
         .await?;
-    Ok(ok(StatusCode::OK, json!({"account": account_json(&a)})))
+    Ok(ok(StatusCode::OK, WithAccount::of(&a)))
 }

@@ -12,7 +12,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use serde_json::{json, Value};
+use serde::Serialize;
+
+use crate::money::Micros;
 
 use crate::accounts::{Account, AccountsError};
 use crate::api::shared::limits::Throttled;
@@ -184,13 +186,13 @@ impl From<JsonRejection> for DashError {
 
 impl IntoResponse for DashError {
     fn into_response(self) -> Response {
-        let body = match self.field {
-            Some(f) => {
-                json!({"ok": false, "error": {"code": self.code.as_str(), "message": self.message, "field": f}})
-            }
-            None => {
-                json!({"ok": false, "error": {"code": self.code.as_str(), "message": self.message}})
-            }
+        let body = Failure {
+            ok: false,
+            error: FailureBody {
+                code: self.code.as_str(),
+                message: &self.message,
+                field: self.field,
+            },
         };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
@@ -218,9 +220,32 @@ pub struct Q<T>(pub T);
 #[from_request(via(axum::Json), rejection(DashError))]
 pub struct Body<T>(pub T);
 
+/// `{"ok": false, "error": {...}}`: a dashboard failure on the wire.
+#[derive(Serialize)]
+struct Failure<'a> {
+    ok: bool,
+    error: FailureBody<'a>,
+}
+
+#[derive(Serialize)]
+struct FailureBody<'a> {
+    code: &'static str,
+    message: &'a str,
+    /// The form field the error is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'static str>,
+}
+
+/// `{"ok": true, "data": ...}`: a dashboard success on the wire.
+#[derive(Serialize)]
+struct Success<T> {
+    ok: bool,
+    data: T,
+}
+
 /// `{"ok": true, "data": data}` with `status`.
-pub(super) fn ok(status: StatusCode, data: Value) -> Response {
-    (status, Json(json!({"ok": true, "data": data}))).into_response()
+pub(super) fn ok<T: Serialize>(status: StatusCode, data: T) -> Response {
+    (status, Json(Success { ok: true, data })).into_response()
 }
 
 /// The signed-in user of a request (from the session cookie) and the cookie's value.
@@ -313,20 +338,52 @@ pub fn normalize_email(raw: &str) -> Result<String, DashError> {
 }
 
 /// The account as the dashboard shows it (micros, with USD renderings).
-pub fn account_json(a: &Account) -> serde_json::Value {
-    json!({
-        "id": a.id,
-        "email": a.email,
-        "verified": a.verified,
-        "admin": a.admin,
-        "has_password": a.has_password,
-        "created_at": a.created_at,
-        "balance_micros": a.balance_micros,
-        "reserved_micros": a.reserved_micros,
-        "available_micros": a.available_micros(),
-        "balance_usd": a.balance_micros.usd(),
-        "available_usd": a.available_micros().usd(),
-    })
+#[derive(Serialize)]
+pub struct AccountView<'a> {
+    id: AccountId,
+    email: &'a str,
+    verified: bool,
+    admin: bool,
+    has_password: bool,
+    /// Unix seconds.
+    created_at: i64,
+    balance_micros: Micros,
+    reserved_micros: Micros,
+    available_micros: Micros,
+    balance_usd: f64,
+    available_usd: f64,
+}
+
+impl<'a> AccountView<'a> {
+    pub fn of(a: &'a Account) -> Self {
+        Self {
+            id: a.id,
+            email: &a.email,
+            verified: a.verified,
+            admin: a.admin,
+            has_password: a.has_password,
+            created_at: a.created_at,
+            balance_micros: a.balance_micros,
+            reserved_micros: a.reserved_micros,
+            available_micros: a.available_micros(),
+            balance_usd: a.balance_micros.usd(),
+            available_usd: a.available_micros().usd(),
+        }
+    }
+}
+
+/// `{"account": ...}`.
+#[derive(Serialize)]
+pub struct WithAccount<'a> {
+    pub account: AccountView<'a>,
+}
+
+impl<'a> WithAccount<'a> {
+    pub fn of(a: &'a Account) -> Self {
+        Self {
+            account: AccountView::of(a),
+        }
+    }
 }
 
 /// HTML text escaping of the five significant characters.

@@ -6,7 +6,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::json;
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, AccountsError, KeyState, KeyUpdate, KeyWithSpend};
@@ -70,11 +69,31 @@ impl KeyView {
 pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let keys = state.service.keys(s.principal.account_id).await?;
     let keys: Vec<KeyView> = keys.iter().map(KeyView::of).collect();
-    Ok(ok(StatusCode::OK, json!({ "keys": keys })))
+    Ok(ok(StatusCode::OK, KeyList { keys }))
 }
 
 /// `Some(v)` for a field that is present (`v` may be null), `None` (via `default`) when
 /// absent: tells "clear the limit" from "leave it".
+/// `GET /keys`'s answer.
+#[derive(Serialize)]
+struct KeyList {
+    keys: Vec<KeyView>,
+}
+
+/// `POST /keys`'s answer: the full key, shown this once.
+#[derive(Serialize)]
+struct CreatedKey {
+    key: String,
+    record: KeyView,
+    warning: &'static str,
+}
+
+/// The answer of a key change.
+#[derive(Serialize)]
+struct KeyRecord {
+    record: KeyView,
+}
+
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
@@ -170,8 +189,11 @@ pub async fn create(
     let record = KeyView::of(&created);
     Ok(ok(
         StatusCode::CREATED,
-        json!({"key": key, "record": record,
-               "warning": "Copy this key now: it is stored only as a hash and cannot be shown again."}),
+        CreatedKey {
+            key,
+            record,
+            warning: "Copy this key now: it is stored only as a hash and cannot be shown again.",
+        },
     ))
 }
 
@@ -203,7 +225,7 @@ pub async fn update(
         .update_key(s.principal.account_id, key_id(&id)?, update)
         .await?;
     let record = KeyView::of(&updated);
-    Ok(ok(StatusCode::OK, json!({ "record": record })))
+    Ok(ok(StatusCode::OK, KeyRecord { record }))
 }
 
 /// `DELETE /api/v1/keys/{id}`: revoke one of the account's keys; the next request with it
@@ -217,5 +239,5 @@ pub async fn revoke(
         .revoke_key(s.principal.account_id, key_id(&id)?)
         .await?;
     let record = KeyView::of(&revoked);
-    Ok(ok(StatusCode::OK, json!({ "record": record })))
+    Ok(ok(StatusCode::OK, KeyRecord { record }))
 }

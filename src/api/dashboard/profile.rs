@@ -8,9 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum_extra::extract::cookie::CookieJar;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use super::common::{account_json, ok, removal_cookie, Body, DashError, Session};
+use super::common::{ok, removal_cookie, AccountView, Body, DashError, Session};
 use crate::api::shared::state::Accounts;
 use crate::auth::password;
 use crate::money::Micros;
@@ -48,14 +47,14 @@ pub async fn providers(State(state): State<Accounts>) -> Response {
         starter_micros: state.dashboard.starter_micros,
         low_balance_micros: Micros(LOW_BALANCE_MICROS),
     };
-    ok(StatusCode::OK, json!(body))
+    ok(StatusCode::OK, body)
 }
 
 /// `GET /api/v1/account`: e-mail, verification, whether it has a password, balance, reserved
 /// and available micros.
 pub async fn show(State(state): State<Accounts>, s: Session) -> Result<Response, DashError> {
     let a = state.service.account(s.principal.account_id).await?;
-    Ok(ok(StatusCode::OK, account_json(&a)))
+    Ok(ok(StatusCode::OK, AccountView::of(&a)))
 }
 
 /// Body of `POST /account/password`.
@@ -94,7 +93,10 @@ pub async fn change_password(
         .await?;
     Ok(ok(
         StatusCode::OK,
-        json!({"password_changed": true, "other_sessions_ended": ended}),
+        PasswordChanged {
+            password_changed: true,
+            other_sessions_ended: ended,
+        },
     ))
 }
 
@@ -107,6 +109,20 @@ pub struct DeleteAccount {
 }
 
 /// What a deleted account leaves behind, as the answer states it.
+/// `POST /account/password`'s answer.
+#[derive(Serialize)]
+struct PasswordChanged {
+    password_changed: bool,
+    other_sessions_ended: usize,
+}
+
+/// `DELETE /account`'s answer: what was kept and why.
+#[derive(Serialize)]
+struct Deleted {
+    deleted: bool,
+    kept: &'static str,
+}
+
 const KEPT: &str = "Kept, as bookkeeping and tax law require: the ledger entries, usage records and top-ups of the account, under a pseudonymous id. Removed: your e-mail address, password, sessions, single sign-on links; every API key is revoked. The remaining balance is not paid out.";
 
 /// `DELETE /api/v1/account {confirm_email}`: delete the signed-in account (`ledger::profile`);
@@ -123,7 +139,13 @@ pub async fn delete(
     let jar = jar.remove(removal_cookie());
     Ok((
         jar,
-        ok(StatusCode::OK, json!({"deleted": true, "kept": KEPT})),
+        ok(
+            StatusCode::OK,
+            Deleted {
+                deleted: true,
+                kept: KEPT,
+            },
+        ),
     )
         .into_response())
 }

@@ -7,8 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, NewCheckout, TopupOutcome};
@@ -23,6 +22,37 @@ pub struct TopupBody {
     amount: String,
     /// ISO 4217 code, e.g. `"eur"`.
     currency: String,
+}
+
+/// `POST /topups`'s answer: where to pay.
+#[derive(Serialize)]
+struct StartedView {
+    checkout_url: String,
+    checkout_id: String,
+    usd_micros: Micros,
+    usd: f64,
+    state: &'static str,
+}
+
+/// `GET /topups/{id}`'s answer.
+#[derive(Serialize)]
+struct StatusView {
+    state: String,
+    currency: String,
+    amount_minor: i64,
+    usd_micros: Micros,
+    usd: f64,
+    completed_at: Option<i64>,
+}
+
+/// The webhook's answer: whether the event was a top-up's, and what it credited.
+#[derive(Serialize)]
+struct Handled {
+    handled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credited_micros: Option<Micros>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate: Option<bool>,
 }
 
 fn not_configured() -> DashError {
@@ -72,8 +102,13 @@ pub async fn create(
         .checkout;
     Ok(ok(
         StatusCode::CREATED,
-        json!({"checkout_url": checkout.url, "checkout_id": checkout.id,
-               "usd_micros": usd, "usd": usd.usd(), "state": "pending"}),
+        StartedView {
+            checkout_url: checkout.url,
+            checkout_id: checkout.id,
+            usd_micros: usd,
+            usd: usd.usd(),
+            state: "pending",
+        },
     ))
 }
 
@@ -97,9 +132,14 @@ pub async fn status(
         })?;
     Ok(ok(
         StatusCode::OK,
-        json!({"state": found.state, "currency": found.currency, "amount_minor": found.amount_minor,
-               "usd_micros": found.usd_micros, "usd": found.usd_micros.usd(),
-               "completed_at": found.completed_at}),
+        StatusView {
+            usd: found.usd_micros.usd(),
+            state: found.state,
+            currency: found.currency,
+            amount_minor: found.amount_minor,
+            usd_micros: found.usd_micros,
+            completed_at: found.completed_at,
+        },
     ))
 }
 
@@ -127,7 +167,14 @@ pub async fn webhook(
     let event = payments::completed_checkout(&body)
         .map_err(|e| DashError::bad_request(DashCode::InvalidEvent, format!("{e}.")))?;
     let Some(c) = event else {
-        return Ok(ok(StatusCode::OK, json!({"handled": false})));
+        return Ok(ok(
+            StatusCode::OK,
+            Handled {
+                handled: false,
+                credited_micros: None,
+                duplicate: None,
+            },
+        ));
     };
     let outcome = (state.service)
         .complete_topup(c.event_id, c.session_id, c.currency, c.amount_total)
@@ -142,11 +189,17 @@ pub async fn webhook(
                 usd_micros = usd_micros.0,
                 "top-up credited"
             );
-            json!({"handled": true, "credited_micros": usd_micros})
+            Handled {
+                handled: true,
+                credited_micros: Some(usd_micros),
+                duplicate: None,
+            }
         }
-        TopupOutcome::DuplicateEvent | TopupOutcome::AlreadyCredited => {
-            json!({"handled": true, "credited_micros": 0, "duplicate": true})
-        }
+        TopupOutcome::DuplicateEvent | TopupOutcome::AlreadyCredited => Handled {
+            handled: true,
+            credited_micros: Some(Micros::ZERO),
+            duplicate: Some(true),
+        },
     };
     Ok(ok(StatusCode::OK, data))
 }

@@ -6,11 +6,9 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use super::common::account_json;
-use super::common::{ok, Body, DashError, Session, Q};
-use crate::accounts::{KeyFilter, UsageFilter, UsageLine, UsagePage};
+use super::common::{ok, AccountView, Body, DashError, Session, Q};
+use crate::accounts::{EntryRow, KeyFilter, UsageFilter, UsageLine, UsagePage};
 use crate::api::shared::state::Accounts;
 use crate::ids::KeyId;
 use crate::money::Micros;
@@ -114,6 +112,58 @@ fn row(line: UsageLine) -> UsageRow {
     }
 }
 
+/// `GET /usage`'s answer: a page, and the cursor of the next.
+#[derive(Serialize)]
+struct UsagePageView {
+    usage: Vec<UsageRow>,
+    next_before: Option<i64>,
+}
+
+/// `GET /usage/daily`'s answer.
+#[derive(Serialize)]
+struct Days {
+    days: Vec<DayView>,
+}
+
+/// One ledger entry as the balance page shows it.
+#[derive(Serialize)]
+struct EntryView<'a> {
+    id: i64,
+    kind: &'a str,
+    amount_micros: Micros,
+    request_id: Option<&'a str>,
+    note: Option<&'a str>,
+    /// Unix seconds.
+    created_at: i64,
+}
+
+impl<'a> EntryView<'a> {
+    fn of(e: &'a EntryRow) -> Self {
+        Self {
+            id: e.id,
+            kind: &e.kind,
+            amount_micros: e.amount_micros,
+            request_id: e.request_id.as_deref(),
+            note: e.note.as_deref(),
+            created_at: e.created_at,
+        }
+    }
+}
+
+/// `GET /entries`'s answer.
+#[derive(Serialize)]
+struct Entries<'a> {
+    entries: Vec<EntryView<'a>>,
+}
+
+/// `POST /redeem`'s answer.
+#[derive(Serialize)]
+struct Redeemed<'a> {
+    credited_micros: Micros,
+    credited_usd: f64,
+    account: AccountView<'a>,
+}
+
 /// The rows of `page` and its next cursor.
 fn rows(page: UsagePage) -> (Vec<UsageRow>, Option<i64>) {
     (page.lines.into_iter().map(row).collect(), page.next_before)
@@ -134,7 +184,10 @@ pub async fn usage(
     let (rows, next) = rows(page);
     Ok(ok(
         StatusCode::OK,
-        json!({"usage": rows, "next_before": next}),
+        UsagePageView {
+            usage: rows,
+            next_before: next,
+        },
     ))
 }
 
@@ -244,7 +297,7 @@ pub async fn daily(
             models: d.by_model,
         })
         .collect();
-    Ok(ok(StatusCode::OK, json!({ "days": out })))
+    Ok(ok(StatusCode::OK, Days { days: out }))
 }
 
 /// Query of `/entries`: how many rows (1 to 500, default 50).
@@ -263,16 +316,8 @@ pub async fn entries(
 ) -> Result<Response, DashError> {
     let limit = p.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let rows = state.service.entries(s.principal.account_id, limit).await?;
-    let rows: Vec<_> = rows
-        .iter()
-        .map(|e| {
-            json!({
-                "id": e.id, "kind": e.kind, "amount_micros": e.amount_micros,
-                "request_id": e.request_id, "note": e.note, "created_at": e.created_at,
-            })
-        })
-        .collect();
-    Ok(ok(StatusCode::OK, json!({"entries": rows})))
+    let entries = rows.iter().map(EntryView::of).collect();
+    Ok(ok(StatusCode::OK, Entries { entries }))
 }
 
 /// Body of `/redeem`.
@@ -298,6 +343,10 @@ pub async fn redeem(
     let (credited, a) = state.service.redeem(account, b.code).await?;
     Ok(ok(
         StatusCode::OK,
-        json!({"credited_micros": credited, "credited_usd": credited.usd(), "account": account_json(&a)}),
+        Redeemed {
+            credited_micros: credited,
+            credited_usd: credited.usd(),
+            account: AccountView::of(&a),
+        },
     ))
 }
