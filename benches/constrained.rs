@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tollgate::engine::chat::ToolChoice;
-use tollgate::engine::gguf::GgufFile;
-use tollgate::engine::grammar::{GrammarEnv, GrammarSpec, Start};
-use tollgate::engine::tokenizer::ModelTokenizer;
-use tollgate::engine::tools::ToolFormat;
+use tollgate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
+use tollgate::engine::constrain::tools::ToolFormat;
+use tollgate::engine::text::chat::ToolChoice;
+use tollgate::engine::text::tokenizer::ModelTokenizer;
+use tollgate::engine::weights::gguf::GgufFile;
 use tollgate::engine::{
     CandleEngine, ChatInput, ChatMessage, Engine, OutputConstraint, Role, ToolSpec,
 };

@@ -2,7 +2,7 @@
 """Writes tests/data/tokenizer_ids.json: reference token ids for the two GGUF tokenizers we ship.
 
 What it is
-    An independent implementation of our tokenizers, to check src/engine/tokenizer.rs against:
+    An independent implementation of our tokenizers, to check src/engine/text/tokenizer.rs against:
     the `transformers` package's GGUF tokenizer conversion
     (transformers/integrations/gguf/gguf_tokenizer_mapping.py, `convert_gguf_tokenizer`), which
     builds a `tokenizers.Tokenizer` from the vocabulary, merges and token types stored in the GGUF.

@@ -269,7 +269,7 @@ pub fn assemble(
 ) -> AppState {
     use crate::api::shared::state::{Accounts, Models, Paid, Public};
     // Ask whether the hub is reachable now, so no request waits for the first answer.
-    crate::engine::hub::warm();
+    crate::engine::weights::hub::warm();
     let pacer = text_generation_pacer(&engine);
     let replicas = crate::api::shared::limits::one_replica();
     let auth = Arc::new(Authenticator::new(ledger.clone()));
@@ -387,7 +387,7 @@ pub fn data_dir(flag: Option<&Path>, db: &Path) -> PathBuf {
 /// Read measured language costs (empty when the file is missing or unreadable).
 pub fn load_languages(
     path: &Path,
-) -> std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages> {
+) -> std::collections::BTreeMap<String, crate::engine::text::languages::ModelLanguages> {
     let Ok(text) = std::fs::read_to_string(path) else {
         tracing::warn!(path = %path.display(),
             "no language costs here: every language reports \"not measured\" (see --data-dir)");

@@ -199,9 +199,9 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 /// from the GGUF vocabulary and template.
 fn export_hf(gguf: &std::path::Path, out: &std::path::Path) {
     use candle_core::{DType, Device, Tensor};
-    use tollgate::engine::gguf::GgufFile;
-    use tollgate::engine::store::TensorStore;
-    use tollgate::engine::tokenizer::ModelTokenizer;
+    use tollgate::engine::text::tokenizer::ModelTokenizer;
+    use tollgate::engine::weights::gguf::GgufFile;
+    use tollgate::engine::weights::store::TensorStore;
 
     std::fs::create_dir_all(out).unwrap();
     let mut file = GgufFile::open(gguf, &Device::Cpu).unwrap();

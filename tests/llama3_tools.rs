@@ -8,12 +8,12 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tollgate::engine::chat::ToolChoice;
-use tollgate::engine::gguf::GgufFile;
-use tollgate::engine::grammar::{Grammar, GrammarEnv};
-use tollgate::engine::tokenizer::ModelTokenizer;
-use tollgate::engine::tools::parse::parse_all;
-use tollgate::engine::tools::{ToolFormat, ToolSyntax};
+use tollgate::engine::constrain::grammar::{Grammar, GrammarEnv};
+use tollgate::engine::constrain::tools::parse::parse_all;
+use tollgate::engine::constrain::tools::{ToolFormat, ToolSyntax};
+use tollgate::engine::text::chat::ToolChoice;
+use tollgate::engine::text::tokenizer::ModelTokenizer;
+use tollgate::engine::weights::gguf::GgufFile;
 use tollgate::engine::ToolSpec;
 
 fn vocab() -> Arc<ModelTokenizer> {

@@ -9,9 +9,9 @@ mod common;
 use candle_core::Device;
 use common::*;
 use serde_json::Value;
-use tollgate::engine::gguf::GgufFile;
 use tollgate::engine::model::attention::SeqCache;
 use tollgate::engine::model::{StepSeq, Transformer};
+use tollgate::engine::weights::gguf::GgufFile;
 use tollgate::engine::{ChatInput, ChatMessage, Role};
 
 const SYSTEM: &str = "You are a helpful assistant.";

@@ -7,7 +7,7 @@
 //! `scripts/template-fixtures.py`.
 
 use serde_json::Value;
-use tollgate::engine::template::ChatTemplate;
+use tollgate::engine::text::template::ChatTemplate;
 use tollgate::engine::{ChatMessage, Role, ToolCall, ToolSpec};
 
 fn fixtures() -> std::path::PathBuf {

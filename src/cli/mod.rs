@@ -464,8 +464,9 @@ fn measure_languages(
 ) -> anyhow::Result<()> {
     use std::fmt::Write as _;
     let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
-    let texts = crate::engine::languages::read_corpus(corpus)?;
-    let measured = crate::engine::languages::measure_catalog(&catalog, weights, &texts, tokenizers);
+    let texts = crate::engine::text::languages::read_corpus(corpus)?;
+    let measured =
+        crate::engine::text::languages::measure_catalog(&catalog, weights, &texts, tokenizers);
     let with = measured.values().filter(|m| m.languages.is_some()).count();
     let doc = serde_json::json!({
         "corpus": {

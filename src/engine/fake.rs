@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::stop::{StopMatcher, StopStep};
+use super::text::stop::{StopMatcher, StopStep};
 use super::{
     ChatInput, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
     LoadedModel, ModelStats, Outcome, Prompt,
@@ -213,7 +213,9 @@ impl Engine for FakeEngine {
             0
         } else {
             let v = serde_json::to_value(&input.tools).unwrap_or_default();
-            super::tools::python_json(&v).split_whitespace().count()
+            super::constrain::tools::python_json(&v)
+                .split_whitespace()
+                .count()
         };
         let n: usize = input
             .messages

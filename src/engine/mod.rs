@@ -6,41 +6,22 @@
 //! `candle_nn`, `tokenizers`, `minijinja`, and `crate::catalog` for the model list.
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
 
-mod candle_engine;
-#[cfg(test)]
-mod catalog_check;
-pub mod chat;
-mod choices;
+pub mod constrain;
 pub mod fake;
-pub mod gguf;
-pub mod grammar;
-mod hf_files;
-pub mod hub;
 pub mod kernels;
-pub mod languages;
 pub mod model;
 pub mod perplexity;
-pub mod prefix_cache;
-pub mod pretokenize;
-pub mod prompt;
-pub mod resolve;
-pub mod safetensors;
-pub mod sampler;
-mod scheduler;
-mod sequence;
-pub mod stop;
-pub mod store;
-pub mod template;
-pub mod tokenizer;
-#[cfg(test)]
-mod tokenizer_conformance;
-pub mod tools;
+pub mod runtime;
+pub mod text;
+pub mod weights;
 
-pub use candle_engine::{CandleEngine, EngineConfig};
-pub use chat::{ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec};
-pub use choices::ChoiceEvents;
-pub use sampler::{SamplingParams, TokenLogprob};
-pub use tokenizer::TokenText;
+pub use runtime::candle_engine::{CandleEngine, EngineConfig};
+pub use runtime::choices::ChoiceEvents;
+pub use runtime::sampler::{SamplingParams, TokenLogprob};
+pub use text::chat::{
+    ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec,
+};
+pub use text::tokenizer::TokenText;
 
 use std::sync::Arc;
 
@@ -54,11 +35,11 @@ pub struct Prompt {
     /// The model's context length in tokens.
     pub context_length: usize,
     /// The compiled output constraint (`response_format`, tool calls), if any.
-    pub grammar: Option<Box<grammar::Grammar>>,
+    pub grammar: Option<Box<constrain::grammar::Grammar>>,
     /// Tokens never sampled (the call trigger under `tool_choice: "none"`).
     pub banned_tokens: Vec<u32>,
     /// How to read tool calls back out of the text; `None` when tools are off.
-    pub tool_syntax: Option<tools::ToolSyntax>,
+    pub tool_syntax: Option<constrain::tools::ToolSyntax>,
 }
 
 impl Prompt {

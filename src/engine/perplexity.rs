@@ -20,11 +20,11 @@ use std::time::Instant;
 
 use candle_core::Device;
 
-use super::gguf::GgufFile;
 use super::model::attention::SeqCache;
 use super::model::{StepSeq, Transformer};
-use super::sampler;
-use super::tokenizer::ModelTokenizer;
+use super::runtime::sampler;
+use super::text::tokenizer::ModelTokenizer;
+use super::weights::gguf::GgufFile;
 
 /// What `perplexity` measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,7 +161,7 @@ pub fn model_file(
     let entry = catalog
         .get(model)
         .ok_or_else(|| anyhow::anyhow!("no model `{model}` in {}", models.display()))?;
-    let path = crate::engine::resolve::resolve(entry, weights)
+    let path = crate::engine::weights::resolve::resolve(entry, weights)
         .map_err(|tried| anyhow::anyhow!("no weights for `{model}`: {}", tried.join("; ")))?;
     anyhow::ensure!(
         path.is_file(),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::catalog::{Catalog, ModelEntry};
-use crate::engine::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
-use crate::engine::prompt::PromptFormat;
+use crate::engine::text::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
+use crate::engine::text::prompt::PromptFormat;
 use crate::engine::{ChatInput, ChatMessage, SharedEngine};
 
 /// A tokenizer and where it came from (`gguf:<file>`, `tokenizer.json:<dir>`).

@@ -284,7 +284,8 @@ impl McpData {
         let available = if loaded {
             Ok(())
         } else {
-            crate::engine::resolve::availability(m, &self.weights_dir).map_err(|(short, _)| short)
+            crate::engine::weights::resolve::availability(m, &self.weights_dir)
+                .map_err(|(short, _)| short)
         };
         (loaded, available)
     }

@@ -9,7 +9,7 @@ use super::schema::{
     ChunkDelta, CompletionTokensDetails, FunctionCallOut, LogprobEntry, PromptTokensDetails,
     ServiceCost, ToolCallOut, TopLogprob, Usage,
 };
-use crate::engine::tools::{parse::parse_all, ToolSyntax};
+use crate::engine::constrain::tools::{parse::parse_all, ToolSyntax};
 use crate::engine::{FinishReason, TokenLogprob};
 use crate::metering::{Charge, Generated, StoredResponse};
 

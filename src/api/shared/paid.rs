@@ -17,7 +17,8 @@ use super::limits::RateInfo;
 use super::state::{AppState, RequestModel};
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::ModelEntry;
-use crate::engine::{resolve, ChatInput, EngineError, Prompt};
+use crate::engine::weights::resolve;
+use crate::engine::{ChatInput, EngineError, Prompt};
 use crate::metering::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
 

@@ -38,7 +38,7 @@ pub struct Models {
     pub weights_dir: Arc<std::path::PathBuf>,
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
     pub languages:
-        Arc<std::collections::BTreeMap<String, crate::engine::languages::ModelLanguages>>,
+        Arc<std::collections::BTreeMap<String, crate::engine::text::languages::ModelLanguages>>,
     /// Speech models (transcription and synthesis): `audio::Speech` on its own low-priority
     /// threads, or `audio::FakeAudio` in tests.
     pub speech: crate::audio::SharedAudio,

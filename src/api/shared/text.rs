@@ -12,7 +12,7 @@ use super::error::ApiError;
 use super::paid;
 use super::request::{ChatRequest, ImagePart};
 use super::state::AppState;
-use crate::engine::tools::ToolSyntax;
+use crate::engine::constrain::tools::ToolSyntax;
 use crate::engine::GenerateRequest;
 use crate::metering::{Idempotency, PaidRequest};
 

@@ -12,7 +12,7 @@ use crate::api::shared::state::Models;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::record::{AudioModelRecord, ListedModel, ModelList, ModelRecord};
 use crate::catalog::ModelEntry;
-use crate::engine::resolve;
+use crate::engine::weights::resolve;
 
 /// The model record of `m` (its `loaded` and `available` as of now). Blocking the first time
 /// the hub is probed (`engine::hub`), so handlers call it off the async threads.

@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 
 use super::attention::SeqCache;
 use super::{StepSeq, Transformer};
-use crate::engine::gguf::GgufFile;
-use crate::engine::safetensors::{HfModel, MatrixType};
+use crate::engine::weights::gguf::GgufFile;
+use crate::engine::weights::safetensors::{HfModel, MatrixType};
 
 use super::family_reference::reference;
 use super::family_shapes::{Fam, D, EPS, EXPERTS, F, H, NH, NKV, V, W, WINDOW};

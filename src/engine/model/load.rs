@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use super::attention::{Rope, RopeStyle};
 use super::linear::Matmul;
 use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
-use crate::engine::store::{RopeLayout, TensorStore};
+use crate::engine::weights::store::{RopeLayout, TensorStore};
 
 /// GGUF architectures the engine runs.
 pub const SUPPORTED: &str =

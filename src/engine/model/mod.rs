@@ -429,7 +429,7 @@ impl Transformer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::gguf::GgufFile;
+    use crate::engine::weights::gguf::GgufFile;
 
     fn smollm2() -> (Transformer, Vec<u32>) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -440,7 +440,7 @@ mod tests {
             path.display()
         );
         let mut f = GgufFile::open(&path, &Device::Cpu).unwrap();
-        let tok = crate::engine::tokenizer::ModelTokenizer::from_gguf(&f).unwrap();
+        let tok = crate::engine::text::tokenizer::ModelTokenizer::from_gguf(&f).unwrap();
         let ids = tok.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n").unwrap();
         (Transformer::load(&mut f).unwrap(), ids)
     }
@@ -499,7 +499,7 @@ mod tests {
         assert_eq!(both[0], want[0]);
         assert_eq!(both[1], other_alone[0]);
         assert_eq!(
-            crate::engine::sampler::argmax(&want[0]),
+            crate::engine::runtime::sampler::argmax(&want[0]),
             504,
             "greedy first token is \"The\""
         );

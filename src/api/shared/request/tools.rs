@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::validator::Validator;
 use crate::api::shared::error::ApiError;
-use crate::engine::grammar::{self, GrammarSpec};
+use crate::engine::constrain::grammar::{self, GrammarSpec};
 use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};
 
 impl Validator<'_> {

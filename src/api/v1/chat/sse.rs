@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::api::shared::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
 use crate::api::shared::error::ApiError;
 use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
-use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
+use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
 

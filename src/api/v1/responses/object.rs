@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use crate::api::shared::request::responses::Echo;
 use crate::api::shared::schema::{LogprobEntry, ServiceCost};
 use crate::api::shared::state::random_id;
-use crate::engine::tools::ToolSyntax;
+use crate::engine::constrain::tools::ToolSyntax;
 use crate::engine::FinishReason;
 use crate::metering::Charge;
 

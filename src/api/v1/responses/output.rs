@@ -11,8 +11,8 @@ use super::object::{OutputItem, OutputText, StreamEvent};
 use crate::api::shared::completion::{choice_logprobs, new_call_id};
 use crate::api::shared::schema::LogprobEntry;
 use crate::api::shared::state::random_id;
-use crate::engine::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::tools::ToolSyntax;
+use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
+use crate::engine::constrain::tools::ToolSyntax;
 use crate::engine::TokenLogprob;
 
 /// The item being written.

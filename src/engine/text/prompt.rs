@@ -11,12 +11,12 @@ use std::path::Path;
 use candle_core::Device;
 
 use super::chat::ChatInput;
-use super::gguf::GgufFile;
-use super::store::TensorStore;
 use super::template::ChatTemplate;
 use super::tokenizer::{EncodeError, ModelTokenizer};
-use super::tools::ToolFormat;
-use super::EngineError;
+use crate::engine::constrain::tools::ToolFormat;
+use crate::engine::weights::gguf::GgufFile;
+use crate::engine::weights::store::TensorStore;
+use crate::engine::EngineError;
 
 /// The prompt ids of `input` for model `id` (its catalogue id chooses the tool-call format),
 /// if there are at most `limit` of them (BOS included): a longer prompt is refused after

@@ -12,9 +12,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::gguf::GgufFile;
 use super::tokenizer::ModelTokenizer;
 use crate::catalog::Catalog;
+use crate::engine::weights::gguf::GgufFile;
 
 /// One language's measurement for one model.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]

@@ -23,8 +23,8 @@ use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 
-use super::sampler::Sampler;
-use super::tokenizer::ModelTokenizer;
+use crate::engine::runtime::sampler::Sampler;
+use crate::engine::text::tokenizer::ModelTokenizer;
 
 /// What a grammar is written in.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::model::kv_cache::{KvBlock, BLOCK};
+use crate::engine::model::kv_cache::{KvBlock, BLOCK};
 
 /// The key of the prefix that ends with `tokens` (one block) after the prefix `parent`.
 fn chain(parent: u64, tokens: &[u32]) -> u64 {

@@ -21,8 +21,10 @@
 
 use super::header::{read_header, Header};
 use super::schema::call_schema;
-use crate::engine::chat::ToolSpec;
-use crate::engine::grammar::{pretty_json_options, with_options, GrammarSpec, LeadCheck};
+use crate::engine::constrain::grammar::{
+    pretty_json_options, with_options, GrammarSpec, LeadCheck,
+};
+use crate::engine::text::chat::ToolSpec;
 
 /// Whitespace allowed before the call or its fence, in bytes.
 pub const MAX_LEAD_WS: usize = 4;

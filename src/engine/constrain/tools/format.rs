@@ -20,7 +20,7 @@
 
 use serde_json::Value;
 
-use crate::engine::chat::{ChatMessage, Role, ToolCall, ToolSpec};
+use crate::engine::text::chat::{ChatMessage, Role, ToolCall, ToolSpec};
 
 /// The text of a tool call, per family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +255,7 @@ pub(super) mod tests {
     use super::*;
 
     /// `get_weather(location)`, the tool of the unit tests of `tools`.
-    pub(in crate::engine::tools) fn weather() -> ToolSpec {
+    pub(in crate::engine::constrain::tools) fn weather() -> ToolSpec {
         ToolSpec {
             name: "get_weather".into(),
             description: Some("Weather now".into()),

@@ -9,8 +9,8 @@
 use super::format::ToolFormat;
 use super::lead;
 use super::schema::call_schema;
-use crate::engine::chat::{ToolChoice, ToolSpec};
-use crate::engine::grammar::{with_json_options, GrammarSpec, LeadSpec, Start};
+use crate::engine::constrain::grammar::{with_json_options, GrammarSpec, LeadSpec, Start};
+use crate::engine::text::chat::{ToolChoice, ToolSpec};
 
 impl ToolFormat {
     /// The Lark grammar of the calls `choice` allows, and when it starts: from the first token,
@@ -79,8 +79,8 @@ impl ToolFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::grammar;
-    use crate::engine::tools::format::tests::weather;
+    use crate::engine::constrain::grammar;
+    use crate::engine::constrain::tools::format::tests::weather;
 
     #[test]
     fn grammars_compile_for_every_choice_and_format() {

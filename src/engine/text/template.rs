@@ -9,7 +9,7 @@
 use minijinja::{context, Environment, Error, ErrorKind};
 
 use super::chat::{ChatMessage, ToolSpec};
-use super::tools::PyFormatter;
+use crate::engine::constrain::tools::PyFormatter;
 
 /// Gemma's turn format, after the template shipped with Gemma 2/3 instruction models.
 const GEMMA_TEMPLATE: &str = "{{ bos_token }}\

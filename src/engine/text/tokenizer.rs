@@ -13,9 +13,9 @@
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
-use super::gguf::{f32_array, int_array, string_array, GgufFile};
 use super::pretokenize::PreTokenizer;
-use super::store::TensorStore;
+use crate::engine::weights::gguf::{f32_array, int_array, string_array, GgufFile};
+use crate::engine::weights::store::TensorStore;
 
 /// A token's text and raw bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 
-use super::gguf::GgufFile;
 use super::tokenizer::ModelTokenizer;
+use crate::engine::weights::gguf::GgufFile;
 
 const SEPARATOR: &str = "\n__ggml_vocab_test__\n";
 

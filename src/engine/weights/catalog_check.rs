@@ -15,13 +15,13 @@ use candle_core::Device;
 use serde::Deserialize;
 
 use super::gguf::GgufFile;
-use super::model::Family;
-use super::pretokenize::PreTokenizer;
-use super::prompt::PromptFormat;
 use super::store::TensorStore;
-use super::template::ChatTemplate;
-use super::{ChatMessage, Role};
 use crate::catalog::{Catalog, ModelEntry};
+use crate::engine::model::Family;
+use crate::engine::text::pretokenize::PreTokenizer;
+use crate::engine::text::prompt::PromptFormat;
+use crate::engine::text::template::ChatTemplate;
+use crate::engine::{ChatMessage, Role};
 
 /// The header facts of an entry's published GGUF file.
 #[derive(Debug, Deserialize, PartialEq)]

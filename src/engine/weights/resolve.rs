@@ -160,8 +160,8 @@ fn fetch_checkpoint(
         .map(Path::to_path_buf)
         .ok_or("config.json has no parent directory")?;
     if fetch("model.safetensors.index.json").is_ok() {
-        let files =
-            crate::engine::safetensors::safetensors_files(&dir).map_err(|e| e.to_string())?;
+        let files = crate::engine::weights::safetensors::safetensors_files(&dir)
+            .map_err(|e| e.to_string())?;
         for f in files {
             let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             fetch(name)?;

@@ -35,13 +35,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
-use super::model::attention::{SeqCache, BLOCK};
-use super::model::{StepSeq, Transformer};
 use super::prefix_cache::{Prefix, PrefixCache};
 use super::sequence::{sample_and_emit, started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
-use super::tokenizer::ModelTokenizer;
-use super::FinishReason;
+use crate::engine::model::attention::{SeqCache, BLOCK};
+use crate::engine::model::{StepSeq, Transformer};
+use crate::engine::text::tokenizer::ModelTokenizer;
+use crate::engine::FinishReason;
 
 /// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
 /// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the

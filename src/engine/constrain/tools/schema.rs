@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::engine::chat::ToolSpec;
+use crate::engine::text::chat::ToolSpec;
 
 /// The JSON Schema of one call of `t`: `{"name": <t.name>, <key>: <t.parameters>}` in that
 /// order, nothing else (`key` is `arguments`, or `parameters` for Llama 3.x).

@@ -15,21 +15,23 @@ use std::time::Instant;
 
 use candle_core::Device;
 
-use super::chat::{ChatInput, OutputConstraint, ToolChoice};
-use super::gguf::GgufFile;
-use super::grammar::{GrammarEnv, GrammarSpec, Start};
-use super::hf_files;
-use super::model::Transformer;
-use super::prompt::PromptFormat;
-use super::resolve;
-use super::safetensors::{self as st, HfModel, MatrixType};
 use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
-use super::store::TensorStore;
-use super::template::ChatTemplate;
-use super::tokenizer::ModelTokenizer;
-use super::tools::{ToolFormat, ToolSyntax};
-use super::{Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
 use crate::catalog::Catalog;
+use crate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
+use crate::engine::constrain::tools::{ToolFormat, ToolSyntax};
+use crate::engine::model::Transformer;
+use crate::engine::text::chat::{ChatInput, OutputConstraint, ToolChoice};
+use crate::engine::text::prompt::PromptFormat;
+use crate::engine::text::template::ChatTemplate;
+use crate::engine::text::tokenizer::ModelTokenizer;
+use crate::engine::weights::gguf::GgufFile;
+use crate::engine::weights::hf_files;
+use crate::engine::weights::resolve;
+use crate::engine::weights::safetensors::{self as st, HfModel, MatrixType};
+use crate::engine::weights::store::TensorStore;
+use crate::engine::{
+    Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
+};
 
 /// What to load and how to run it.
 #[derive(Debug, Clone)]
@@ -258,7 +260,7 @@ impl CandleEngine {
 /// room for at least one generated token in its context.
 fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
     let limit = f.context_length.saturating_sub(1);
-    super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, limit)
+    crate::engine::text::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, limit)
 }
 
 /// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
@@ -389,7 +391,7 @@ impl Engine for CandleEngine {
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
         let (_, f) = self.front(model)?;
         // A count, not a prompt to run: past the context too (the estimate says by how much).
-        super::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, usize::MAX)
+        crate::engine::text::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, usize::MAX)
             .ok()
             .map(|ids| ids.len())
     }

@@ -12,12 +12,12 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::grammar::{self, Grammar};
-use super::model::attention::SeqCache;
 use super::sampler::Sampler;
-use super::stop::{StopMatcher, StopStep};
-use super::tokenizer::{ModelTokenizer, StreamDecoder};
-use super::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
+use crate::engine::constrain::grammar::{self, Grammar};
+use crate::engine::model::attention::SeqCache;
+use crate::engine::text::stop::{StopMatcher, StopStep};
+use crate::engine::text::tokenizer::{ModelTokenizer, StreamDecoder};
+use crate::engine::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
 
 /// Where one choice's events and outcome go.
 pub struct ChoiceTx {
@@ -40,32 +40,37 @@ pub struct Job {
     pub queued: Instant,
 }
 
-pub(super) struct Seq {
-    pub(super) job: Job,
-    pub(super) cache: SeqCache,
+pub(in crate::engine) struct Seq {
+    pub(in crate::engine) job: Job,
+    pub(in crate::engine) cache: SeqCache,
     /// Prompt tokens already in the cache.
-    pub(super) fed: usize,
+    pub(in crate::engine) fed: usize,
     /// Last sampled token, not yet in the cache.
-    pub(super) pending: Option<u32>,
-    pub(super) generated: usize,
-    pub(super) sampler: Sampler,
-    pub(super) stop: StopMatcher,
-    pub(super) decoder: StreamDecoder,
+    pub(in crate::engine) pending: Option<u32>,
+    pub(in crate::engine) generated: usize,
+    pub(in crate::engine) sampler: Sampler,
+    pub(in crate::engine) stop: StopMatcher,
+    pub(in crate::engine) decoder: StreamDecoder,
     /// The model's id (metric label).
-    pub(super) model_id: String,
-    pub(super) last_token: Option<Instant>,
+    pub(in crate::engine) model_id: String,
+    pub(in crate::engine) last_token: Option<Instant>,
     /// KV cache bytes reserved at admission (see `Limits::kv_cache_bytes`).
-    pub(super) kv_reserved: usize,
+    pub(in crate::engine) kv_reserved: usize,
     /// The output constraint, taken out of the prompt at admission.
-    pub(super) grammar: Option<Box<Grammar>>,
+    pub(in crate::engine) grammar: Option<Box<Grammar>>,
     /// A choice forked from another sequence's prefill (its prompt was not computed here).
-    pub(super) fork: bool,
+    pub(in crate::engine) fork: bool,
     /// Prompt tokens whose KV cache came from the prefix cache.
-    pub(super) cached: usize,
+    pub(in crate::engine) cached: usize,
 }
 
 impl Seq {
-    pub(super) fn new(mut job: Job, cache: SeqCache, model_id: &str, kv_reserved: usize) -> Self {
+    pub(in crate::engine) fn new(
+        mut job: Job,
+        cache: SeqCache,
+        model_id: &str,
+        kv_reserved: usize,
+    ) -> Self {
         let grammar = job.request.prompt.grammar.take();
         let sampler = Sampler::new(job.request.sampling.clone());
         let stop = StopMatcher::new(job.request.stop.clone());
@@ -87,7 +92,7 @@ impl Seq {
         }
     }
 
-    pub(super) fn finish(self, finish: FinishReason) {
+    pub(in crate::engine) fn finish(self, finish: FinishReason) {
         let model = self.model_id.clone();
         let reason = match &finish {
             FinishReason::Stop => "stop",
@@ -123,7 +128,7 @@ impl Seq {
 }
 
 /// A sequence's prefill is done: tell its request, record its time to first token.
-pub(super) fn started(s: &Seq) {
+pub(in crate::engine) fn started(s: &Seq) {
     let _ = s.job.events.send(GenerationEvent::Started);
     metrics::histogram!("tollgate_time_to_first_token_seconds", "model" => s.model_id.clone())
         .record(s.job.queued.elapsed().as_secs_f64());
@@ -132,7 +137,7 @@ pub(super) fn started(s: &Seq) {
 /// Sample the next token of a sequence whose logits are ready; returns a finish reason when
 /// the sequence ends (a stop token or string, `max_new_tokens`, the context, or a complete
 /// grammar).
-pub(super) fn sample_and_emit(
+pub(in crate::engine) fn sample_and_emit(
     tokenizer: &ModelTokenizer,
     s: &mut Seq,
     row: &mut [f32],

@@ -47,11 +47,11 @@ impl Default for SamplingParams {
 pub struct TokenLogprob {
     /// The token as text (its bytes decoded lossily: a token that is part of a UTF-8
     /// character shows U+FFFD) and its bytes.
-    pub token: super::tokenizer::TokenText,
+    pub token: crate::engine::text::tokenizer::TokenText,
     /// Natural log of its probability (`sampler::logprobs`).
     pub logprob: f32,
     /// The most likely tokens at this step, most likely first.
-    pub top: Vec<(super::tokenizer::TokenText, f32)>,
+    pub top: Vec<(crate::engine::text::tokenizer::TokenText, f32)>,
 }
 
 /// Natural-log probabilities under `logits` (length = vocabulary size) as OpenAI reports them:

@@ -305,7 +305,7 @@ pub fn fold(events: Vec<ToolEvent>) -> (String, Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tools::format::ToolFormat;
+    use crate::engine::constrain::tools::format::ToolFormat;
 
     fn syntax(format: ToolFormat) -> ToolSyntax {
         ToolSyntax {
