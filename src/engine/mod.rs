@@ -170,8 +170,16 @@ pub enum EngineError {
 pub trait Engine: Send + Sync + 'static {
     /// Models this engine can run now.
     fn loaded(&self) -> Vec<LoadedModel>;
-    /// Render the chat template (with the tools), tokenize, and compile the output constraint.
-    /// CPU-bound (milliseconds): call from a blocking task.
+    /// Make `model` ready to run: nothing when it is loaded; otherwise (an engine that loads
+    /// on demand) load it, which may first fetch its weights from the hub and evict idle
+    /// models. Blocking, seconds to minutes: call from a blocking task, before `prepare`.
+    ///
+    /// # Errors
+    /// `ModelNotLoaded` (not in the catalogue, or this engine does not load on demand),
+    /// `Unavailable` (no weights found or fetched), `Load`, `NoRoom`, `ShutDown`.
+    fn load(&self, model: &str) -> Result<(), EngineError>;
+    /// Render the chat template (with the tools), tokenize, and compile the output constraint
+    /// for a loaded model (`load`). CPU-bound (milliseconds): call from a blocking task.
     ///
     /// # Errors
     /// `ModelNotLoaded`, `Template`, `PromptTooLong` (at least the model's context: refused

@@ -230,7 +230,8 @@ fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
     }
 }
 
-/// Render and tokenize `messages` with `model`'s chat template, off the async threads.
+/// Load `model` if it is not loaded (`Engine::load`: may fetch its weights), then render and
+/// tokenize `messages` with its chat template (`Engine::prepare`), off the async threads.
 ///
 /// # Errors
 /// 404 `model_not_available` (no weights found after all), 502 `model_unavailable` (cannot
@@ -242,9 +243,13 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
         Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
         _ => "tools",
     };
-    let result = tokio::task::spawn_blocking(move || engine.prepare(&model, &input))
-        .await
-        .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?;
+    let result = tokio::task::spawn_blocking(move || {
+        engine
+            .load(&model)
+            .and_then(|()| engine.prepare(&model, &input))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?;
     // The catalogue entry, looked up only when there is an error to name it in.
     result.map_err(|e| match (e, state.models.catalog.get(id)) {
         (EngineError::ModelNotLoaded(m), Some(entry)) => not_available(

@@ -8,7 +8,9 @@
 //! thread.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::counters::Counters;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Instant;
@@ -63,8 +65,7 @@ struct Front {
     context_length: usize,
     tokenizer: Arc<ModelTokenizer>,
     template: ChatTemplate,
-    running: Arc<AtomicUsize>,
-    waiting: Arc<AtomicUsize>,
+    counts: Arc<Counters>,
     /// Size of the weights file, bytes (the residency estimate).
     bytes: u64,
     /// Milliseconds since the engine started, at the last request (for LRU eviction).
@@ -154,9 +155,7 @@ impl CandleEngine {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, f)| f.as_ref().map(|f| (i, f)))
-                .filter(|(_, f)| {
-                    f.running.load(Ordering::Relaxed) == 0 && f.waiting.load(Ordering::Relaxed) == 0
-                })
+                .filter(|(_, f)| f.counts.running() == 0 && f.counts.waiting() == 0)
                 .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
                 .map(|(i, _)| i);
             let Some(i) = idle else {
@@ -350,23 +349,18 @@ fn load(
         load_ms = started.elapsed().as_millis() as u64,
         "model loaded"
     );
-    let running = Arc::new(AtomicUsize::new(0));
-    let waiting = Arc::new(AtomicUsize::new(0));
+    let counts = Arc::new(Counters::default());
     let front = Front {
         id: id.to_owned(),
         context_length,
         tokenizer: tokenizer.clone(),
         template,
-        running: running.clone(),
-        waiting: waiting.clone(),
+        counts: counts.clone(),
         bytes: weights_bytes(path),
         last_used: AtomicU64::new(0),
         grammar_env: OnceLock::new(),
     };
-    Ok((
-        Runtime::new(id, Box::new(model), tokenizer, running, waiting),
-        front,
-    ))
+    Ok((Runtime::new(id, Box::new(model), tokenizer, counts), front))
 }
 
 impl Engine for CandleEngine {
@@ -382,8 +376,14 @@ impl Engine for CandleEngine {
             .collect()
     }
 
+    fn load(&self, model: &str) -> Result<(), EngineError> {
+        self.ensure_loaded(model).map(drop)
+    }
+
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
-        let (_, f) = self.ensure_loaded(model)?;
+        let (_, f) = self
+            .front(model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))?;
         f.last_used.store(self.now_ms(), Ordering::Relaxed);
         constrained_prompt(&f, model, input)
     }
@@ -413,7 +413,7 @@ impl Engine for CandleEngine {
             })
             .collect();
         let first = senders.remove(0);
-        f.waiting.fetch_add(1, Ordering::Relaxed);
+        f.counts.queued();
         let job = Job {
             model: index,
             request,
@@ -425,7 +425,7 @@ impl Engine for CandleEngine {
         match self.tx.try_send(Cmd::Job(Box::new(job))) {
             Ok(()) => Ok(handles),
             Err(e) => {
-                f.waiting.fetch_sub(1, Ordering::Relaxed);
+                f.counts.refused();
                 Err(match e {
                     TrySendError::Full(_) => EngineError::Overloaded,
                     TrySendError::Disconnected(_) => EngineError::ShutDown,
@@ -441,8 +441,8 @@ impl Engine for CandleEngine {
             .flatten()
             .map(|f| ModelStats {
                 model: f.id.clone(),
-                running: f.running.load(Ordering::Relaxed),
-                waiting: f.waiting.load(Ordering::Relaxed),
+                running: f.counts.running(),
+                waiting: f.counts.waiting(),
             })
             .collect()
     }

@@ -4,6 +4,7 @@
 
 pub(in crate::engine) mod candle_engine;
 pub(in crate::engine) mod choices;
+pub mod counters;
 pub mod prefix_cache;
 pub mod sampler;
 pub(in crate::engine) mod scheduler;

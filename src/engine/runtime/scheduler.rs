@@ -31,9 +31,10 @@
 
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
+
+use super::counters::Counters;
 
 use super::prefix_cache::{Prefix, PrefixCache};
 use super::sequence::{sample_and_emit, started, Seq};
@@ -82,10 +83,8 @@ pub struct Runtime {
     pub id: String,
     pub model: Box<dyn StepModel>,
     pub tokenizer: Arc<ModelTokenizer>,
-    /// Sequences running now (read by `stats`).
-    pub running: Arc<AtomicUsize>,
-    /// Jobs submitted but not yet running (incremented by `submit`).
-    pub waiting: Arc<AtomicUsize>,
+    /// Its running and waiting counts (`counters`), shared with the engine front.
+    pub counts: Arc<Counters>,
     /// The model's prefix cache, sized by `run` from `Limits::prefix_cache_bytes` (the engine
     /// thread is its only user).
     pub prefix: RefCell<PrefixCache>,
@@ -97,15 +96,13 @@ impl Runtime {
         id: &str,
         model: Box<dyn StepModel>,
         tokenizer: Arc<ModelTokenizer>,
-        running: Arc<AtomicUsize>,
-        waiting: Arc<AtomicUsize>,
+        counts: Arc<Counters>,
     ) -> Self {
         Self {
             id: id.to_owned(),
             model,
             tokenizer,
-            running,
-            waiting,
+            counts,
             prefix: RefCell::new(PrefixCache::new(0)),
         }
     }
@@ -269,7 +266,7 @@ fn drop_cancelled(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>]) {
             s.finish(FinishReason::Cancelled);
         }
         if let Some(rt) = &runtimes[m] {
-            rt.running.fetch_sub(before - seqs.len(), Ordering::Relaxed);
+            rt.counts.ended(before - seqs.len());
         }
     }
 }
@@ -287,7 +284,7 @@ fn guarded_step(rt: &Runtime, seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".to_owned());
             tracing::error!(model = %rt.id, "engine step panicked: {msg}");
-            rt.running.store(0, Ordering::Relaxed);
+            rt.counts.none_running();
             Vec::new()
         }
     }
@@ -299,8 +296,7 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
         // reported as an engine failure (nothing is charged).
         return;
     };
-    rt.waiting.fetch_sub(1, Ordering::Relaxed);
-    rt.running.fetch_add(1, Ordering::Relaxed);
+    rt.counts.admitted();
     // The longest cached prefix of the prompt, then room for the rest of the sequence up
     // front (no copies as it grows), up to `KV_PREALLOC` positions; longer sequences grow
     // from there.
@@ -373,7 +369,7 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
     cache.insert(&s.job.request.prompt.token_ids, &s.cache.blocks);
     metrics::gauge!("tollgate_prefix_cache_bytes", "model" => rt.id.clone())
         .set(cache.bytes() as f64);
-    rt.running.fetch_add(pending.len(), Ordering::Relaxed);
+    rt.counts.started(pending.len());
     pending
         .into_iter()
         .zip(1u64..)
@@ -414,7 +410,7 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
             for s in seqs {
                 s.finish(FinishReason::Failed(msg.clone()));
             }
-            rt.running.fetch_sub(n, Ordering::Relaxed);
+            rt.counts.ended(n);
             return Vec::new();
         }
     };
@@ -535,7 +531,7 @@ fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Option<Vec<f32>>)>) -> Vec<Se
         match end.flatten() {
             None => out.push(s),
             Some(reason) => {
-                rt.running.fetch_sub(1, Ordering::Relaxed);
+                rt.counts.ended(1);
                 s.finish(reason);
             }
         }
@@ -562,7 +558,7 @@ fn record_occupancy(rt: &Runtime, seqs: &[Seq]) {
     metrics::gauge!("tollgate_num_requests_running", "model" => model.clone())
         .set(seqs.len() as f64);
     metrics::gauge!("tollgate_num_requests_waiting", "model" => model.clone())
-        .set(rt.waiting.load(Ordering::Relaxed) as f64);
+        .set(rt.counts.waiting() as f64);
     metrics::gauge!("tollgate_kv_cache_tokens", "model" => model.clone()).set(tokens as f64);
     metrics::gauge!("tollgate_kv_cache_bytes", "model" => model).set((tokens * per_token) as f64);
 }

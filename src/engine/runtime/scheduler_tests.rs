@@ -3,7 +3,6 @@
 //! scripted stand-in model: no weights are read and no transformer runs here.
 
 use std::str::FromStr;
-use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -80,7 +79,7 @@ struct Harness {
     /// The engine thread's end, until `start` hands it over.
     rx: Option<Receiver<Cmd>>,
     steps: Arc<Mutex<Vec<Vec<usize>>>>,
-    waiting: Arc<AtomicUsize>,
+    counts: Arc<super::super::counters::Counters>,
 }
 
 /// What a test keeps of a job: its event receiver (dropping it cancels) and its outcome.
@@ -96,7 +95,7 @@ impl Harness {
             tx,
             rx: Some(rx),
             steps: Arc::default(),
-            waiting: Arc::default(),
+            counts: Arc::default(),
         }
     }
 
@@ -135,7 +134,7 @@ impl Harness {
             stop: Vec::new(),
             n,
         };
-        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.counts.queued();
         let job = Job {
             model: 0,
             request,
@@ -159,8 +158,7 @@ impl Harness {
                 steps: self.steps.clone(),
             }),
             tokenizer(),
-            Arc::default(),
-            self.waiting.clone(),
+            self.counts.clone(),
         );
         std::thread::spawn(move || run(vec![runtime], &rx, limits))
     }

@@ -1,0 +1,58 @@
+//! The running and waiting counts of one loaded model: jobs submitted and not yet running, and
+//! sequences running (a job with `n` choices runs as `n` sequences once its prompt is in). The
+//! one place these counts change: `submit` and the scheduler call the event that happened, and
+//! `stats`, `/health` and the metrics read them. Relaxed atomics: they are figures to report,
+//! not synchronisation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The counts of one model (see the module doc). Shared by its engine front and its
+/// scheduler runtime through an `Arc`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+}
+
+impl Counters {
+    /// A job was queued.
+    pub fn queued(&self) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A queued job was refused before it reached the scheduler (a full queue).
+    pub fn refused(&self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A queued job was admitted: it runs as one sequence while its prompt is prefilled.
+    pub fn admitted(&self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.running.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` more sequences run (a prefilled job's choices).
+    pub fn started(&self, n: usize) {
+        self.running.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` sequences ended (finished, cancelled or failed).
+    pub fn ended(&self, n: usize) {
+        self.running.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Every sequence ended at once (a step panicked and its batch was dropped).
+    pub fn none_running(&self) {
+        self.running.store(0, Ordering::Relaxed);
+    }
+
+    /// Sequences running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Jobs queued and not yet running.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+}
