@@ -34,28 +34,8 @@ fn balance(s: &TestServer) -> i64 {
 }
 
 /// A 16-bit mono 16 kHz WAV of `ms` milliseconds of quiet noise.
-fn wav(ms: usize) -> Vec<u8> {
-    let samples = 16 * ms;
-    let data = (samples * 2) as u32;
-    let mut b = Vec::new();
-    for part in [
-        &b"RIFF"[..],
-        &(36 + data).to_le_bytes(),
-        b"WAVEfmt ",
-        &16u32.to_le_bytes(),
-        &1u16.to_le_bytes(),
-        &1u16.to_le_bytes(),
-        &16_000u32.to_le_bytes(),
-        &32_000u32.to_le_bytes(),
-        &2u16.to_le_bytes(),
-        &16u16.to_le_bytes(),
-        b"data",
-        &data.to_le_bytes(),
-    ] {
-        b.extend_from_slice(part);
-    }
-    b.extend((0..samples).flat_map(|i| (((i * 7919) % 64) as i16 - 32).to_le_bytes()));
-    b
+fn wav_ms(ms: usize) -> Vec<u8> {
+    wav(16_000, 16 * ms)
 }
 
 /// POST a multipart transcription; `file` is left out when `None`.
@@ -110,7 +90,7 @@ fn cost(h: &reqwest::header::HeaderMap) -> i64 {
 async fn a_transcription_costs_its_seconds_at_the_list_price_and_exactly_that_is_charged() {
     let (s, audio, catalog) = server();
     let before = balance(&s);
-    let (status, _, v) = transcribe(&s, Some(&wav(2_500)), &[("model", WHISPER)], None).await;
+    let (status, _, v) = transcribe(&s, Some(&wav_ms(2_500)), &[("model", WHISPER)], None).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["text"], "fake transcript of 2500 ms");
     let per_minute = catalog
@@ -142,7 +122,7 @@ async fn transcription_errors_are_400s_naming_their_field_and_cost_nothing() {
     let long = "word ".repeat(300);
     let (status, _, v) = transcribe(
         &s,
-        Some(&wav(500)),
+        Some(&wav_ms(500)),
         &[("model", WHISPER), ("prompt", &long)],
         None,
     )
@@ -152,7 +132,7 @@ async fn transcription_errors_are_400s_naming_their_field_and_cost_nothing() {
         (400, ("prompt_too_long", "prompt")),
         "{v}"
     );
-    let (status, _, v) = transcribe(&s, Some(&wav(500)), &[("model", PIPER)], None).await;
+    let (status, _, v) = transcribe(&s, Some(&wav_ms(500)), &[("model", PIPER)], None).await;
     assert_eq!(status, 400, "a speech model cannot transcribe: {v}");
     assert_eq!(audio.jobs(), 0, "no refused request reached the model");
     assert_eq!(balance(&s), before, "nothing was charged");
@@ -163,7 +143,7 @@ async fn a_model_that_fails_voids_its_hold_and_charges_nothing() {
     let (s, audio, _) = server();
     let before = balance(&s);
     audio.fail_with(Some(AudioError::Inference("the fake model broke".into())));
-    let (status, _, v) = transcribe(&s, Some(&wav(1_000)), &[("model", WHISPER)], None).await;
+    let (status, _, v) = transcribe(&s, Some(&wav_ms(1_000)), &[("model", WHISPER)], None).await;
     assert_eq!((status, code(&v).0), (502, "engine_error"), "{v}");
     assert_eq!(audio.jobs(), 1);
     assert_eq!(balance(&s), before);
@@ -176,7 +156,7 @@ async fn a_model_that_fails_voids_its_hold_and_charges_nothing() {
 async fn an_idempotent_transcription_retry_replays_the_answer_and_charges_once() {
     let (s, audio, _) = server();
     let before = balance(&s);
-    let file = wav(1_200);
+    let file = wav_ms(1_200);
     let fields = [("model", WHISPER), ("response_format", "verbose_json")];
     let (status, h1, first) = transcribe(&s, Some(&file), &fields, Some("retry-1")).await;
     assert_eq!(status, 200, "{first}");
@@ -190,7 +170,7 @@ async fn an_idempotent_transcription_retry_replays_the_answer_and_charges_once()
     assert!(charged > 0);
     assert_eq!(before - balance(&s), charged, "charged once");
     // The same key with another file is refused.
-    let (status, _, v) = transcribe(&s, Some(&wav(900)), &fields, Some("retry-1")).await;
+    let (status, _, v) = transcribe(&s, Some(&wav_ms(900)), &fields, Some("retry-1")).await;
     assert_eq!((status, code(&v).0), (422, "idempotency_key_reused"), "{v}");
 }
 

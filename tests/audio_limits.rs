@@ -22,30 +22,6 @@ fn balance(s: &TestServer) -> i64 {
     s.ledger.account(s.account).unwrap().balance_micros.0
 }
 
-/// A 16-bit mono WAV header declaring `rate` Hz, with `samples` of quiet noise.
-fn wav(rate: u32, samples: usize) -> Vec<u8> {
-    let data = (samples * 2) as u32;
-    let mut b = Vec::new();
-    for part in [
-        &b"RIFF"[..],
-        &(36 + data).to_le_bytes(),
-        b"WAVEfmt ",
-        &16u32.to_le_bytes(),
-        &1u16.to_le_bytes(),
-        &1u16.to_le_bytes(),
-        &rate.to_le_bytes(),
-        &rate.wrapping_mul(2).to_le_bytes(),
-        &2u16.to_le_bytes(),
-        &16u16.to_le_bytes(),
-        b"data",
-        &data.to_le_bytes(),
-    ] {
-        b.extend_from_slice(part);
-    }
-    b.extend((0..samples).flat_map(|i| (((i * 7919) % 64) as i16 - 32).to_le_bytes()));
-    b
-}
-
 /// POST a multipart transcription of `file` with the text `fields`.
 async fn transcribe(s: &TestServer, file: &[u8], fields: &[(&str, &str)]) -> (u16, Value) {
     let boundary = "tollgate-test-boundary";

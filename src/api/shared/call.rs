@@ -4,7 +4,8 @@
 //! handler then reads the body (`json` or `multipart`), names its `Idempotency-Key`
 //! (`idempotency`), and answers through `answer`, which puts the `x-ratelimit-*` headers on
 //! every authenticated response.
-//! May use: `paid`, `access`, `limits`, `state`, `error`. Never: an endpoint file.
+//! May use: `paid`, `access`, `limits`, `state`, `error`, `metering`. Never: an endpoint
+//! file.
 
 use std::time::Instant;
 
@@ -19,7 +20,8 @@ use super::error::ApiError;
 use super::limits::RateInfo;
 use super::paid;
 use super::state::{AppState, RequestId, RequestModel};
-use crate::metering::Idempotency;
+use crate::billing::Units;
+use crate::metering::{Idempotency, PaidUnits};
 
 /// Who made a paid request, and when: what metering records with it.
 #[derive(Debug, Clone)]
@@ -30,6 +32,29 @@ pub struct Caller {
     pub request_id: RequestId,
     /// When the payer was known (usage latency counts from here, ms).
     pub started: Instant,
+}
+
+impl Caller {
+    /// Unit-priced work for `Meter::run_units` made by this caller: `units` of `model`,
+    /// about `estimate_s` seconds long.
+    pub fn paid_units(
+        &self,
+        model: &str,
+        units: Units,
+        idempotency: Option<Idempotency>,
+        estimate_s: u64,
+    ) -> PaidUnits {
+        PaidUnits {
+            request_id: self.request_id.0.clone(),
+            account: self.payer.account_id(),
+            key: self.payer.key_id(),
+            model: model.to_owned(),
+            units,
+            idempotency,
+            started: self.started,
+            estimate_s,
+        }
+    }
 }
 
 /// An authenticated, rate-limited paid request whose body is not read yet. (Not `Sync`: hold

@@ -29,7 +29,7 @@ use crate::audio::{AudioError, SpeechJob};
 use crate::billing::Units;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::metering::StoredResponse;
-use crate::metering::{PaidUnits, UnitsAdmission};
+use crate::metering::UnitsAdmission;
 
 /// OpenAI's voice names: each is an alias of the model's first voice (we have one voice per
 /// model; the names keep existing code working).
@@ -172,16 +172,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
             body: body.unwrap_or_default(),
         }
     };
-    let req = PaidUnits {
-        request_id: caller.request_id.0,
-        account: caller.payer.account_id(),
-        key: caller.payer.key_id(),
-        model: entry.id.clone(),
-        units,
-        idempotency,
-        started: caller.started,
-        estimate_s: characters / 100 + 5,
-    };
+    let req = caller.paid_units(&entry.id, units, idempotency, characters / 100 + 5);
     Ok(match state.paid.meter.run_units(req, work, render).await? {
         UnitsAdmission::Replay(stored) => respond(stored, true),
         UnitsAdmission::Done(cost, _) => {

@@ -28,7 +28,7 @@ use crate::audio::{languages, Options, Task};
 use crate::audio::{pcm, AudioError};
 use crate::billing::Units;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
-use crate::metering::{PaidUnits, UnitsAdmission};
+use crate::metering::UnitsAdmission;
 
 /// Largest uploaded file, bytes (OpenAI's limit: 25 MB).
 pub const MAX_FILE_BYTES: usize = 25 * 1024 * 1024;
@@ -309,16 +309,7 @@ async fn handle(state: &AppState, mut call: PaidCall, task: Task) -> Result<Resp
     let translate = task == Task::Translate;
     let render =
         move |cost, t| format::render(&t, format, translate, billed_seconds, cost, &request_id);
-    let req = PaidUnits {
-        request_id: caller.request_id.0,
-        account: caller.payer.account_id(),
-        key: caller.payer.key_id(),
-        model: entry.id.clone(),
-        units,
-        idempotency,
-        started: caller.started,
-        estimate_s: billed_seconds / 5 + 5,
-    };
+    let req = caller.paid_units(&entry.id, units, idempotency, billed_seconds / 5 + 5);
     Ok(match state.paid.meter.run_units(req, work, render).await? {
         UnitsAdmission::Replay(stored) => format::respond(format, stored, true),
         UnitsAdmission::Done(_, stored) => format::respond(format, stored, false),
