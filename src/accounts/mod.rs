@@ -68,6 +68,9 @@ pub enum AccountsError {
     /// The password could not be hashed (`auth::password::PasswordError`, rendered).
     #[error("{0}")]
     PasswordHash(String),
+    /// The new password of a password change could not be hashed (as `PasswordHash`).
+    #[error("{0}")]
+    NewPasswordHash(String),
     /// A password change whose current password is wrong.
     #[error("the current password is not right")]
     WrongPassword,

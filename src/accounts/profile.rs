@@ -23,7 +23,7 @@ impl AccountService {
     /// value `keep_cookie` stays. Returns how many sessions ended.
     ///
     /// # Errors
-    /// `WrongPassword`, `PasswordHash`, `Ledger`.
+    /// `WrongPassword`, `NewPasswordHash`, `Ledger`.
     pub async fn change_password(
         &self,
         account: AccountId,
@@ -39,7 +39,7 @@ impl AccountService {
                 }
             }
             let hash =
-                password::hash(&new).map_err(|e| AccountsError::PasswordHash(e.to_string()))?;
+                password::hash(&new).map_err(|e| AccountsError::NewPasswordHash(e.to_string()))?;
             Ok(l.change_password(account, &hash, &sha256(&keep_cookie))?)
         })
         .await

@@ -196,9 +196,6 @@ impl Engine for FakeEngine {
         self.models.clone()
     }
 
-    /// A fake prompt: one token per whitespace-separated word of every message plus one per
-    /// message, plus the words of the tools' JSON (so tools are billed as prompt tokens). The
-    /// output constraint is not compiled: the fake's text never follows a grammar.
     fn load(&self, model: &str) -> Result<(), EngineError> {
         if self.models.iter().any(|m| m.id == model) {
             Ok(())
@@ -207,6 +204,9 @@ impl Engine for FakeEngine {
         }
     }
 
+    /// A fake prompt: one token per whitespace-separated word of every message plus one per
+    /// message, plus the words of the tools' JSON (so tools are billed as prompt tokens). The
+    /// output constraint is not compiled: the fake's text never follows a grammar.
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
         assert!(
             self.fault() != FakeFault::PanicInPrepare,

@@ -53,8 +53,6 @@ pub struct Adjustment {
     reason: String,
 }
 
-/// Largest adjustment, in micros (1,000,000 USD): keeps every balance sum far from `i64`
-/// overflow.
 /// `GET /admin/accounts`'s answer: a page, and the id to continue after.
 #[derive(Serialize)]
 struct AccountsPageView<'a> {
@@ -62,6 +60,8 @@ struct AccountsPageView<'a> {
     next_after: Option<AccountId>,
 }
 
+/// Largest adjustment, in micros (1,000,000 USD): keeps every balance sum far from `i64`
+/// overflow.
 const MAX_ADJUST_MICROS: u64 = 1_000_000_000_000;
 
 /// `POST /api/v1/admin/accounts/{id}/adjust {amount_usd, reason}`: credit or debit a balance;

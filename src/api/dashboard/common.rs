@@ -116,6 +116,9 @@ impl From<AccountsError> for DashError {
                 "Confirm your e-mail address before creating keys.",
             ),
             E::PasswordHash(m) => Self::bad_request(DashCode::WeakPassword, format!("{}.", capitalize(&m))),
+            E::NewPasswordHash(m) => {
+                Self::bad_request(DashCode::WeakPassword, m).field("new_password")
+            }
             E::WrongPassword => {
                 Self::bad_request(DashCode::WrongPassword, "The current password is not right.")
                     .field("current_password")

@@ -72,8 +72,6 @@ pub async fn list(State(state): State<Accounts>, s: Session) -> Result<Response,
     Ok(ok(StatusCode::OK, KeyList { keys }))
 }
 
-/// `Some(v)` for a field that is present (`v` may be null), `None` (via `default`) when
-/// absent: tells "clear the limit" from "leave it".
 /// `GET /keys`'s answer.
 #[derive(Serialize)]
 struct KeyList {
@@ -94,6 +92,8 @@ struct KeyRecord {
     record: KeyView,
 }
 
+/// `Some(v)` for a field that is present (`v` may be null), `None` (via `default`) when
+/// absent: tells "clear the limit" from "leave it".
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {

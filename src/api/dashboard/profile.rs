@@ -108,7 +108,6 @@ pub struct DeleteAccount {
     confirm_email: String,
 }
 
-/// What a deleted account leaves behind, as the answer states it.
 /// `POST /account/password`'s answer.
 #[derive(Serialize)]
 struct PasswordChanged {
@@ -123,6 +122,7 @@ struct Deleted {
     kept: &'static str,
 }
 
+/// What a deleted account leaves behind, as the answer states it.
 const KEPT: &str = "Kept, as bookkeeping and tax law require: the ledger entries, usage records and top-ups of the account, under a pseudonymous id. Removed: your e-mail address, password, sessions, single sign-on links; every API key is revoked. The remaining balance is not paid out.";
 
 /// `DELETE /api/v1/account {confirm_email}`: delete the signed-in account (`ledger::profile`);

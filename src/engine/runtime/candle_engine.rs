@@ -377,7 +377,10 @@ impl Engine for CandleEngine {
     }
 
     fn load(&self, model: &str) -> Result<(), EngineError> {
-        self.ensure_loaded(model).map(drop)
+        // Marked used at once, so a concurrent load does not evict it before `prepare`.
+        let (_, f) = self.ensure_loaded(model)?;
+        f.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Ok(())
     }
 
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
