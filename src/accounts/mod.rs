@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use self::email::{EmailLinks, LINK_TTL_SECS};
 pub use self::keys::KeyWithSpend;
-pub use self::topups::{NewCheckout, StartedTopup};
+pub use self::topups::NewCheckout;
 pub use self::usage::{UsageLine, UsagePage};
 use crate::auth::Authenticator;
 pub use crate::ledger::{

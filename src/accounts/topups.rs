@@ -29,11 +29,6 @@ pub struct NewCheckout {
     pub cancel_url: String,
 }
 
-/// A started checkout: where to pay, and its id to poll.
-pub struct StartedTopup {
-    pub checkout: Checkout,
-}
-
 impl AccountService {
     /// Create a Stripe Checkout Session for `c` and record its pending top-up. A first top-up
     /// must be worth at least `MIN_FIRST_TOPUP_MICROS`.
@@ -44,7 +39,7 @@ impl AccountService {
         &self,
         cfg: Arc<StripeConfig>,
         c: NewCheckout,
-    ) -> Result<StartedTopup, AccountsError> {
+    ) -> Result<Checkout, AccountsError> {
         self.run(move |l, _| {
             if c.usd < MIN_FIRST_TOPUP_MICROS && !l.has_topped_up(c.account)? {
                 return Err(AccountsError::FirstTopupTooSmall {
@@ -74,7 +69,7 @@ impl AccountService {
                 usd_micros: c.usd,
                 rate: c.rate,
             })?;
-            Ok(StartedTopup { checkout })
+            Ok(checkout)
         })
         .await
     }

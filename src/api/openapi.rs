@@ -57,18 +57,19 @@ impl Modify for Security {
     }
 }
 
-/// `ApiDoc` with the operation of every route the `/v1` routers register.
-fn generated() -> utoipa::openapi::OpenApi {
+/// `ApiDoc` with the operation of every route the `/v1` routers register, as JSON; built once
+/// (it needs the routers built), then copied for each catalogue.
+static GENERATED: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
     let mut doc = ApiDoc::openapi();
     doc.merge(super::v1::paid_routes().into_openapi());
     doc.merge(super::v1::public_routes().into_openapi());
-    doc
-}
+    serde_json::to_value(doc).unwrap_or_else(|_| json!({}))
+});
 
 /// The document for this server: the generated one, with the catalogue's ids as the enum of
 /// model ids.
 pub fn document(model_ids: &[&str]) -> Value {
-    let mut doc = serde_json::to_value(generated()).unwrap_or_else(|_| json!({}));
+    let mut doc = GENERATED.clone();
     let ids = json!(model_ids);
     if let Some(model) =
         doc.pointer_mut("/components/schemas/ChatCompletionRequest/properties/model")

@@ -5,6 +5,7 @@
 //! money) runs for real around it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
@@ -24,7 +25,7 @@ pub struct FakeAudio {
     /// What the next jobs fail with, if set (`Inference`, `SpeechTooLong`, ...).
     fail: Mutex<Option<AudioError>>,
     /// Jobs run so far (transcriptions and syntheses).
-    jobs: Mutex<usize>,
+    jobs: AtomicUsize,
 }
 
 impl FakeAudio {
@@ -40,12 +41,12 @@ impl FakeAudio {
 
     /// How many jobs ran (a refused request runs none).
     pub fn jobs(&self) -> usize {
-        *self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+        self.jobs.load(Ordering::Relaxed)
     }
 
     /// Count a job and say whether it fails.
     fn job(&self) -> Result<(), AudioError> {
-        *self.jobs.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.jobs.fetch_add(1, Ordering::Relaxed);
         match self.fail.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             Some(e) => Err(e),
             None => Ok(()),

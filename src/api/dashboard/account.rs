@@ -1,7 +1,6 @@
 //! Accounts on the dashboard: sign-up with e-mail verification, sign-in and sign-out (one or
 //! every session), password reset by e-mailed link, and the account view.
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +13,7 @@ use super::common::{
 };
 use super::common::{ok, AccountView, Body, DashError, Session, WithAccount};
 use crate::accounts::EmailLinks;
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::auth::password;
 

@@ -1,7 +1,6 @@
 //! The admin role on the dashboard: list accounts and adjust a balance with a reason (an
 //! `adjustment` ledger entry naming the admin). Only sessions of admin accounts get here.
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -10,6 +9,7 @@ use serde::Serialize;
 
 use super::common::{ok, AccountView, Body, DashError, Session, WithAccount};
 use crate::accounts::AccountsError;
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::ids::AccountId;
 use crate::money::Micros;

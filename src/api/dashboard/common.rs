@@ -3,7 +3,6 @@
 //! JSON body extractor, the `Session` extractor, the CSRF middleware, e-mail normalization,
 //! the account as JSON, the base URL of e-mailed links, and starting a session with its cookie.
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -14,6 +13,7 @@ use axum::Json;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Serialize;
 
+use crate::api::shared::codes::DashCode;
 use crate::money::Micros;
 
 use crate::accounts::{Account, AccountsError};

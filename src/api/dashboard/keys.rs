@@ -1,7 +1,6 @@
 //! Key management (session only: an API key never reaches these handlers, `Session` refuses
 //! it): create, list with what each key spent, rename, spend limit and expiry, revoke.
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -9,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, AccountsError, KeyState, KeyUpdate, KeyWithSpend};
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::ids::KeyId;
 use crate::money::Micros;

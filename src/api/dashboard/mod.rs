@@ -20,13 +20,13 @@ mod profile;
 mod topups;
 mod usage;
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
+use super::shared::codes::DashCode;
 use super::shared::state::AppState;
 use common::{csrf, DashError};
 

@@ -2,7 +2,6 @@
 //! (`ledger::profile` says what is kept), and the public facts the pages need before sign-in
 //! (sign-in providers, whether card top-ups are configured, the starter credit).
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -10,6 +9,7 @@ use axum_extra::extract::cookie::CookieJar;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ok, removal_cookie, AccountView, Body, DashError, Session};
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::auth::password;
 use crate::money::Micros;

@@ -2,7 +2,6 @@
 //! creates a Checkout Session and a pending top-up; `POST /webhooks/stripe` credits it when the
 //! signed `checkout.session.completed` event arrives, once per event and once per checkout.
 
-use crate::api::shared::codes::DashCode;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -11,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ok, Body, DashError, Session};
 use crate::accounts::{now, NewCheckout, TopupOutcome};
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::money::Micros;
 use crate::payments::{self, PaymentError};
@@ -98,8 +98,7 @@ pub async fn create(
                 cancel_url: format!("{base}/?topup=cancelled"),
             },
         )
-        .await?
-        .checkout;
+        .await?;
     Ok(ok(
         StatusCode::CREATED,
         StartedView {

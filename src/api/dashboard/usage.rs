@@ -1,7 +1,6 @@
 //! The balance page's data: metered requests (filtered by key, model, status and time, paged,
 //! or as CSV), spend per day and model for the chart, ledger entries, and redeem codes.
 
-use crate::api::shared::codes::DashCode;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -9,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ok, AccountView, Body, DashError, Session, Q};
 use crate::accounts::{EntryRow, KeyFilter, UsageFilter, UsageLine, UsagePage};
+use crate::api::shared::codes::DashCode;
 use crate::api::shared::state::Accounts;
 use crate::ids::KeyId;
 use crate::money::Micros;

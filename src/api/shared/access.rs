@@ -2,11 +2,11 @@
 //! dashboard session cookie on `POST /v1/chat/completions`, `docs/reference/endpoints.md`),
 //! and the public endpoints' per-address limit (the limiters themselves are in `limits`).
 
-use crate::api::shared::codes::Code;
 use std::net::IpAddr;
 
 use axum::http::HeaderMap;
 
+use super::codes::Code;
 use super::error::ApiError;
 use super::session;
 use super::state::{Accounts, Public};

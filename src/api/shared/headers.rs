@@ -1,12 +1,12 @@
 //! Header rules shared by several handler files: the pages' Content-Security-Policy, and the
 //! `/v1` request-header guard (single-valued headers sent once, no compressed bodies).
 
-use crate::api::shared::codes::Code;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::codes::Code;
 use super::error::ApiError;
 
 /// Content-Security-Policy of every page and asset (the web pages and the OIDC callback page).

@@ -6,12 +6,12 @@
 //! another.
 //! May use: `metering`, `engine` (prepare), `catalog`, `access`. Never: the ledger directly.
 
-use crate::api::shared::codes::Code;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::access::{self, Payer};
+use super::codes::Code;
 use super::error::ApiError;
 use super::limits::RateInfo;
 use super::state::{AppState, RequestModel};

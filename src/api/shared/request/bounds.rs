@@ -7,9 +7,9 @@
 //! are ours and documented in `docs/reference/limits.md`.
 //! May use: `serde_json`, `error`. Never: the engine, handlers.
 
-use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 
 /// Most tools in one request (OpenAI's limit): 400 `too_many_tools`.

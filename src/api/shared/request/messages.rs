@@ -6,10 +6,10 @@
 //! message are ignored. Text content parts are joined with `\n` (as vLLM does), so
 //! `["in", "to"]` reads as two lines, not "into".
 
-use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
 use super::validator::{ImagePart, Validator};
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::engine::{ChatMessage, Role, ToolCall};
 

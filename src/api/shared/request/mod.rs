@@ -24,10 +24,10 @@ pub mod speech;
 mod tools;
 mod validator;
 
-use crate::api::shared::codes::Code;
 pub use validator::ImagePart;
 use validator::Validator;
 
+use super::codes::Code;
 use super::error::ApiError;
 use crate::engine::{ChatInput, SamplingParams};
 

@@ -3,9 +3,9 @@
 //! message before it as chat's `tool_calls`) and `function_call_output` (a `tool` message).
 //! Other item and part types are 400s naming them.
 
-use crate::api::shared::codes::Code;
 use serde_json::Value;
 
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
 
 /// A 422 for one field.

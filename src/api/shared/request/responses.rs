@@ -12,11 +12,11 @@
 //! top-level fields (`background`, `reasoning`, `prompt`, ...), built-in tools (`web_search`,
 //! ...), `include` values, `truncation: "auto"`, `text.verbosity`.
 
-use crate::api::shared::codes::Code;
 use serde_json::{Map, Value};
 
 use super::response_items::{input_items, invalid, object};
 use super::ChatRequest;
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
 
 /// The accepted top-level fields; anything else (not null) is `unsupported_parameter`.

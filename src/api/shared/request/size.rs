@@ -5,12 +5,12 @@
 //! refused request costs its body and nothing more. A body this pass cannot read (bad JSON,
 //! wrong types) passes here and is refused by the real parse with its usual error.
 
-use crate::api::shared::codes::Code;
 use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::server::HttpLimits;
 

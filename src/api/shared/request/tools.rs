@@ -13,10 +13,10 @@
 //! otherwise (`additionalProperties: false`), as OpenAI's strict mode requires; a tool's top-level
 //! arguments object is closed in any case (see `engine::tools`).
 
-use crate::api::shared::codes::Code;
 use serde_json::{json, Value};
 
 use super::validator::Validator;
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::engine::constrain::grammar::{self, GrammarSpec};
 use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};

@@ -9,7 +9,6 @@
 //! its length, 400 `input_too_long`, voids the hold). The audio comes back whole (no streaming), with
 //! `x-tollgate-cost-micros` and `x-request-id`.
 
-use crate::api::shared::codes::Code;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::State;
@@ -18,6 +17,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::api::shared::call::PaidCall;
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request::speech;

@@ -9,7 +9,6 @@
 //! before decoding; nothing is reserved before the audio's length is known) -> `metering`
 //! (claim 409/422/replay, hold of the exact cost 402, run, settle).
 
-use crate::api::shared::codes::Code;
 use std::collections::BTreeMap;
 
 use axum::extract::multipart::{Multipart, MultipartRejection};
@@ -19,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::format::{self, Format};
 use crate::api::shared::call::PaidCall;
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.

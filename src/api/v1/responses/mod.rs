@@ -13,7 +13,6 @@ mod object;
 mod output;
 mod sse;
 
-use crate::api::shared::codes::Code;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +24,7 @@ use self::output::{output_as_chat, Outputs};
 use self::sse::Save;
 use crate::accounts::SavedResponse;
 use crate::api::shared::call::PaidCall;
+use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
 use crate::api::shared::request::responses::{self, ResponsesRequest};
