@@ -352,7 +352,7 @@ pub async fn serve_mcp_stdio(
         None,
         Arc::new(weights.to_owned()),
         tokenizers.to_owned(),
-        &api::shared::request::ACCEPTED_PARAMETERS,
+        api::shared::request::SUPPORTED_PARAMETERS.as_slice(),
         openapi,
     );
     crate::mcp::serve_stdio(Arc::new(data))

@@ -41,6 +41,58 @@ mod tests {
     use crate::catalog::PricePerMTok;
 
     #[test]
+    fn affordable_output_tokens_is_the_largest_hold_that_fits() {
+        let p = Pricing {
+            input: PricePerMTok(150_000),
+            cached_input: None,
+            output: PricePerMTok(600_000),
+        };
+        for (prompt, choices, avail) in [(20, 1, 100_000), (3000, 2, 1_234), (7, 3, 1), (0, 1, 0)] {
+            let t = affordable_output_tokens(&p, prompt, choices, Micros(avail));
+            if t > 0 {
+                assert!(hold_micros(&p, prompt, t * choices) <= Micros(avail));
+            }
+            assert!(hold_micros(&p, prompt, (t + 1) * choices) > Micros(avail));
+        }
+        assert_eq!(
+            affordable_output_tokens(&p, 1_000_000, 1, Micros(149_999)),
+            0
+        );
+        let free = Pricing {
+            output: PricePerMTok(0),
+            ..p
+        };
+        assert_eq!(
+            affordable_output_tokens(&free, 5, 1, Micros(10)),
+            usize::MAX
+        );
+    }
+
+    /// A new account's starter balance (`tollgate accounts create`, `--signup-starter-usd`).
+    const STARTER: Micros = Micros(100_000);
+
+    #[test]
+    fn a_starter_balance_pays_a_default_sdk_call_on_every_commercial_model() {
+        // Without `max_tokens` the hold used to cover the whole context: 402 on the larger
+        // models. Now the output is cut to the balance (`metering::PaidRequest::fit_to_balance`),
+        // so a 1,000-token prompt with a starter balance gets at least 1,024 output tokens on
+        // every commercial model of the catalogue.
+        let catalog = crate::catalog::Catalog::load(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models.toml"
+        )))
+        .unwrap();
+        let mut whole_context_refused = 0;
+        for m in catalog.models.iter().filter(|m| m.commercial_use) {
+            let fits = affordable_output_tokens(&m.pricing, 1_000, 1, STARTER);
+            assert!(fits >= 1_024, "{}: {fits} tokens", m.id);
+            let rest = m.context_length.saturating_sub(1_000);
+            whole_context_refused += usize::from(hold_micros(&m.pricing, 1_000, rest) > STARTER);
+        }
+        assert!(whole_context_refused > 0, "the old rule refused none");
+    }
+
+    #[test]
     fn cost_rounds_up_to_whole_micros() {
         let p = Pricing {
             input: PricePerMTok(20_000),
@@ -193,6 +245,29 @@ pub struct Metered {
 /// tokens, by the same rounding rule as the charge.
 pub fn hold_micros(pricing: &Pricing, prompt_tokens: usize, max_new_tokens: usize) -> Micros {
     cost_micros(pricing, prompt_tokens as u64, 0, max_new_tokens as u64)
+}
+
+/// The most output tokens per choice that `available` micros pay for after the prompt, with
+/// `choices` choices sharing it: the largest `t` with
+/// `hold_micros(pricing, prompt_tokens, t * choices) <= available` (the rounding is upward, so
+/// this is `(available * 10^6 - prompt_tokens * input) / (choices * output)`, rounded down).
+/// 0 when the prompt alone is not covered; `usize::MAX` when output tokens are free.
+pub fn affordable_output_tokens(
+    pricing: &Pricing,
+    prompt_tokens: usize,
+    choices: usize,
+    available: Micros,
+) -> usize {
+    let budget = i128::from(available.0) * 1_000_000
+        - i128::try_from(prompt_tokens).unwrap_or(i128::MAX) * i128::from(pricing.input.0);
+    if budget < 0 {
+        return 0;
+    }
+    let per_token = i128::try_from(choices.max(1)).unwrap_or(1) * i128::from(pricing.output.0);
+    if per_token <= 0 {
+        return usize::MAX;
+    }
+    usize::try_from(budget / per_token).unwrap_or(usize::MAX)
 }
 
 /// How a generation ended, as billing sees it.

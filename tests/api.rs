@@ -141,12 +141,22 @@ async fn request_errors_use_the_envelope() {
     .await;
     expect_error(
         &s,
-        &body(r#""logit_bias":{"1":1}"#),
+        &body(r#""best_of":2"#),
         &[],
         400,
         "invalid_request_error",
         "unsupported_parameter",
-        json!("logit_bias"),
+        json!("best_of"),
+    )
+    .await;
+    expect_error(
+        &s,
+        &body(r#""store":true"#),
+        &[],
+        400,
+        "invalid_request_error",
+        "unsupported_value",
+        json!("store"),
     )
     .await;
     let v = expect_error(

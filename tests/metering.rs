@@ -122,8 +122,14 @@ async fn insufficient_balance_is_402_with_details_and_moves_nothing() {
     let (s, _) = fake_server();
     let (account, key) = s.account_with("poor@example.com", 20);
     let bearer = format!("Bearer {key}");
-    // No max_tokens: the hold covers the rest of the 64-token context: 3*0.5 + 61*1.5 = 93 micros.
-    let (st, h, v) = s.post(CHAT, &body(""), &[("authorization", &bearer)]).await;
+    // The rest of the 64-token context as the limit: 3*0.5 + 61*1.5 = 93 micros.
+    let (st, h, v) = s
+        .post(
+            CHAT,
+            &body(r#""max_tokens":61"#),
+            &[("authorization", &bearer)],
+        )
+        .await;
     assert_eq!(st, 402, "{v}");
     assert_eq!(h["x-should-retry"], "false");
     let e = &v["error"];
@@ -135,9 +141,12 @@ async fn insufficient_balance_is_402_with_details_and_moves_nothing() {
         e["details"],
         json!({"required_micros": 93, "required_usd": 93e-6, "available_micros": 20, "available_usd": 20e-6})
     );
+    let message = e["message"].as_str().unwrap();
     assert!(
-        e["message"].as_str().unwrap().contains("$0.000093")
-            && e["message"].as_str().unwrap().contains("$0.000020")
+        message.contains("$0.000093")
+            && message.contains("$0.000020")
+            && message.contains("lower `max_tokens`"),
+        "{message}"
     );
     assert_eq!(balance(&s, account), 20);
     // A smaller limit fits: 3*0.5 + 9*1.5 = 15.
@@ -150,6 +159,19 @@ async fn insufficient_balance_is_402_with_details_and_moves_nothing() {
         .await;
     assert_eq!(st, 200);
     assert_eq!(balance(&s, account), 5);
+    // No limit: the answer is cut to what the balance covers, 2 tokens (1.5 + 3 = 4.5 -> 5).
+    let (st, _, v) = s.post(CHAT, &body(""), &[("authorization", &bearer)]).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    assert_eq!(v["service"]["cost_micros"], 5);
+    assert_eq!(balance(&s, account), 0);
+    // Nothing left: not even the prompt is covered, and the message says what to shorten.
+    let (st, _, v) = s.post(CHAT, &body(""), &[("authorization", &bearer)]).await;
+    assert_eq!(st, 402, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("shorten `messages`"), "{message}");
+    assert!(s.ledger.check().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -81,8 +81,13 @@ async fn tool_and_schema_errors_name_their_param_and_move_no_money() {
             "response_format.json_schema.schema",
         ),
         (
-            format!(r#"{{{m},"logit_bias":{{"1":1}},"audio":{{}}}}"#),
+            format!(r#"{{{m},"best_of":2,"audio":{{}}}}"#),
             "unsupported_parameter",
+            "best_of",
+        ),
+        (
+            format!(r#"{{{m},"logit_bias":{{"99999999":-100}}}}"#),
+            "invalid_value",
             "logit_bias",
         ),
     ];
@@ -95,7 +100,7 @@ async fn tool_and_schema_errors_name_their_param_and_move_no_money() {
         if code == "unsupported_parameter" {
             assert_eq!(
                 v["error"]["details"]["unsupported"],
-                json!(["logit_bias", "audio"])
+                json!(["best_of", "audio"])
             );
         }
         if code == "invalid_json_schema" {

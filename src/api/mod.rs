@@ -53,7 +53,7 @@ pub fn router(state: AppState) -> Router {
         Some(state.models.engine.clone()),
         state.models.weights_dir.clone(),
         state.public.mcp.tokenizers_dir.clone(),
-        &request::ACCEPTED_PARAMETERS,
+        request::SUPPORTED_PARAMETERS.as_slice(),
         openapi::document(&ids).to_string(),
     ));
     let (v1_public, _) = v1::public_routes().split_for_parts();

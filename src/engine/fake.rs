@@ -14,6 +14,10 @@ use super::{
     LoadedModel, ModelStats, Outcome, Prompt,
 };
 
+/// The vocabulary size the fake engine reports (`Prompt::vocab_size`), so `logit_bias` ids are
+/// checked as on a real model; its prompt ids are word positions, all below it in tests.
+pub const FAKE_VOCAB_SIZE: usize = 32_000;
+
 /// The fixed text every fake generation produces (9 tokens).
 pub const FAKE_REPLY: &str = "This is a fake reply from the test engine.";
 
@@ -231,11 +235,13 @@ impl Engine for FakeEngine {
             .map(|m| m.content.split_whitespace().count() + 1)
             .sum::<usize>()
             + tool_words;
-        Ok(Prompt::plain(
+        let mut prompt = Prompt::plain(
             model,
             (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),
             m.context_length,
-        ))
+        );
+        prompt.vocab_size = Some(FAKE_VOCAB_SIZE);
+        Ok(prompt)
     }
 
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {

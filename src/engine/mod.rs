@@ -40,6 +40,9 @@ pub struct Prompt {
     pub banned_tokens: Vec<u32>,
     /// How to read tool calls back out of the text; `None` when tools are off.
     pub tool_syntax: Option<constrain::tools::ToolSyntax>,
+    /// Token ids the model's vocabulary has (special tokens included), for checking
+    /// `logit_bias`; `None` when the engine has no vocabulary (the fake engine).
+    pub vocab_size: Option<usize>,
 }
 
 impl Prompt {
@@ -52,6 +55,7 @@ impl Prompt {
             grammar: None,
             banned_tokens: Vec::new(),
             tool_syntax: None,
+            vocab_size: None,
         }
     }
 }

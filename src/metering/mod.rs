@@ -79,6 +79,19 @@ pub struct PaidRequest {
     pub idempotency: Option<Idempotency>,
     /// When the request arrived (usage latency, ms).
     pub started: Instant,
+    /// The client set no output limit (`max_tokens` absent): when the balance, or the key's
+    /// spend limit, does not cover `generate.max_new_tokens` (the rest of the context), the
+    /// request runs with the most output tokens it does cover, instead of 402; 402 only when
+    /// not even one output token after the prompt is covered.
+    pub fit_to_balance: bool,
+}
+
+/// What `Meter::hold` did.
+enum Held {
+    /// A finished request's stored response: nothing reserved.
+    Replay(StoredResponse),
+    /// Reserved this many micros.
+    Reserved(crate::money::Micros),
 }
 
 /// How the caller consumes the generation.
@@ -151,27 +164,16 @@ impl Meter {
             .unwrap_or_else(|e| Err(MeterError::Internal(format!("admission task: {e}"))))
     }
 
-    async fn admit_detached(self, req: PaidRequest, mode: Mode) -> Result<Admission, MeterError> {
+    async fn admit_detached(
+        self,
+        mut req: PaidRequest,
+        mode: Mode,
+    ) -> Result<Admission, MeterError> {
         let prompt_tokens = req.generate.prompt.token_ids.len();
-        let max_new = req.generate.max_new_tokens;
-        // The prompt is billed once however many choices share it; each choice may generate
-        // up to `max_new` tokens.
-        let choices = req.generate.n.max(1);
-        let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new * choices);
-        // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
-        let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
-        if let Some(replay) = self
-            .claim_and_hold(
-                &req.request_id,
-                (req.account, req.key),
-                hold,
-                req.idempotency.as_ref(),
-                estimate_s,
-            )
-            .await?
-        {
-            return Ok(Admission::Replay(replay));
-        }
+        let hold = match self.hold(&mut req).await? {
+            Held::Replay(replay) => return Ok(Admission::Replay(replay)),
+            Held::Reserved(hold) => hold,
+        };
         let ctx = settle::Context {
             ledger: self.ledger.clone(),
             metered: Metered {
@@ -214,6 +216,53 @@ impl Meter {
                 Admission::Completing(completion)
             }
         })
+    }
+
+    /// Step 1 for `req`: claim and hold its worst case. With `fit_to_balance`, a refusal for
+    /// the balance or the key's limit is retried once with `generate.max_new_tokens` cut to
+    /// what the money left covers (`billing::affordable_output_tokens`), if that is at least
+    /// one token.
+    ///
+    /// # Errors
+    /// As `claim_and_hold`.
+    async fn hold(&self, req: &mut PaidRequest) -> Result<Held, MeterError> {
+        let prompt_tokens = req.generate.prompt.token_ids.len();
+        // The prompt is billed once however many choices share it; each choice may generate
+        // up to `max_new_tokens` tokens.
+        let choices = req.generate.n.max(1);
+        let mut retried = false;
+        loop {
+            let max_new = req.generate.max_new_tokens;
+            let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new * choices);
+            // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
+            let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
+            let err = match self
+                .claim_and_hold(
+                    &req.request_id,
+                    (req.account, req.key),
+                    hold,
+                    req.idempotency.as_ref(),
+                    estimate_s,
+                )
+                .await
+            {
+                Ok(Some(replay)) => return Ok(Held::Replay(replay)),
+                Ok(None) => return Ok(Held::Reserved(hold)),
+                Err(e) => e,
+            };
+            let left = match &err {
+                MeterError::InsufficientBalance { available, .. } => *available,
+                MeterError::KeySpendLimit(b) => crate::money::Micros(b.limit.0 - b.used.0),
+                _ => return Err(err),
+            };
+            let fits =
+                billing::affordable_output_tokens(&req.pricing, prompt_tokens, choices, left);
+            if !req.fit_to_balance || retried || fits == 0 || fits >= max_new {
+                return Err(err);
+            }
+            req.generate.max_new_tokens = fits;
+            retried = true;
+        }
     }
 
     /// Step 1 of the protocol: the idempotency claim and the hold of `hold` micros, paid by

@@ -82,6 +82,7 @@ impl Rig {
                 fingerprint: vec![7; 32],
             }),
             started: Instant::now(),
+            fit_to_balance: false,
         }
     }
 }
@@ -139,6 +140,53 @@ async fn a_hold_the_balance_cannot_cover_writes_nothing() {
     assert_eq!(r.balance(), START);
     assert_eq!(r.reserved(), Micros::ZERO);
     assert!(r.ledger.recent_usage(r.account, 1).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn without_max_tokens_the_output_is_cut_to_what_the_balance_covers() {
+    let r = rig();
+    // 20 micros: the 4 prompt tokens (4 micros) and 8 output tokens (2 micros each).
+    let poor = r
+        .ledger
+        .create_account("poor@example.com", Micros(20))
+        .unwrap()
+        .id;
+    let mut req = r.request("req_fit", 200, None);
+    req.account = poor;
+    req.fit_to_balance = true;
+    let (charge, _) = run(&r, req).await.unwrap();
+    assert_eq!(charge.completion_tokens, 8, "{charge:?}");
+    assert_eq!(charge.cost_micros, Micros(20));
+    assert_eq!(r.ledger.account(poor).unwrap().balance_micros, Micros::ZERO);
+    // Not even the prompt and one token: 402, nothing written.
+    let broke = r
+        .ledger
+        .create_account("broke@example.com", Micros(5))
+        .unwrap()
+        .id;
+    let mut req = r.request("req_fit2", 200, None);
+    req.account = broke;
+    req.fit_to_balance = true;
+    let err = run(&r, req).await.unwrap_err();
+    assert!(
+        matches!(err, MeterError::InsufficientBalance { .. }),
+        "{err:?}"
+    );
+    assert_eq!(r.ledger.account(broke).unwrap().balance_micros, Micros(5));
+    // With `max_tokens` given, the same shortfall is 402.
+    let other = r
+        .ledger
+        .create_account("other@example.com", Micros(20))
+        .unwrap()
+        .id;
+    let mut req = r.request("req_fit3", 200, None);
+    req.account = other;
+    let err = run(&r, req).await.unwrap_err();
+    assert!(
+        matches!(err, MeterError::InsufficientBalance { .. }),
+        "{err:?}"
+    );
+    assert!(r.ledger.check().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -47,12 +47,19 @@ pub enum ApiError {
     #[error("{message}")]
     Unauthenticated { code: Code, message: String },
     /// 402 `INSUFFICIENT_BALANCE`: the balance does not cover the request's hold.
-    #[error("Insufficient balance: this request needs up to {required} but {available} is available. Top up your balance or lower `max_tokens`.")]
-    InsufficientBalance { required: Micros, available: Micros },
+    #[error("Insufficient balance: this request needs up to {required} but {available} is available. Top up your balance or {remedy}.")]
+    InsufficientBalance {
+        required: Micros,
+        available: Micros,
+        remedy: Remedy,
+    },
     /// 402 `KEY_SPEND_LIMIT`: the API key's spend limit (set in the dashboard) does not cover
     /// the request's hold, though the balance may; other keys of the account keep working.
-    #[error("This API key's spend limit of {} would be passed: it has used {} and this request needs up to {}. Raise the key's limit in the dashboard, use another key, or lower `max_tokens`.", .0.limit, .0.used, .0.required)]
-    KeySpendLimit(KeyLimitBreach),
+    #[error("This API key's spend limit of {} would be passed: it has used {} and this request needs up to {}. Raise the key's limit in the dashboard, use another key, or {remedy}.", .breach.limit, .breach.used, .breach.required)]
+    KeySpendLimit {
+        breach: KeyLimitBreach,
+        remedy: Remedy,
+    },
     /// 403 `model_license_forbids_commercial_use`: the licence forbids commercial serving.
     #[error("The model `{0}` exists but its licence does not allow commercial serving.")]
     NotLicensed(String),
@@ -146,7 +153,7 @@ impl ApiError {
             E::Validation(errs) => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Code::InvalidRequest, errs.first().map(|e| e.param.clone())),
             E::Unauthenticated { code, .. } => (StatusCode::UNAUTHORIZED, "authentication_error", *code, None),
             E::InsufficientBalance { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", Code::InsufficientBalance, None),
-            E::KeySpendLimit(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", Code::KeySpendLimit, None),
+            E::KeySpendLimit { .. } => (StatusCode::PAYMENT_REQUIRED, "insufficient_quota", Code::KeySpendLimit, None),
             E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", Code::ModelLicenseForbidsCommercialUse, model()),
             E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", Code::ModelNotFound, model()),
             E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ResponseNotFound, param.map(str::to_owned)),
@@ -182,15 +189,20 @@ impl ApiError {
             ApiError::InsufficientBalance {
                 required,
                 available,
+                ..
             } => Some(json!({
                 "required_micros": required, "required_usd": required.usd(),
                 "available_micros": available, "available_usd": available.usd(),
             })),
-            ApiError::KeySpendLimit(KeyLimitBreach {
-                limit,
-                used,
-                required,
-            }) => Some(json!({
+            ApiError::KeySpendLimit {
+                breach:
+                    KeyLimitBreach {
+                        limit,
+                        used,
+                        required,
+                    },
+                ..
+            } => Some(json!({
                 "limit_micros": limit, "limit_usd": limit.usd(),
                 "used_micros": used, "used_usd": used.usd(),
                 "required_micros": required, "required_usd": required.usd(),
@@ -225,6 +237,53 @@ impl ApiError {
     }
 }
 
+/// What a client can change when its balance or key limit does not cover a request (the end
+/// of the 402 message), by what the endpoint bills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remedy {
+    /// Token-priced with an output limit: lower that field (`max_tokens`,
+    /// `max_output_tokens`).
+    FewerTokens(&'static str),
+    /// Token-priced with no output limit (the output was already cut to the balance): the
+    /// prompt alone is not covered; shorten that field (`messages`, `input`).
+    ShorterPrompt(&'static str),
+    /// Transcriptions and translations, billed per second of audio.
+    ShorterAudio,
+    /// Speech, billed per character of `input`.
+    ShorterInput,
+}
+
+impl std::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::FewerTokens(field) => write!(f, "lower `{field}`"),
+            Self::ShorterPrompt(field) => write!(f, "shorten `{field}`"),
+            Self::ShorterAudio => f.write_str("send shorter audio (billed per second)"),
+            Self::ShorterInput => f.write_str("send a shorter `input` (billed per character)"),
+        }
+    }
+}
+
+impl ApiError {
+    /// This error with `remedy` in its 402 message (other errors pass unchanged).
+    #[must_use]
+    pub fn with_remedy(self, remedy: Remedy) -> Self {
+        match self {
+            Self::InsufficientBalance {
+                required,
+                available,
+                ..
+            } => Self::InsufficientBalance {
+                required,
+                available,
+                remedy,
+            },
+            Self::KeySpendLimit { breach, .. } => Self::KeySpendLimit { breach, remedy },
+            other => other,
+        }
+    }
+}
+
 impl From<MeterError> for ApiError {
     fn from(e: MeterError) -> Self {
         match e {
@@ -234,8 +293,12 @@ impl From<MeterError> for ApiError {
             } => Self::InsufficientBalance {
                 required,
                 available,
+                remedy: Remedy::FewerTokens("max_tokens"),
             },
-            MeterError::KeySpendLimit(b) => Self::KeySpendLimit(b),
+            MeterError::KeySpendLimit(breach) => Self::KeySpendLimit {
+                breach,
+                remedy: Remedy::FewerTokens("max_tokens"),
+            },
             MeterError::IdempotencyInFlight { retry_after_s } => {
                 Self::IdempotencyInFlight { retry_after_s }
             }
@@ -341,7 +404,7 @@ impl IntoResponse for ApiError {
                 h.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
             }
             ApiError::InsufficientBalance { .. }
-            | ApiError::KeySpendLimit(_)
+            | ApiError::KeySpendLimit { .. }
             | ApiError::ModelNotAvailable { .. } => {
                 h.insert("x-should-retry", HeaderValue::from_static("false"));
             }

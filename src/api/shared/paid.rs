@@ -190,15 +190,30 @@ fn sort_keys(v: &mut serde_json::Value) {
 /// without weights is refused at once (no hub attempt when the hub did not answer its probe).
 ///
 /// # Errors
-/// 404 `model_not_found`; 403 `model_license_forbids_commercial_use`; 404
-/// `model_not_available` (the full reason is logged at info).
+/// 404 `model_not_found`; 400 `model_not_supported` for a speech model; 403
+/// `model_license_forbids_commercial_use`; 404 `model_not_available` (the full reason is
+/// logged at info).
 pub async fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
-    let entry = state
-        .models
-        .catalog
-        .get(model)
-        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?
-        .clone();
+    let Some(entry) = state.models.catalog.get(model).cloned() else {
+        return Err(match state.models.catalog.audio_model(model) {
+            Some(a) => ApiError::bad(
+                "model",
+                Code::ModelNotSupported,
+                format!(
+                    "The model `{model}` {}; it does not generate text. Use {}.",
+                    match a.kind {
+                        AudioKind::Transcription => "transcribes audio",
+                        AudioKind::Speech => "speaks text",
+                    },
+                    match a.kind {
+                        AudioKind::Transcription => "`POST /v1/audio/transcriptions`",
+                        AudioKind::Speech => "`POST /v1/audio/speech`",
+                    }
+                ),
+            ),
+            None => ApiError::ModelNotFound(model.to_owned()),
+        });
+    };
     if !entry.commercial_use {
         return Err(ApiError::NotLicensed(model.to_owned()));
     }

@@ -82,6 +82,38 @@ pub struct ChatCompletionRequest {
     /// With `logprobs: true`: how many most likely tokens to report per step.
     #[schema(minimum = 0, maximum = 20)]
     top_logprobs: Option<u64>,
+    /// Sample only among the `top_k` most likely tokens; 0 or -1 turn it off (vLLM,
+    /// llama.cpp). Greedy (`temperature: 0`) ignores it.
+    #[schema(minimum = -1)]
+    top_k: Option<i64>,
+    /// Drop tokens less likely than `min_p` times the most likely one; 0 turns it off.
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    min_p: Option<f64>,
+    /// CTRL repetition penalty over the prompt's and the output's tokens (transformers,
+    /// vLLM): a seen token's logit is divided by it when positive, multiplied when negative.
+    /// 1 turns it off.
+    #[schema(exclusive_minimum = 0.0, maximum = 10.0)]
+    repetition_penalty: Option<f64>,
+    /// Token id (decimal string, from the model's vocabulary) to a bias in [-100, 100] added to
+    /// its logit; -100 bans the token, +100 all but forces it. At most 1024 entries; an id
+    /// outside the vocabulary is 400 `invalid_value`.
+    #[schema(value_type = Option<HashMap<String, f64>>)]
+    logit_bias: Option<Value>,
+    /// Deprecated form of `tools`: the function objects alone. Not with `tools`.
+    functions: Option<Vec<Value>>,
+    /// Deprecated form of `tool_choice`: `none`, `auto` or `{"name": ...}`. Calls come back
+    /// as `tool_calls`.
+    #[schema(value_type = Option<Value>)]
+    function_call: Option<Value>,
+    /// Accepted only as `false` (responses are not stored for chat).
+    store: Option<bool>,
+    /// Accepted only as `auto` or `default`.
+    service_tier: Option<String>,
+    /// Accepted only as `["text"]`.
+    modalities: Option<Vec<String>>,
+    /// Accepted only as `{}`.
+    #[schema(value_type = Option<HashMap<String, String>>)]
+    metadata: Option<Value>,
 }
 
 /// The body of `POST /v1/responses` (documentation only: bodies are parsed by

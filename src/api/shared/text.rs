@@ -8,9 +8,9 @@
 
 use super::call::Caller;
 use super::codes::Code;
-use super::error::ApiError;
+use super::error::{ApiError, Remedy};
 use super::paid;
-use super::request::{ChatRequest, ImagePart};
+use super::request::{self, ChatRequest, ImagePart};
 use super::state::AppState;
 use crate::engine::constrain::tools::ToolSyntax;
 use crate::engine::GenerateRequest;
@@ -31,6 +31,17 @@ impl Surface {
         match self {
             Self::Chat => format!("messages[{}].content[{}]", img.message, img.part),
             Self::Responses => format!("input[{}]", img.message),
+        }
+    }
+
+    /// What the 402 of a request with output limit `max_tokens` (the field used, if any) tells
+    /// the client to change, in this surface's field names.
+    pub fn remedy(self, max_tokens: Option<(usize, &'static str)>) -> Remedy {
+        match (self, max_tokens) {
+            (Self::Chat, Some((_, field))) => Remedy::FewerTokens(field),
+            (Self::Responses, Some(_)) => Remedy::FewerTokens("max_output_tokens"),
+            (Self::Chat, None) => Remedy::ShorterPrompt("messages"),
+            (Self::Responses, None) => Remedy::ShorterPrompt("input"),
         }
     }
 
@@ -87,6 +98,9 @@ pub async fn paid_request(
     let prompt = paid::prepare(state, &chat.model, &chat.input)
         .await
         .map_err(|e| surface.context_error(e))?;
+    if let Some(vocab) = prompt.vocab_size {
+        request::sampling::check_logit_bias(&chat.sampling.logit_bias, vocab)?;
+    }
     let max_new_tokens =
         paid::max_new_tokens(&prompt, chat.max_tokens).map_err(|e| surface.context_error(e))?;
     let tool_syntax = prompt.tool_syntax.clone();
@@ -107,6 +121,7 @@ pub async fn paid_request(
         },
         idempotency,
         started: caller.started,
+        fit_to_balance: chat.max_tokens.is_none(),
     };
     Ok((request, tool_syntax))
 }

@@ -6,7 +6,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::api::shared::error::ApiError;
-use crate::api::shared::request::ACCEPTED_PARAMETERS;
+use crate::api::shared::request::SUPPORTED_PARAMETERS;
 use crate::api::shared::schema::{ErrorBody, LanguageCosts};
 use crate::api::shared::state::Models;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
@@ -24,7 +24,7 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
         resolve::availability(m, &state.weights_dir).map_err(|(short, _)| short)
     };
     let languages = state.languages.get(&m.id).and_then(|l| l.multipliers());
-    ModelRecord::of(m, &ACCEPTED_PARAMETERS, languages, loaded, available)
+    ModelRecord::of(m, &SUPPORTED_PARAMETERS, languages, loaded, available)
 }
 
 /// The record of speech model `m`, with whether it can run here now.

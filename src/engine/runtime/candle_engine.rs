@@ -266,6 +266,7 @@ fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
 /// of the model's format (with the `auto` trigger), or the trigger banned under `none`.
 fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
     let mut prompt = Prompt::plain(model, prompt_ids(f, input)?, f.context_length);
+    prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
     let env = || {
         f.grammar_env
             .get_or_init(|| GrammarEnv::new(f.tokenizer.clone()))

@@ -1,11 +1,19 @@
-//! Sampler: turns one row of logits into a token id (greedy, temperature, top-p), after
-//! OpenAI's presence and frequency penalties.
+//! Sampler: turns one row of logits into a token id (greedy, or temperature with top-k, top-p
+//! and min-p), after `logit_bias` and the penalties.
 //!
-//! Penalties follow OpenAI's documented formula (API reference, "Parameter details"):
-//! `logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty`, with counts
-//! over the tokens generated so far.
+//! The logits are adjusted in this order (`Sampler::penalize`), then drawn from (`pick`):
+//! - `logit_bias`: added to the listed tokens' logits (OpenAI; -100 bans, +100 forces).
+//! - OpenAI's penalties (API reference, "Parameter details"):
+//!   `logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty`, with counts
+//!   over the tokens generated so far.
+//! - `repetition_penalty` (CTRL, Keskar et al. 2019, as in transformers'
+//!   `RepetitionPenaltyLogitsProcessor` and vLLM): the logit of every token seen in the prompt
+//!   or the output is divided by the penalty when positive and multiplied by it when negative.
+//! - At temperature > 0, the candidates are cut to the `top_k` most likely, then to the
+//!   `top_p` nucleus, then to those at least `min_p` times as likely as the most likely one
+//!   (Nguyen et al. 2024, "Min P Sampling"), and one is drawn. Greedy ignores all three.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -26,6 +34,16 @@ pub struct SamplingParams {
     /// `Some(k)`: report each chosen token's log-probability and the `k` (0-20) most likely
     /// tokens at its step (OpenAI `logprobs` / `top_logprobs`); `None`: off.
     pub logprobs: Option<usize>,
+    /// Keep only the `top_k` most likely tokens; 0 disables it (vLLM's and llama.cpp's
+    /// `top_k`).
+    pub top_k: usize,
+    /// Drop tokens less likely than `min_p` times the most likely one, in [0, 1]; 0 disables it.
+    pub min_p: f32,
+    /// CTRL repetition penalty over prompt and output tokens, > 0; 1 disables it.
+    pub repetition_penalty: f32,
+    /// Added to the logits of these token ids (OpenAI `logit_bias`, each in [-100, 100]); the
+    /// ids are below the model's vocabulary size (checked before submission).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -37,6 +55,10 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             logprobs: None,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -99,19 +121,32 @@ pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
     counts: HashMap<u32, u32>,
+    /// Prompt tokens, kept only when `repetition_penalty` is on.
+    prompt_seen: HashSet<u32>,
 }
 
 impl Sampler {
     /// A sampler seeded from `params.seed`, or from the OS when none is given.
     pub fn new(params: SamplingParams) -> Self {
+        Self::with_prompt(params, &[])
+    }
+
+    /// A sampler whose `repetition_penalty` also covers the `prompt` token ids.
+    pub fn with_prompt(params: SamplingParams, prompt: &[u32]) -> Self {
         let rng = match params.seed {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_os_rng(),
+        };
+        let prompt_seen = if params.repetition_penalty == 1.0 {
+            HashSet::new()
+        } else {
+            prompt.iter().copied().collect()
         };
         Self {
             params,
             rng,
             counts: HashMap::new(),
+            prompt_seen,
         }
     }
 
@@ -124,9 +159,23 @@ impl Sampler {
         tok
     }
 
-    /// Apply the presence and frequency penalties to `logits` in place (once per step).
+    /// Apply `logit_bias` and the penalties to `logits` in place (once per step; module doc).
     pub fn penalize(&self, logits: &mut [f32]) {
         let p = &self.params;
+        for &(tok, bias) in &p.logit_bias {
+            if let Some(l) = logits.get_mut(tok as usize) {
+                *l += bias;
+            }
+        }
+        if p.repetition_penalty != 1.0 {
+            let r = p.repetition_penalty;
+            let seen = self.counts.keys().filter(|t| !self.prompt_seen.contains(t));
+            for &tok in self.prompt_seen.iter().chain(seen) {
+                if let Some(l) = logits.get_mut(tok as usize) {
+                    *l = if *l > 0.0 { *l / r } else { *l * r };
+                }
+            }
+        }
         if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
             for (&tok, &n) in &self.counts {
                 if let Some(l) = logits.get_mut(tok as usize) {
@@ -171,8 +220,14 @@ impl Sampler {
                 (u32::try_from(i).unwrap_or(u32::MAX), e)
             })
             .collect();
+        let by_prob = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = self.params.top_k;
+        if k > 0 && k < probs.len() {
+            probs.select_nth_unstable_by(k - 1, by_prob);
+            probs.truncate(k);
+        }
         if self.params.top_p < 1.0 {
-            probs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            probs.sort_unstable_by(by_prob);
             let total: f32 = probs.iter().map(|x| x.1).sum();
             let mut acc = 0.0;
             let mut keep = probs.len();
@@ -184,6 +239,11 @@ impl Sampler {
                 }
             }
             probs.truncate(keep.max(1));
+        }
+        if self.params.min_p > 0.0 {
+            // The most likely token has weight 1 (its logit is `max`).
+            let floor = self.params.min_p;
+            probs.retain(|&(_, p)| p >= floor);
         }
         let total: f32 = probs.iter().map(|x| x.1).sum();
         if total <= 0.0 || !total.is_finite() {
@@ -332,6 +392,59 @@ mod tests {
         let mut second = [0.0, 2.0, 1.0];
         assert_eq!(s.sample(&mut second), 2);
         assert!((second[1] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_and_min_p_cut_the_candidates() {
+        let logits = [1.0_f32, 3.0, 2.9, 0.5];
+        let draw = |p: SamplingParams| {
+            let mut s = Sampler::new(p);
+            (0..200)
+                .map(|_| s.sample(&mut logits.clone()))
+                .collect::<HashSet<_>>()
+        };
+        let base = params(1.0, 1.0, 5);
+        assert_eq!(draw(base.clone()).len(), 4);
+        let top1 = draw(SamplingParams {
+            top_k: 1,
+            ..base.clone()
+        });
+        assert_eq!(top1, HashSet::from([1]));
+        let top2 = draw(SamplingParams {
+            top_k: 2,
+            ..base.clone()
+        });
+        assert_eq!(top2, HashSet::from([1, 2]));
+        // exp(-0.1) = 0.905 and exp(-2) = 0.135 of the top token's probability.
+        let min_p = draw(SamplingParams { min_p: 0.5, ..base });
+        assert_eq!(min_p, HashSet::from([1, 2]));
+    }
+
+    #[test]
+    fn logit_bias_and_repetition_penalty_adjust_the_logits() {
+        let s = Sampler::with_prompt(
+            SamplingParams {
+                logit_bias: vec![(0, -100.0), (3, 5.0)],
+                repetition_penalty: 2.0,
+                ..params(0.0, 1.0, 1)
+            },
+            &[1, 2],
+        );
+        let mut l = [4.0_f32, 4.0, -1.0, 0.0];
+        s.penalize(&mut l);
+        // Token 1 (in the prompt, positive) halves, token 2 (negative) doubles.
+        assert_eq!(l, [-96.0, 2.0, -2.0, 5.0]);
+        let off = Sampler::new(params(0.0, 1.0, 1));
+        let mut l = [4.0_f32, 4.0, -1.0, 0.0];
+        off.penalize(&mut l);
+        assert_eq!(l, [4.0, 4.0, -1.0, 0.0]);
+        // Generated tokens count too.
+        let mut s = Sampler::new(SamplingParams {
+            repetition_penalty: 4.0,
+            ..params(0.0, 1.0, 1)
+        });
+        assert_eq!(s.sample(&mut [1.0, 2.0, 0.0]), 1);
+        assert_eq!(s.sample(&mut [1.0, 2.0, 0.0]), 0);
     }
 
     #[test]

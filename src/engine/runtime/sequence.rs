@@ -72,7 +72,8 @@ impl Seq {
         kv_reserved: usize,
     ) -> Self {
         let grammar = job.request.prompt.grammar.take();
-        let sampler = Sampler::new(job.request.sampling.clone());
+        let sampler =
+            Sampler::with_prompt(job.request.sampling.clone(), &job.request.prompt.token_ids);
         let stop = StopMatcher::new(job.request.stop.clone());
         Self {
             job,

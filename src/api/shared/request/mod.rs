@@ -12,13 +12,16 @@
 //! request may have (400 naming the field), so nothing oversized is cloned or compiled.
 //!
 //! Submodules: `messages` (the conversation), `tools` (`tools`, `tool_choice`,
-//! `parallel_tool_calls`, `response_format`), `bounds` (the size limits of tools, schemas and
+//! `parallel_tool_calls`, `response_format`, and the legacy `functions` / `function_call`),
+//! `sampling` (`top_k`, `min_p`, `repetition_penalty`, `logit_bias`, and the fields accepted
+//! only with a value that asks for nothing), `bounds` (the size limits of tools, schemas and
 //! metadata).
 
 pub mod bounds;
 mod messages;
 mod response_items;
 pub mod responses;
+pub mod sampling;
 pub mod size;
 pub mod speech;
 mod tools;
@@ -35,7 +38,7 @@ use crate::engine::{ChatInput, SamplingParams};
 /// Most choices one request may ask for (`n`).
 pub const MAX_CHOICES: u64 = 8;
 
-pub const ACCEPTED_PARAMETERS: [&str; 20] = [
+pub const ACCEPTED_PARAMETERS: [&str; 30] = [
     "model",
     "messages",
     "stream",
@@ -56,7 +59,27 @@ pub const ACCEPTED_PARAMETERS: [&str; 20] = [
     "response_format",
     "logprobs",
     "top_logprobs",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "logit_bias",
+    "functions",
+    "function_call",
+    "store",
+    "service_tier",
+    "modalities",
+    "metadata",
 ];
+
+/// The fields a model record lists as `supported_parameters`: the accepted ones less those
+/// accepted only as no-ops (`sampling::NO_OP_FIELDS`).
+pub static SUPPORTED_PARAMETERS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| {
+        ACCEPTED_PARAMETERS
+            .into_iter()
+            .filter(|p| !sampling::NO_OP_FIELDS.iter().any(|(f, _)| f == p))
+            .collect()
+    });
 
 /// A validated chat request.
 #[derive(Debug, Clone)]
@@ -91,8 +114,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         v.err("model", "must not be empty");
     }
     let (messages, images) = v.messages();
-    let tools = v.tools();
-    let tool_choice = v.tool_choice();
+    let (tools, tool_choice) = v.tools_or_functions();
     let parallel = v.bool("parallel_tool_calls").unwrap_or(true);
     let response_format = v.response_format();
     let stream = v.bool("stream").unwrap_or(false);
@@ -109,6 +131,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let _ = v.string("user", false);
     let logprobs = v.bool("logprobs").unwrap_or(false);
     let top_logprobs = v.integer("top_logprobs", 0);
+    let extra = v.extra_sampling();
     if n > MAX_CHOICES {
         v.err("n", "must be an integer between 1 and 8");
     }
@@ -118,6 +141,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     if !v.errors.is_empty() {
         return Err(ApiError::Validation(v.errors));
     }
+    v.no_op_fields()?;
     if top_logprobs.is_some() && !logprobs {
         return Err(ApiError::BadRequest {
             param: Some("top_logprobs".into()),
@@ -140,6 +164,10 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         presence_penalty: presence_penalty as f32,
         frequency_penalty: frequency_penalty as f32,
         logprobs: logprobs.then(|| to_usize(top_logprobs.unwrap_or(0))),
+        top_k: extra.top_k,
+        min_p: extra.min_p,
+        repetition_penalty: extra.repetition_penalty,
+        logit_bias: extra.logit_bias,
     };
     Ok(ChatRequest {
         model,
@@ -171,7 +199,7 @@ mod tests {
     fn malformed_json_unknown_field_and_validation_are_distinct() {
         assert!(matches!(err("{"), ApiError::InvalidJson(_)));
         assert!(
-            matches!(err(r#"{"model":"m","messages":[],"logit_bias":{}}"#), ApiError::UnsupportedParameter(p) if p == ["logit_bias"])
+            matches!(err(r#"{"model":"m","messages":[],"best_of":2}"#), ApiError::UnsupportedParameter(p) if p == ["best_of"])
         );
         let ApiError::Validation(errs) = err(r#"{"messages":[],"temperature":3,"stop":[1]}"#)
         else {
@@ -222,14 +250,14 @@ mod tests {
     #[test]
     fn every_unsupported_parameter_is_listed_and_nulls_are_skipped() {
         let e = err(
-            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{},"tools":null,"audio":{},"metadata":null}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"best_of":2,"tools":null,"audio":{},"metadata":null}"#,
         );
-        assert!(matches!(&e, ApiError::UnsupportedParameter(p) if p == &["logit_bias", "audio"]));
+        assert!(matches!(&e, ApiError::UnsupportedParameter(p) if p == &["best_of", "audio"]));
         let body = serde_json::to_value(e.envelope(None)).unwrap();
-        assert_eq!(body["error"]["param"], "logit_bias");
+        assert_eq!(body["error"]["param"], "best_of");
         assert_eq!(
             body["error"]["details"]["unsupported"],
-            serde_json::json!(["logit_bias", "audio"])
+            serde_json::json!(["best_of", "audio"])
         );
     }
 
@@ -318,5 +346,78 @@ mod tests {
         ));
         let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}"#).unwrap();
         assert!(r.input.constraint.is_none());
+    }
+
+    #[test]
+    fn peer_samplers_and_logit_bias_are_read_and_checked() {
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":40,"min_p":0.05,"repetition_penalty":1.1,"logit_bias":{"42":-100,"7":2.5}}"#).unwrap();
+        assert_eq!(r.sampling.top_k, 40);
+        assert!((r.sampling.min_p - 0.05).abs() < 1e-6);
+        assert!((r.sampling.repetition_penalty - 1.1).abs() < 1e-6);
+        assert_eq!(r.sampling.logit_bias, vec![(42, -100.0), (7, 2.5)]);
+        let off = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":-1}"#)
+            .unwrap();
+        assert_eq!(off.sampling.top_k, 0);
+        assert_eq!(off.sampling.repetition_penalty, 1.0);
+        let ApiError::Validation(errs) = err(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":-2,"min_p":2,"repetition_penalty":0,"logit_bias":{"x":1,"5":101}}"#,
+        ) else {
+            panic!()
+        };
+        let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
+        assert_eq!(
+            params,
+            [
+                "top_k",
+                "min_p",
+                "repetition_penalty",
+                "logit_bias.x",
+                "logit_bias.5"
+            ]
+        );
+        assert!(sampling::check_logit_bias(&[(99, 1.0)], 100).is_ok());
+        let e = sampling::check_logit_bias(&[(100, 1.0)], 100).unwrap_err();
+        assert_eq!(e.parts().3.as_deref(), Some("logit_bias"));
+    }
+
+    #[test]
+    fn no_op_values_pass_and_others_name_the_field() {
+        let msgs = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
+        parse(format!(r#"{{{msgs},"store":false,"service_tier":"auto","modalities":["text"],"metadata":{{}}}}"#).as_bytes()).unwrap();
+        for (field, value) in [
+            ("store", "true"),
+            ("service_tier", r#""flex""#),
+            ("modalities", r#"["text","audio"]"#),
+            ("metadata", r#"{"a":"b"}"#),
+        ] {
+            match err(&format!(r#"{{{msgs},"{field}":{value}}}"#)) {
+                ApiError::BadRequest { param, code, .. } => {
+                    assert_eq!(param.as_deref(), Some(field));
+                    assert_eq!(code, Code::UnsupportedValue);
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn legacy_functions_are_tools() {
+        use crate::engine::{OutputConstraint, ToolChoice};
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"functions":[{"name":"f","parameters":{"type":"object"}}],"function_call":{"name":"f"}}"#).unwrap();
+        assert_eq!(r.input.tools[0].name, "f");
+        assert_eq!(
+            r.input.constraint,
+            Some(OutputConstraint::Tools {
+                choice: ToolChoice::Function("f".into()),
+                parallel: true
+            })
+        );
+        let ApiError::Validation(errs) = err(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"functions":[{"name":""}],"tools":[],"function_call":"required"}"#,
+        ) else {
+            panic!()
+        };
+        let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
+        assert_eq!(params, ["tools", "functions[0].name", "function_call"]);
     }
 }

@@ -22,27 +22,71 @@ use crate::engine::constrain::grammar::{self, GrammarSpec};
 use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};
 
 impl Validator<'_> {
-    /// `tools`: `[{type: "function", function: {name, description?, parameters?, strict?}}]`.
-    pub(super) fn tools(&mut self) -> Vec<ToolSpec> {
-        let Some(v) = self.present("tools") else {
+    /// The tools and the choice among them: `tools` and `tool_choice`, or the legacy
+    /// `functions` (`[{name, description?, parameters?}]`) and `function_call` (`"none"`,
+    /// `"auto"` or `{name}`) read as the same (OpenAI deprecated them for these). Giving both
+    /// kinds is a field error.
+    pub(super) fn tools_or_functions(&mut self) -> (Vec<ToolSpec>, Option<ToolChoice>) {
+        let legacy = self.present("functions").is_some() || self.present("function_call").is_some();
+        if !legacy {
+            return (self.tools("tools", true), self.tool_choice());
+        }
+        for modern in ["tools", "tool_choice"] {
+            if self.present(modern).is_some() {
+                self.err(
+                    modern,
+                    "cannot be combined with `functions` / `function_call`",
+                );
+            }
+        }
+        let tools = self.tools("functions", false);
+        let choice = match self.present("function_call") {
+            None => None,
+            Some(Value::String(s)) if s == "none" => Some(ToolChoice::None),
+            Some(Value::String(s)) if s == "auto" => Some(ToolChoice::Auto),
+            Some(Value::Object(o)) if o.get("name").is_some_and(Value::is_string) => Some(
+                ToolChoice::Function(o["name"].as_str().unwrap_or_default().to_owned()),
+            ),
+            Some(_) => {
+                self.err("function_call", "must be none, auto or {\"name\": ...}");
+                None
+            }
+        };
+        (tools, choice)
+    }
+
+    /// The list at `key`: `tools` items `{type: "function", function: {name, description?,
+    /// parameters?, strict?}}` (`wrapped`), or `functions` items, the inner object alone.
+    fn tools(&mut self, key: &str, wrapped: bool) -> Vec<ToolSpec> {
+        let Some(v) = self.present(key) else {
             return Vec::new();
         };
         let Value::Array(list) = v else {
-            self.err("tools", "must be an array");
+            self.err(key, "must be an array");
             return Vec::new();
         };
         let mut out = Vec::new();
         for (i, t) in list.iter().enumerate() {
-            let at = format!("tools[{i}]");
-            if t.get("type").and_then(Value::as_str) != Some("function") {
-                self.err(&format!("{at}.type"), "must be `function`");
-                continue;
-            }
-            let Some(f) = t.get("function").filter(|f| f.is_object()) else {
-                self.err(
-                    &format!("{at}.function"),
-                    "is required and must be an object",
-                );
+            let item = format!("{key}[{i}]");
+            let (f, at) = if wrapped {
+                if t.get("type").and_then(Value::as_str) != Some("function") {
+                    self.err(&format!("{item}.type"), "must be `function`");
+                    continue;
+                }
+                match t.get("function").filter(|f| f.is_object()) {
+                    Some(f) => (f, format!("{item}.function")),
+                    None => {
+                        self.err(
+                            &format!("{item}.function"),
+                            "is required and must be an object",
+                        );
+                        continue;
+                    }
+                }
+            } else if t.is_object() {
+                (t, item)
+            } else {
+                self.err(&item, "must be an object");
                 continue;
             };
             let name = f.get("name").and_then(Value::as_str).unwrap_or("");
@@ -53,7 +97,7 @@ impl Validator<'_> {
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !valid {
                 self.err(
-                    &format!("{at}.function.name"),
+                    &format!("{at}.name"),
                     "is required: 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
                 );
             }
@@ -61,7 +105,7 @@ impl Validator<'_> {
                 None | Some(Value::Null) => None,
                 Some(Value::String(d)) => Some(d.clone()),
                 Some(_) => {
-                    self.err(&format!("{at}.function.description"), "must be a string");
+                    self.err(&format!("{at}.description"), "must be a string");
                     None
                 }
             };
@@ -76,17 +120,14 @@ impl Validator<'_> {
                     p
                 }
                 Some(_) => {
-                    self.err(
-                        &format!("{at}.function.parameters"),
-                        "must be a JSON Schema object",
-                    );
+                    self.err(&format!("{at}.parameters"), "must be a JSON Schema object");
                     continue;
                 }
             };
             if f.get("strict")
                 .is_some_and(|s| !s.is_boolean() && !s.is_null())
             {
-                self.err(&format!("{at}.function.strict"), "must be a boolean");
+                self.err(&format!("{at}.strict"), "must be a boolean");
             }
             if valid {
                 out.push(ToolSpec {
@@ -100,7 +141,7 @@ impl Validator<'_> {
     }
 
     /// `tool_choice`: `none`, `auto`, `required` or `{type: "function", function: {name}}`.
-    pub(super) fn tool_choice(&mut self) -> Option<ToolChoice> {
+    fn tool_choice(&mut self) -> Option<ToolChoice> {
         let v = self.present("tool_choice")?;
         match v {
             Value::String(s) => match s.as_str() {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::codes::Code;
-use crate::api::shared::error::ApiError;
+use crate::api::shared::error::{ApiError, Remedy};
 use crate::api::shared::paid;
 use crate::api::shared::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
@@ -173,18 +173,26 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         }
     };
     let req = caller.paid_units(&entry.id, units, idempotency, characters / 100 + 5);
-    Ok(match state.paid.meter.run_units(req, work, render).await? {
-        UnitsAdmission::Replay(stored) => respond(stored, true),
-        UnitsAdmission::Done(cost, _) => {
-            let audio = made.lock().unwrap_or_else(PoisonError::into_inner).take();
-            paid::priced_body(
-                audio.unwrap_or_default(),
-                container.content_type(),
-                cost.0,
-                "",
-                false,
-            )
-        }
-        UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
-    })
+    Ok(
+        match state
+            .paid
+            .meter
+            .run_units(req, work, render)
+            .await
+            .map_err(|e| ApiError::from(e).with_remedy(Remedy::ShorterInput))?
+        {
+            UnitsAdmission::Replay(stored) => respond(stored, true),
+            UnitsAdmission::Done(cost, _) => {
+                let audio = made.lock().unwrap_or_else(PoisonError::into_inner).take();
+                paid::priced_body(
+                    audio.unwrap_or_default(),
+                    container.content_type(),
+                    cost.0,
+                    "",
+                    false,
+                )
+            }
+            UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
+        },
+    )
 }

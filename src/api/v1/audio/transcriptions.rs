@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::format::{self, Format};
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::codes::Code;
-use crate::api::shared::error::ApiError;
+use crate::api::shared::error::{ApiError, Remedy};
 use crate::api::shared::paid;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::{ErrorBody, PaidErrors};
@@ -310,9 +310,17 @@ async fn handle(state: &AppState, mut call: PaidCall, task: Task) -> Result<Resp
     let render =
         move |cost, t| format::render(&t, format, translate, billed_seconds, cost, &request_id);
     let req = caller.paid_units(&entry.id, units, idempotency, billed_seconds / 5 + 5);
-    Ok(match state.paid.meter.run_units(req, work, render).await? {
-        UnitsAdmission::Replay(stored) => format::respond(format, stored, true),
-        UnitsAdmission::Done(_, stored) => format::respond(format, stored, false),
-        UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
-    })
+    Ok(
+        match state
+            .paid
+            .meter
+            .run_units(req, work, render)
+            .await
+            .map_err(|e| ApiError::from(e).with_remedy(Remedy::ShorterAudio))?
+        {
+            UnitsAdmission::Replay(stored) => format::respond(format, stored, true),
+            UnitsAdmission::Done(_, stored) => format::respond(format, stored, false),
+            UnitsAdmission::Failed(e) => return Err(ApiError::from_audio(&entry.id, e)),
+        },
+    )
 }

@@ -52,6 +52,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let (stream, include_usage) = (req.stream, req.include_usage);
     let logprobs = req.sampling.logprobs.is_some();
     let (model, n) = (req.model.clone(), req.n);
+    let remedy = Surface::Chat.remedy(req.max_tokens);
     let (paid_request, tool_syntax) =
         text::paid_request(state, &call.caller, req, n, idempotency, Surface::Chat).await?;
     let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, tool_syntax);
@@ -62,11 +63,14 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         let meta = meta.clone();
         Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
     };
-    Ok(match state.paid.meter.admit(paid_request, mode).await? {
-        Admission::Replay(stored) => paid::stored(stored, true),
-        Admission::Streaming(events, settlement) => {
-            self::sse::stream_response(meta, include_usage, events, settlement).into_response()
-        }
-        Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
-    })
+    let admitted = state.paid.meter.admit(paid_request, mode).await;
+    Ok(
+        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
+            Admission::Replay(stored) => paid::stored(stored, true),
+            Admission::Streaming(events, settlement) => {
+                self::sse::stream_response(meta, include_usage, events, settlement).into_response()
+            }
+            Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
+        },
+    )
 }

@@ -170,6 +170,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         chat.sampling.top_p,
     );
     let store = echo.store;
+    let remedy = Surface::Responses.remedy(chat.max_tokens);
     // A response has one output; the Responses API has no `n`.
     let (paid_request, tool_syntax) = text::paid_request(
         state,
@@ -192,19 +193,22 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     conversation.extend(input_messages);
     let mode = mode(&meta, stream);
     let saver = store.then(|| saver(state, account, conversation));
-    Ok(match state.paid.meter.admit(paid_request, mode).await? {
-        Admission::Replay(stored) => paid::stored(stored, true),
-        Admission::Streaming(events, settlement) => {
-            sse::stream_response(meta, events, settlement, saver).into_response()
-        }
-        Admission::Completing(completion) => {
-            let (_, response) = completion.wait().await?;
-            if let Some(save) = saver {
-                save(response.body.clone()).await;
+    let admitted = state.paid.meter.admit(paid_request, mode).await;
+    Ok(
+        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
+            Admission::Replay(stored) => paid::stored(stored, true),
+            Admission::Streaming(events, settlement) => {
+                sse::stream_response(meta, events, settlement, saver).into_response()
             }
-            paid::stored(response, false)
-        }
-    })
+            Admission::Completing(completion) => {
+                let (_, response) = completion.wait().await?;
+                if let Some(save) = saver {
+                    save(response.body.clone()).await;
+                }
+                paid::stored(response, false)
+            }
+        },
+    )
 }
 
 /// Saves a finished response of `account` with the conversation it ends (`conversation` plus

@@ -18,6 +18,12 @@
 //! gap; at most `MAX_LEAD_WS` before the call), not by the parser: a model that writes more
 //! whitespace than that inside the header before the grammar takes over yields a call read
 //! without the grammar's guarantee (not seen in practice).
+//!
+//! The call may also come in doubled braces, `{{"name": ..., "arguments": {...}}}`: the chat
+//! template in Qwen2.5-Coder's GGUF files shows the call format as `{{"name": <function-name>,
+//! ...}}` (a Python format string printed unformatted), and the model copies it (3 of 10 first
+//! turns at default temperature, measured on the weather prompt). The outer pair is read as
+//! part of the opening and the closing, like a fence.
 
 use super::header::{read_header, Header};
 use super::schema::call_schema;
@@ -39,11 +45,16 @@ pub enum Opening {
     No,
     /// A prefix of one: more text is needed.
     Maybe,
-    /// The call's `{` starts at byte `used` (after whitespace and the fence, if `fenced`).
-    Open { fenced: bool, used: usize },
+    /// The call's `{` starts at byte `used` (after whitespace, the fence if `fenced`, and the
+    /// outer `{` of the doubled form if `doubled`).
+    Open {
+        fenced: bool,
+        doubled: bool,
+        used: usize,
+    },
 }
 
-/// Read the start of a message: `[ws]{0,4}` then an optional fence line, then `{`.
+/// Read the start of a message: `[ws]{0,4}` then an optional fence line, then `{` or `{{`.
 pub fn opening(text: &str) -> Opening {
     let body = text.trim_start_matches([' ', '\n']);
     let ws = text.len() - body.len();
@@ -61,13 +72,18 @@ pub fn opening(text: &str) -> Opening {
     if rest.is_empty() {
         return Opening::Maybe;
     }
-    if rest.starts_with('{') {
-        Opening::Open {
-            fenced,
-            used: text.len() - rest.len(),
-        }
-    } else {
-        Opening::No
+    if rest == "{" {
+        // `{` or the first of `{{`: the next character decides.
+        return Opening::Maybe;
+    }
+    if !rest.starts_with('{') {
+        return Opening::No;
+    }
+    let doubled = rest.starts_with("{{");
+    Opening::Open {
+        fenced,
+        doubled,
+        used: text.len() - rest.len() + usize::from(doubled),
     }
 }
 
@@ -87,11 +103,12 @@ pub fn check(text: &str) -> LeadCheck {
 
 /// The lead grammar of `offered`: optional leading whitespace, then one call object (name one
 /// of `offered`, then `arguments`, or Llama's `parameters`, in that tool's schema), bare or
-/// fenced, in bounded pretty-printed JSON.
+/// fenced, in doubled braces or not, in bounded pretty-printed JSON.
 pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
     let mut lark = String::from("%llguidance {}\n");
     lark.push_str("start: LEAD_WS? body\n");
-    lark.push_str("body: call | FENCE call FENCE_END\n");
+    lark.push_str("body: inner | FENCE inner FENCE_END\n");
+    lark.push_str("inner: call | \"{\" call \"}\"\n");
     lark.push_str(&format!("LEAD_WS: /[ \\n]{{1,{MAX_LEAD_WS}}}/\n"));
     lark.push_str("FENCE: /```(json)?\\n/\n");
     lark.push_str("FENCE_END: /\\n?```/\n");
@@ -121,10 +138,12 @@ mod tests {
         assert_eq!(opening("\n``"), Opening::Maybe);
         assert_eq!(opening("```js"), Opening::Maybe);
         assert_eq!(opening("```json\n"), Opening::Maybe);
+        assert_eq!(opening("```json\n{"), Opening::Maybe);
         assert_eq!(
-            opening("```json\n{"),
+            opening("```json\n{\n"),
             Opening::Open {
                 fenced: true,
+                doubled: false,
                 used: 8
             }
         );
@@ -132,6 +151,15 @@ mod tests {
             opening(" {\"name\""),
             Opening::Open {
                 fenced: false,
+                doubled: false,
+                used: 1
+            }
+        );
+        assert_eq!(
+            opening("{{\"name\""),
+            Opening::Open {
+                fenced: false,
+                doubled: true,
                 used: 1
             }
         );
@@ -146,6 +174,11 @@ mod tests {
         assert_eq!(check(&pretty[..20]), LeadCheck::Undecided);
         assert_eq!(check(pretty), LeadCheck::Commit);
         assert_eq!(check("{\"title\": \"x\"}"), LeadCheck::Abandon);
+        assert_eq!(
+            check("{{\"name\": \"get_weather\", \"arguments\": {"),
+            LeadCheck::Commit
+        );
+        assert_eq!(check("{{ x }}"), LeadCheck::Abandon);
         assert_eq!(check("Paris is sunny."), LeadCheck::Abandon);
     }
 }

@@ -35,6 +35,13 @@ enum State {
     AfterArgs,
 }
 
+/// How a bare JSON call was opened (`lead::Opening::Open`), so its closing is read alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bare {
+    fenced: bool,
+    doubled: bool,
+}
+
 /// Incremental parser for one generation.
 #[derive(Debug, Clone)]
 pub struct ToolCallParser {
@@ -47,8 +54,8 @@ pub struct ToolCallParser {
     /// The text that opened the current block (the trigger, or a bare call's lead), given back
     /// as content when the block turns out not to be a call.
     opener: String,
-    /// The current call is a bare JSON call (`Some(fenced)`), not a tagged one.
-    bare: Option<bool>,
+    /// The current call is a bare JSON call, not a tagged one.
+    bare: Option<Bare>,
 }
 
 impl ToolCallParser {
@@ -78,14 +85,13 @@ impl ToolCallParser {
         out
     }
 
-    /// The end of the generation: held-back text becomes content (outside a call).
+    /// The end of the generation: held-back text becomes content (outside a call). A call
+    /// header cut short (by `max_tokens` or a stop sequence) is dropped, not given back: it is
+    /// call syntax, and a header that cannot be a call was given back as soon as it was read.
     pub fn finish(&mut self) -> Vec<ToolEvent> {
         let mut out = Vec::new();
         if self.state == State::Content && !self.buf.trim().is_empty() {
             out.push(ToolEvent::Content(std::mem::take(&mut self.buf)));
-        } else if matches!(self.state, State::Header) && self.calls == 0 {
-            // A malformed tag with no call: give the text back.
-            out.push(ToolEvent::Content(format!("{}{}", self.opener, self.buf)));
         }
         self.buf.clear();
         out
@@ -113,9 +119,13 @@ impl ToolCallParser {
         if self.calls == 0 && !self.emitted_content {
             match lead::opening(&self.buf) {
                 Opening::Maybe => return false,
-                Opening::Open { fenced, used } => {
+                Opening::Open {
+                    fenced,
+                    doubled,
+                    used,
+                } => {
                     self.opener = self.buf.drain(..used).collect();
-                    self.bare = Some(fenced);
+                    self.bare = Some(Bare { fenced, doubled });
                     self.state = State::Header;
                     return true;
                 }
@@ -239,8 +249,18 @@ impl ToolCallParser {
             return self.bad_after();
         };
         let r = rest.trim_start_matches([' ', '\n']);
-        if let Some(fenced) = self.bare {
-            // A bare call ends at its `}`; a fenced one also takes the closing fence.
+        if let Some(Bare { fenced, doubled }) = self.bare {
+            // A bare call ends at its `}` (and the outer `}` if doubled); a fenced one also
+            // takes the closing fence.
+            let (r, rest) = if doubled {
+                match r.strip_prefix('}') {
+                    Some(after) => (after.trim_start_matches([' ', '\n']), after),
+                    None if r.is_empty() => return false,
+                    None => (r, rest),
+                }
+            } else {
+                (r, rest)
+            };
             let used = match r.strip_prefix("```") {
                 Some(after) if fenced => self.buf.len() - after.len(),
                 None if fenced && "```".starts_with(r) => return false,
@@ -385,6 +405,34 @@ mod tests {
             assert_eq!(by_chars(f, fenced), want(args));
             let bare = " {\"name\": \"get_weather\", \"arguments\": {}}";
             assert_eq!(by_chars(f, bare), want("{}"));
+        }
+    }
+
+    #[test]
+    fn doubled_braces_are_a_call_and_a_cut_header_is_not_content() {
+        let want = (
+            String::new(),
+            vec![(
+                "get_weather".to_owned(),
+                "{\"location\": \"Paris\"}".to_owned(),
+            )],
+        );
+        for text in [
+            "{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}}",
+            "```json\n{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}}\n```",
+        ] {
+            assert_eq!(whole(ToolFormat::Hermes, text), want, "{text}");
+            assert_eq!(by_chars(ToolFormat::Hermes, text), want, "{text}");
+        }
+        let after = "{{\"name\": \"get_weather\", \"arguments\": {}}} Done.";
+        assert_eq!(whole(ToolFormat::Hermes, after).0, " Done.");
+        for (f, cut) in [
+            (ToolFormat::SmolLm, "<tool_call>[{\"name"),
+            (ToolFormat::Hermes, "<tool_call>\n{\"name\": \"get_wea"),
+            (ToolFormat::Hermes, "{{\"name\": \"get_weather\", \"argu"),
+        ] {
+            assert_eq!(whole(f, cut), (String::new(), vec![]), "{f:?} {cut}");
+            assert_eq!(by_chars(f, cut), (String::new(), vec![]), "{f:?} {cut}");
         }
     }
 
