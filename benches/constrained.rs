@@ -96,7 +96,7 @@ fn mask_cost(path: &Path) {
         t0.elapsed().as_secs_f64() * 1e3
     );
     let (tool_spec, _) = ToolFormat::Hermes
-        .grammar(&[weather_tool()], &ToolChoice::Required, true)
+        .grammar(&[weather_tool()], &ToolChoice::Required, true, None)
         .expect("tool grammar");
     let cases = [
         (

@@ -58,7 +58,7 @@ fn llama3_calls_follow_the_grammar_on_the_real_vocabulary() {
     let call = r#"{"name": "get_weather", "parameters": {"location": "Paris"}}"#;
     let compile = |choice: ToolChoice| {
         let (spec, start) = ToolFormat::Llama3
-            .grammar(&[weather()], &choice, true)
+            .grammar(&[weather()], &choice, true, None)
             .expect("grammar");
         env.compile(spec, start).expect("compile")
     };

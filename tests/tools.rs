@@ -241,3 +241,32 @@ async fn json_schema_output_validates_on_both_models() {
         assert_eq!(out.as_object().unwrap().len(), 3, "{out}");
     }
 }
+
+/// A JSON `response_format` with tools under `auto` (instructor's and openai-agents' shape):
+/// the answer is either a call to an offered tool or JSON valid against the schema, both
+/// constrained. These small models answer in JSON here (SmolLM2 never calls under `auto`).
+#[tokio::test]
+async fn json_schema_with_tools_answers_in_the_schema_or_calls() {
+    let s = real();
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"],"additionalProperties":false}"#;
+    let mut answered = 0;
+    for model in [SMOL, GEMMA] {
+        let body = format!(
+            r#"{{"model":"{model}","messages":[{{"role":"user","content":"Ann is 31. Reply in JSON."}}],"tools":[{WEATHER}],"tool_choice":"auto","max_tokens":40,"temperature":0,"response_format":{{"type":"json_schema","json_schema":{{"name":"p","schema":{schema},"strict":true}}}}}}"#
+        );
+        let v = ok(s, &body).await;
+        let m = &v["choices"][0]["message"];
+        if m["tool_calls"].is_array() {
+            assert_eq!(call(&v).0, "get_weather", "{v}");
+            continue;
+        }
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        let out: Value = serde_json::from_str(m["content"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{model}: not JSON ({e}): {v}"));
+        assert!(out["name"].as_str().unwrap().chars().count() <= 20, "{out}");
+        assert!((0..=120).contains(&out["age"].as_i64().unwrap()), "{out}");
+        assert_eq!(out.as_object().unwrap().len(), 2, "{out}");
+        answered += 1;
+    }
+    assert!(answered > 0, "no model took the JSON answer path");
+}

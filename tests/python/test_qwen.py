@@ -50,7 +50,9 @@ def qwen():
                 except OSError:
                     assert server.poll() is None, open(os.path.join(work, "server.log")).read()
                     time.sleep(0.5)
-            yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=600)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=600)
+            client.tollgate_key = key
+            yield client
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -89,3 +91,29 @@ def test_auto_tool_call_then_the_tool_result_on_qwen(qwen):
     again = qwen.chat.completions.create(model=MODEL, messages=messages, tools=[weather], max_tokens=12, temperature=0)
     assert again.choices[0].finish_reason in ("stop", "length", "tool_calls"), again
     assert again.usage.prompt_tokens > r.usage.prompt_tokens + 5, (again.usage, r.usage)
+
+
+def test_the_node_sdk_agent_loop_completes_on_qwen(qwen):
+    """tests/node/qwen-agent.mjs: call under `auto` at default temperature, tool result, answer."""
+    env = dict(os.environ, TOLLGATE_BASE_URL=str(qwen.base_url).rstrip("/"),
+               TOLLGATE_API_KEY=qwen.tollgate_key, TOLLGATE_MODEL=MODEL)
+    out = subprocess.run(["node", str(ROOT / "tests" / "node" / "qwen-agent.mjs")], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["calls"] >= 1 and result["answer"], result
+
+
+def test_the_python_sdk_agent_loop_at_default_temperature_on_qwen(qwen):
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a location.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}
+    messages = [{"role": "user", "content": "What's the weather in Paris?"}]
+    r = qwen.chat.completions.create(model=MODEL, messages=messages, tools=[weather], max_tokens=40, seed=3)
+    msg = r.choices[0].message
+    assert msg.tool_calls, r
+    messages.append(msg)
+    for call in msg.tool_calls:
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "18 C and sunny"})
+    a = qwen.chat.completions.create(model=MODEL, messages=messages, tools=[weather], tool_choice="none", max_tokens=24)
+    assert a.choices[0].message.content, a

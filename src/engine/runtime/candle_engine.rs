@@ -281,14 +281,20 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
                 .map_err(EngineError::Grammar)?;
             prompt.grammar = Some(Box::new(g));
         }
-        Some(OutputConstraint::Tools { choice, parallel }) => {
+        Some(OutputConstraint::Tools {
+            choice,
+            parallel,
+            answer,
+        }) => {
             let format = ToolFormat::for_model(&f.id);
             if *choice == ToolChoice::None {
                 let ids = f.tokenizer.encode(format.trigger()).unwrap_or_default();
                 if ids.len() == 1 {
                     prompt.banned_tokens = ids;
                 }
-            } else if let Some((spec, start)) = format.grammar(&input.tools, choice, *parallel) {
+            } else if let Some((spec, start)) =
+                format.grammar(&input.tools, choice, *parallel, answer.as_ref())
+            {
                 let g = env()?.compile(spec, start).map_err(EngineError::Grammar)?;
                 prompt.grammar = Some(Box::new(g));
                 prompt.tool_syntax = Some(ToolSyntax {

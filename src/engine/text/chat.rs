@@ -133,6 +133,9 @@ pub enum OutputConstraint {
         choice: ToolChoice,
         /// `parallel_tool_calls`: more than one call allowed.
         parallel: bool,
+        /// Under `ToolChoice::Auto`: the JSON Schema a message that is not a call must follow
+        /// (a JSON `response_format` with tools); `None`: free text.
+        answer: Option<Value>,
     },
 }
 

@@ -336,7 +336,8 @@ mod tests {
             r.input.constraint,
             Some(OutputConstraint::Tools {
                 choice: ToolChoice::Auto,
-                parallel: false
+                parallel: false,
+                answer: None
             })
         );
         let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}"#).unwrap();
@@ -409,7 +410,8 @@ mod tests {
             r.input.constraint,
             Some(OutputConstraint::Tools {
                 choice: ToolChoice::Function("f".into()),
-                parallel: true
+                parallel: true,
+                answer: None
             })
         );
         let ApiError::Validation(errs) = err(

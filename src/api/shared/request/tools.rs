@@ -7,7 +7,8 @@
 //! `tool_choice` naming no offered tool or asking for a call without tools
 //! (`invalid_tool_choice`), a `response_format` schema that does not compile
 //! (`invalid_json_schema`, `param` = `response_format.json_schema.schema`, the message naming the
-//! feature), and `response_format` JSON with tool calls allowed (`unsupported_value`).
+//! feature). A JSON `response_format` with tools under `auto` makes an answer that is either a
+//! call or JSON in the schema; with a forced call, the schema has nothing to shape.
 //!
 //! `strict: true` (on a tool or a `json_schema`) closes every object schema that does not say
 //! otherwise (`additionalProperties: false`), as OpenAI's strict mode requires; a tool's top-level
@@ -288,16 +289,17 @@ pub(super) fn constraint(
     };
     Ok(match (choice, response_format) {
         (Some(ToolChoice::None) | None, Some(schema)) => Some(OutputConstraint::Json(schema)),
-        (Some(_), Some(_)) => {
-            return Err(bad(
-                "response_format".into(),
-                Code::UnsupportedValue,
-                "`response_format` with tool calls is not supported; set `tool_choice` to \
-                 `none` or drop one of them."
-                    .into(),
-            ))
-        }
-        (Some(choice), None) => Some(OutputConstraint::Tools { choice, parallel }),
+        (Some(ToolChoice::Auto), answer) => Some(OutputConstraint::Tools {
+            choice: ToolChoice::Auto,
+            parallel,
+            answer,
+        }),
+        // A call is forced: this turn has no answer for the schema to shape.
+        (Some(choice), _) => Some(OutputConstraint::Tools {
+            choice,
+            parallel,
+            answer: None,
+        }),
         (None, None) => None,
     })
 }

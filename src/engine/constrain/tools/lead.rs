@@ -105,17 +105,34 @@ pub fn check(text: &str) -> LeadCheck {
 /// of `offered`, then `arguments`, or Llama's `parameters`, in that tool's schema), bare or
 /// fenced, in doubled braces or not, in bounded pretty-printed JSON.
 pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
-    let mut lark = String::from("%llguidance {}\n");
-    lark.push_str("start: LEAD_WS? body\n");
-    lark.push_str("body: inner | FENCE inner FENCE_END\n");
-    lark.push_str("inner: call | \"{\" call \"}\"\n");
+    GrammarSpec::Lark(format!(
+        "%llguidance {{}}\nstart: {START}\n{}",
+        rules(offered)
+    ))
+}
+
+/// The right-hand side of a rule that is the lead call (for grammars that offer it beside
+/// other alternatives, with `rules`).
+pub const START: &str = "LEAD_WS? lead_body";
+
+/// `START` without the Markdown fence and the doubled braces: beside a JSON answer, which has
+/// neither, they would steer every message that opens with them into a call (Qwen2.5-Coder
+/// opens with `{{` when its first choice, plain text, is masked).
+pub const START_PLAIN: &str = "LEAD_WS? lead_call";
+
+/// The rules of the lead grammar without its `start`; every name begins with `lead_` or is
+/// one of the terminals `LEAD_WS`, `FENCE` and `FENCE_END`.
+pub fn rules(offered: &[&ToolSpec]) -> String {
+    let mut lark = String::new();
+    lark.push_str("lead_body: lead_inner | FENCE lead_inner FENCE_END\n");
+    lark.push_str("lead_inner: lead_call | \"{\" lead_call \"}\"\n");
     lark.push_str(&format!("LEAD_WS: /[ \\n]{{1,{MAX_LEAD_WS}}}/\n"));
     lark.push_str("FENCE: /```(json)?\\n/\n");
     lark.push_str("FENCE_END: /\\n?```/\n");
     let mut alts = Vec::new();
     for (i, t) in offered.iter().enumerate() {
         for key in ["arguments", "parameters"] {
-            let rule = format!("call_{i}_{}", &key[..1]);
+            let rule = format!("lead_call_{i}_{}", &key[..1]);
             let schema = with_options(&call_schema(t, key), pretty_json_options());
             lark.push_str(&format!(
                 "{rule}: %json {}\n",
@@ -124,8 +141,8 @@ pub fn grammar(offered: &[&ToolSpec]) -> GrammarSpec {
             alts.push(rule);
         }
     }
-    lark.push_str(&format!("call: {}\n", alts.join(" | ")));
-    GrammarSpec::Lark(lark)
+    lark.push_str(&format!("lead_call: {}\n", alts.join(" | ")));
+    lark
 }
 
 #[cfg(test)]
