@@ -117,6 +117,53 @@ async fn a_continuation_bills_the_stored_conversation_as_input() {
     assert!(s.ledger.check().unwrap().is_empty());
 }
 
+/// The Vercel AI SDK's multi-turn request: earlier assistant turns as `item_reference`s to the
+/// stored output items. They are read back and billed as input; an unknown id, or another
+/// account's, is 404 `item_not_found` naming the item, and costs nothing.
+#[tokio::test]
+async fn item_references_are_read_from_stored_responses() {
+    let (s, _) = fake_server();
+    let (_, _, r1) = s.post("/v1/responses", &body(""), &[]).await;
+    let item = r1["output"][0]["id"].as_str().unwrap().to_owned();
+    assert!(item.starts_with("msg_"), "{r1}");
+    let turn = |refid: &str| {
+        format!(
+            r#"{{"model":"fake-model","input":[{{"role":"user","content":[{{"type":"input_text","text":"hello there"}}]}},{{"type":"item_reference","id":"{refid}"}},{{"role":"user","content":[{{"type":"input_text","text":"and again"}}]}}]}}"#
+        )
+    };
+    let (st, _, r2) = s.post("/v1/responses", &turn(&item), &[]).await;
+    assert_eq!(st, 200, "{r2}");
+    let (_, _, alone) = s
+        .post("/v1/responses", &body(r#","store":false"#), &[])
+        .await;
+    let tokens = |v: &Value| v["usage"]["input_tokens"].as_i64().unwrap();
+    // The referenced reply (9 words) is in the prompt.
+    assert!(tokens(&r2) >= tokens(&alone) + 9, "{r2} vs {alone}");
+    let before = balance(&s);
+    let missing = format!("{}ff", &item[..item.len() - 2]);
+    for bad in [missing.as_str(), "msg_nothing", "rs_abc"] {
+        let (st, _, e) = s.post("/v1/responses", &turn(bad), &[]).await;
+        assert_eq!(st, 404, "{e}");
+        assert_eq!(e["error"]["code"], "item_not_found", "{e}");
+        assert_eq!(e["error"]["param"], "input[1]", "{e}");
+    }
+    // Another account cannot read this account's items.
+    let (_, other) = s.account_with("other@example.com", 1_000_000);
+    let (st, _, e) = s
+        .post(
+            "/v1/responses",
+            &turn(&item),
+            &[("authorization", &format!("Bearer {other}"))],
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("item_not_found"))
+    );
+    assert_eq!(balance(&s), before);
+    assert!(s.ledger.check().unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn the_stream_is_typed_events_numbered_in_order_and_its_response_is_stored() {
     let (s, _) = fake_server();

@@ -76,6 +76,7 @@ codes! {
         InvalidToolCallId => "invalid_tool_call_id",
         InvalidToolChoice => "invalid_tool_choice",
         InvalidValue => "invalid_value",
+        ItemNotFound => "item_not_found",
         LedgerUnavailable => "ledger_unavailable",
         MethodNotAllowed => "method_not_allowed",
         MissingApiKey => "missing_api_key",

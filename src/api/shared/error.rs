@@ -85,6 +85,10 @@ pub enum ApiError {
         id: String,
         param: Option<&'static str>,
     },
+    /// 404 `item_not_found`: an `item_reference` input names no output item of this account's
+    /// stored responses. `param` is the item's place (`input[3]`).
+    #[error("No stored output item with id `{id}` exists for this account.")]
+    ItemNotFound { id: String, param: String },
     /// 404 `unknown_route`.
     #[error("Unknown route: {0}")]
     UnknownRoute(String),
@@ -157,6 +161,7 @@ impl ApiError {
             E::NotLicensed(_) => (StatusCode::FORBIDDEN, "permission_error", Code::ModelLicenseForbidsCommercialUse, model()),
             E::ModelNotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", Code::ModelNotFound, model()),
             E::ResponseNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ResponseNotFound, param.map(str::to_owned)),
+            E::ItemNotFound { param, .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ItemNotFound, Some(param.clone())),
             E::UnknownRoute(_) => (StatusCode::NOT_FOUND, "not_found_error", Code::UnknownRoute, None),
             E::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, Code::MethodNotAllowed, None),
             E::IdempotencyInFlight { .. } => (StatusCode::CONFLICT, INVALID, Code::IdempotencyKeyInFlight, None),

@@ -3,7 +3,8 @@
 //! stored response.
 //!
 //! Order of `POST`: request id -> auth (401) -> rate limit (429) -> body (400/413/422, `param`s
-//! in Responses names) -> `previous_response_id` (404 if this account has no such stored
+//! in Responses names; `item_reference` inputs replaced by the stored items they name, 404
+//! `item_not_found` otherwise) -> `previous_response_id` (404 if this account has no such stored
 //! response; its conversation is prepended and billed as input) -> `Idempotency-Key` (400) ->
 //! model (404/403) -> template + tokenize -> context (400) -> `metering` (the same money
 //! lifecycle as chat completions: hold, settle, charge) -> `store` (kept 30 days, before the
@@ -11,6 +12,7 @@
 
 mod object;
 mod output;
+mod references;
 mod sse;
 
 use axum::extract::{Path, State};
@@ -136,8 +138,9 @@ async fn stored(
 async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
     let body = call.json(state).await?;
     crate::api::shared::request::size::check(&body, "input", &state.http)?;
-    let draft = responses::read(&body)?;
     let account = call.caller.payer.account_id();
+    let resolved = references::resolve(state, body.clone(), account).await?;
+    let draft = responses::read(&resolved)?;
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
             let s = stored(state, id, account, Some("previous_response_id")).await?;
@@ -243,7 +246,7 @@ fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
     let meta = meta.clone();
     Mode::Complete(Box::new(move |charge, choices| {
         let generated = choices.into_iter().next().unwrap_or_default();
-        let mut outputs = Outputs::new(meta.tool_syntax.as_ref());
+        let mut outputs = Outputs::new(&meta.id, meta.tool_syntax.as_ref());
         outputs.push_logprobs(generated.logprobs);
         let _ = outputs.push(&generated.text);
         let (_, items) = outputs.finish(charge.finish == FinishReason::Length);

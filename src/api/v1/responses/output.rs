@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use super::object::{OutputItem, OutputText, StreamEvent};
 use crate::api::shared::completion::{choice_logprobs, new_call_id};
 use crate::api::shared::schema::LogprobEntry;
-use crate::api::shared::state::random_id;
 use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::constrain::tools::ToolSyntax;
 use crate::engine::TokenLogprob;
@@ -23,6 +22,8 @@ enum Open {
 
 /// Builds output items from generated text, with the stream events that announce them.
 pub struct Outputs {
+    /// The response's id without `resp_`: item ids carry it (`item_id_for`).
+    response: String,
     parser: Option<ToolCallParser>,
     items: Vec<OutputItem>,
     open: Option<Open>,
@@ -35,9 +36,11 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Empty output; with `syntax`, tool calls are read out of the text.
-    pub fn new(syntax: Option<&ToolSyntax>) -> Self {
+    /// Empty output of response `response_id`; with `syntax`, tool calls are read out of the
+    /// text.
+    pub fn new(response_id: &str, syntax: Option<&ToolSyntax>) -> Self {
         Self {
+            response: response_id.trim_start_matches("resp_").to_owned(),
             parser: syntax.map(ToolCallParser::new),
             items: Vec::new(),
             open: None,
@@ -100,7 +103,7 @@ impl Outputs {
                     self.pending.clear();
                     let index = self.items.len();
                     let item = OutputItem::FunctionCall {
-                        id: format!("fc_{}", random_id(24)),
+                        id: item_id_for("fc", &self.response, index),
                         call_id: new_call_id(),
                         name,
                         arguments: String::new(),
@@ -133,7 +136,7 @@ impl Outputs {
 
     fn open_message(&mut self) -> Vec<StreamEvent> {
         let index = self.items.len();
-        let id = format!("msg_{}", random_id(24));
+        let id = item_id_for("msg", &self.response, index);
         let item = OutputItem::Message {
             id: id.clone(),
             status: "in_progress",
@@ -245,6 +248,24 @@ impl Outputs {
     }
 }
 
+/// The id of output item `index` of response `resp_<response>`: `<prefix>_<response><index>`,
+/// the index as two hex digits, so an `item_reference` names where the item is stored
+/// (`item_source`). A response has far fewer than 256 output items.
+fn item_id_for(prefix: &str, response: &str, index: usize) -> String {
+    format!("{prefix}_{response}{:02x}", index.min(0xff))
+}
+
+/// The response id and output index an output item id names (`item_id_for`), if it is one.
+pub fn item_source(item_id: &str) -> Option<(String, usize)> {
+    let (prefix, rest) = item_id.split_once('_')?;
+    if !matches!(prefix, "msg" | "fc") || rest.len() < 3 || !rest.is_ascii() {
+        return None;
+    }
+    let (response, index) = rest.split_at(rest.len() - 2);
+    let index = usize::from_str_radix(index, 16).ok()?;
+    Some((format!("resp_{response}"), index))
+}
+
 fn item_id(item: &OutputItem) -> String {
     match item {
         OutputItem::Message { id, .. } | OutputItem::FunctionCall { id, .. } => id.clone(),
@@ -298,7 +319,7 @@ mod tests {
 
     #[test]
     fn text_becomes_one_message_with_its_events_in_order() {
-        let mut o = Outputs::new(None);
+        let mut o = Outputs::new("resp_test", None);
         let mut events = o.push("Hello");
         events.extend(o.push(" world"));
         let (rest, items) = o.finish(false);
@@ -335,7 +356,7 @@ mod tests {
 
     #[test]
     fn no_text_is_one_empty_message() {
-        let (events, items) = Outputs::new(None).finish(true);
+        let (events, items) = Outputs::new("resp_test", None).finish(true);
         assert_eq!(events.len(), 5);
         let OutputItem::Message {
             content, status, ..
@@ -344,5 +365,18 @@ mod tests {
             panic!()
         };
         assert_eq!((content[0].text.as_str(), *status), ("", "incomplete"));
+    }
+
+    #[test]
+    fn item_ids_name_their_response_and_index() {
+        let mut o = Outputs::new("resp_abc", None);
+        let _ = o.push("Hi");
+        let (_, items) = o.finish(false);
+        let id = item_id(&items[0]);
+        assert_eq!(id, "msg_abc00");
+        assert_eq!(item_source(&id), Some(("resp_abc".to_owned(), 0)));
+        assert_eq!(item_source("fc_xyz1a"), Some(("resp_xyz".to_owned(), 26)));
+        assert_eq!(item_source("rs_abc00"), None);
+        assert_eq!(item_source("msg_zz"), None);
     }
 }
