@@ -26,6 +26,7 @@ use super::shared::state::Models;
     tags(
         (name = "chat", description = "Chat completions (metered)"),
         (name = "responses", description = "OpenAI's Responses API (metered; stored responses)"),
+        (name = "completions", description = "Legacy text completions with fill-in-the-middle (metered)"),
         (name = "audio", description = "Speech to text and text to speech (metered per second of audio and per character)"),
         (name = "models", description = "The public price list")
     )

@@ -234,7 +234,14 @@ impl Engine for FakeEngine {
             .iter()
             .map(|m| m.content.split_whitespace().count() + 1)
             .sum::<usize>()
-            + tool_words;
+            + tool_words
+            + input.text.as_ref().map_or(0, |t| {
+                t.prompt.split_whitespace().count()
+                    + t.suffix
+                        .as_deref()
+                        .map_or(0, |s| s.split_whitespace().count())
+                    + 1
+            });
         let mut prompt = Prompt::plain(
             model,
             (0..u32::try_from(n).unwrap_or(u32::MAX)).collect(),

@@ -19,7 +19,7 @@ pub use runtime::candle_engine::{CandleEngine, EngineConfig};
 pub use runtime::choices::ChoiceEvents;
 pub use runtime::sampler::{SamplingParams, TokenLogprob};
 pub use text::chat::{
-    ChatInput, ChatMessage, OutputConstraint, Role, ToolCall, ToolChoice, ToolSpec,
+    ChatInput, ChatMessage, OutputConstraint, Role, TextPrompt, ToolCall, ToolChoice, ToolSpec,
 };
 pub use text::tokenizer::TokenText;
 
@@ -161,6 +161,9 @@ pub enum EngineError {
     PromptTooLong { limit: usize, counted: usize },
     #[error("the output constraint does not compile: {0}")]
     Grammar(String),
+    /// A fill-in-the-middle prompt (`suffix`) for a model whose vocabulary has no FIM tokens.
+    #[error("the model's vocabulary has no fill-in-the-middle tokens")]
+    NoFim,
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
     #[error("cannot load a model of {needed} bytes: the memory budget of {budget} bytes is held by busy models")]

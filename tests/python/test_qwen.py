@@ -117,3 +117,36 @@ def test_the_python_sdk_agent_loop_at_default_temperature_on_qwen(qwen):
         messages.append({"role": "tool", "tool_call_id": call.id, "content": "18 C and sunny"})
     a = qwen.chat.completions.create(model=MODEL, messages=messages, tools=[weather], tool_choice="none", max_tokens=24)
     assert a.choices[0].message.content, a
+
+
+FIM_HEAD = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+FIM_TAIL = "\n\nprint(fibonacci(10))\n"
+
+
+def test_fill_in_the_middle_through_completions_compiles_on_qwen(qwen):
+    """`client.completions.create` with `suffix`, whole and streamed: the body between the
+    given head and tail makes a Python file that compiles, and both ways give the same text."""
+    r = qwen.completions.create(model=MODEL, prompt=FIM_HEAD, suffix=FIM_TAIL, max_tokens=64, temperature=0)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-")
+    body = r.choices[0].text
+    assert "return" in body, body
+    compile(FIM_HEAD + body + FIM_TAIL, "fim.py", "exec")
+    assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 10
+    streamed = "".join(
+        c.choices[0].text
+        for c in qwen.completions.create(model=MODEL, prompt=FIM_HEAD, suffix=FIM_TAIL, max_tokens=64,
+                                         temperature=0, stream=True)
+        if c.choices)
+    assert streamed == body
+
+
+def test_completions_echo_logprobs_and_the_default_limit_on_qwen(qwen):
+    r = qwen.completions.create(model=MODEL, prompt="The capital of France is", temperature=0, logprobs=2)
+    assert r.usage.completion_tokens <= 16 and r.choices[0].finish_reason in ("length", "stop")
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == r.usage.completion_tokens
+    assert "".join(lp.tokens) == r.choices[0].text and lp.text_offset[0] == 0
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    e = qwen.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=3, temperature=0,
+                                echo=True)
+    assert e.choices[0].text.startswith("The capital of France is")

@@ -278,6 +278,11 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
             message: format!("The messages cannot be rendered with the model's chat template: {t}"),
         },
         (e @ EngineError::NoRoom { .. }, _) => ApiError::NoCapacity(e.to_string()),
+        (EngineError::NoFim, _) => ApiError::bad(
+            "suffix",
+            Code::UnsupportedValue,
+            format!("The model `{id}` has no fill-in-the-middle tokens, so `suffix` cannot be served; use a code model such as qwen2.5-coder."),
+        ),
         (EngineError::PromptTooLong { limit, counted }, _) => ApiError::BadRequest {
             param: Some("messages".into()),
             code: Code::ContextLengthExceeded,

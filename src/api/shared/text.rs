@@ -23,6 +23,8 @@ pub enum Surface {
     Chat,
     /// `POST /v1/responses`: `input[i]`, `input`, `max_output_tokens`.
     Responses,
+    /// `POST /v1/completions`: `prompt`, `max_tokens`.
+    Completions,
 }
 
 impl Surface {
@@ -31,6 +33,7 @@ impl Surface {
         match self {
             Self::Chat => format!("messages[{}].content[{}]", img.message, img.part),
             Self::Responses => format!("input[{}]", img.message),
+            Self::Completions => "prompt".into(),
         }
     }
 
@@ -40,8 +43,10 @@ impl Surface {
         match (self, max_tokens) {
             (Self::Chat, Some((_, field))) => Remedy::FewerTokens(field),
             (Self::Responses, Some(_)) => Remedy::FewerTokens("max_output_tokens"),
+            (Self::Completions, Some(_)) => Remedy::FewerTokens("max_tokens"),
             (Self::Chat, None) => Remedy::ShorterPrompt("messages"),
             (Self::Responses, None) => Remedy::ShorterPrompt("input"),
+            (Self::Completions, None) => Remedy::ShorterPrompt("prompt"),
         }
     }
 
@@ -66,6 +71,18 @@ impl Surface {
                 }),
                 code: Code::ContextLengthExceeded,
                 message,
+            },
+            (
+                Self::Completions,
+                ApiError::BadRequest {
+                    param,
+                    code: Code::ContextLengthExceeded,
+                    message,
+                },
+            ) => ApiError::BadRequest {
+                param: param.map(|p| if p == "messages" { "prompt".into() } else { p }),
+                code: Code::ContextLengthExceeded,
+                message: message.replace("your messages", "your prompt"),
             },
             (_, other) => other,
         }

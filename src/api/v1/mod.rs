@@ -1,4 +1,5 @@
-//! The `/v1` endpoints, one unit per endpoint group: `chat` (chat completions), `responses`
+//! The `/v1` endpoints, one unit per endpoint group: `chat` (chat completions), `completions`
+//! (legacy text completions, fill-in-the-middle), `responses`
 //! (the Responses API), `audio` (transcriptions, translations, speech), `models` (the price
 //! list and `/health`). No unit uses another; what they share is in `api::shared`.
 //!
@@ -8,6 +9,7 @@
 
 pub mod audio;
 pub mod chat;
+pub mod completions;
 pub mod models;
 pub mod responses;
 
@@ -26,6 +28,7 @@ fn upload_limit() -> DefaultBodyLimit {
 pub fn paid_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
         .routes(routes!(chat::chat_completions))
+        .routes(routes!(completions::completions))
         .routes(routes!(responses::create))
         .routes(routes!(responses::get, responses::delete))
         .routes(routes!(audio::transcriptions::transcriptions).layer(upload_limit()))

@@ -139,9 +139,22 @@ pub enum OutputConstraint {
     },
 }
 
+/// A `/v1/completions` prompt: raw text run as it is, without the chat template. Text of a
+/// special token in it is read as that token (as llama.cpp's server reads completion prompts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextPrompt {
+    pub prompt: String,
+    /// Fill-in-the-middle: the text after the hole (OpenAI's `suffix`). The prompt is then laid
+    /// out with the vocabulary's FIM tokens, prefix-suffix-middle (`prompt::FIM_TOKENS`).
+    pub suffix: Option<String>,
+}
+
 /// Everything `Engine::prepare` renders and compiles for one chat request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatInput {
+    /// Raw text instead of `messages` (`/v1/completions`); `messages` and `tools` are then
+    /// empty.
+    pub text: Option<TextPrompt>,
     pub messages: Vec<ChatMessage>,
     /// Tools on offer (rendered into the prompt, counted as prompt tokens).
     pub tools: Vec<ToolSpec>,

@@ -22,8 +22,12 @@ use crate::engine::EngineError;
 /// if there are at most `limit` of them (BOS included): a longer prompt is refused after
 /// tokenizing about `limit` tokens of it (`ModelTokenizer::encode_within`).
 ///
+/// A raw `input.text` is used as it is, without the template (with a suffix: laid out in the
+/// vocabulary's FIM tokens).
+///
 /// # Errors
-/// `Template` (the template refuses the messages), `PromptTooLong`, `Tokenize`.
+/// `Template` (the template refuses the messages), `NoFim` (a suffix for a vocabulary without
+/// FIM tokens), `PromptTooLong`, `Tokenize`.
 pub fn prompt_ids(
     id: &str,
     tokenizer: &ModelTokenizer,
@@ -33,7 +37,15 @@ pub fn prompt_ids(
 ) -> Result<Vec<u32>, EngineError> {
     let format = ToolFormat::for_model(id);
     let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
-    let text = if format.template_supports(&template.text) {
+    let text = if let Some(raw) = &input.text {
+        Ok(match &raw.suffix {
+            None => raw.prompt.clone(),
+            Some(suffix) => {
+                let [pre, suf, mid] = fim_tokens(tokenizer).ok_or(EngineError::NoFim)?;
+                format!("{pre}{}{suf}{suffix}{mid}", raw.prompt)
+            }
+        })
+    } else if format.template_supports(&template.text) {
         template.render(&input.messages, &input.tools, bos, eos)
     } else {
         let folded = format.fold_messages(&input.messages, &input.tools);
@@ -61,6 +73,27 @@ pub fn prompt_ids(
         });
     }
     Ok(ids)
+}
+
+/// Fill-in-the-middle tokens (prefix, suffix, middle) of the code models' vocabularies:
+/// Qwen2.5-Coder's, StarCoder's and CodeGemma's, and DeepSeek-Coder's (each model card's FIM
+/// prompt format; laid out prefix-suffix-middle).
+pub const FIM_TOKENS: [[&str; 3]; 3] = [
+    ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"],
+    ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"],
+    [
+        "<\u{ff5c}fim\u{2581}begin\u{ff5c}>",
+        "<\u{ff5c}fim\u{2581}hole\u{ff5c}>",
+        "<\u{ff5c}fim\u{2581}end\u{ff5c}>",
+    ],
+];
+
+/// The first of `FIM_TOKENS` whose three tokens are all in `tokenizer`'s vocabulary.
+pub fn fim_tokens(tokenizer: &ModelTokenizer) -> Option<[&'static str; 3]> {
+    FIM_TOKENS.into_iter().find(|set| {
+        set.iter()
+            .all(|t| tokenizer.tokenizer.token_to_id(t).is_some())
+    })
 }
 
 /// A GGUF file's tokenizer and chat template, read from its metadata (no weights).

@@ -18,6 +18,7 @@
 //! metadata).
 
 pub mod bounds;
+pub mod completions;
 mod messages;
 mod response_items;
 pub mod responses;
@@ -172,6 +173,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(ChatRequest {
         model,
         input: ChatInput {
+            text: None,
             messages,
             tools,
             constraint,
