@@ -66,10 +66,7 @@ pub struct CompletionRequest {
 /// field: `prompt` with several prompts or token ids, `echo` with `logprobs`, `best_of`).
 pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     let obj = validator::top_level(body, &ACCEPTED_PARAMETERS)?;
-    let mut v = Validator {
-        obj: &obj,
-        errors: Vec::new(),
-    };
+    let mut v = Validator::new(&obj);
     let prompt = prompt(&mut v)?;
     let suffix = v.string("suffix", false);
     let echo = v.bool("echo").unwrap_or(false);
@@ -79,9 +76,7 @@ pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     }
     let n = v.integer("n", 1);
     let best_of = v.integer("best_of", 1);
-    if !v.errors.is_empty() {
-        return Err(ApiError::Validation(v.errors));
-    }
+    v.verdict()?;
     if best_of.is_some_and(|b| b != n.unwrap_or(1)) {
         return Err(ApiError::bad(
             "best_of",

@@ -193,7 +193,15 @@ impl Validator<'_> {
                     message: i,
                     part: j,
                 }),
-                _ => self.err(&format!("{pat}.type"), "must be `text` or `image_url`"),
+                Some(other) if self.refused.is_none() => {
+                    self.refused = Some(ApiError::bad(
+                        format!("{pat}.type"),
+                        Code::UnsupportedContentPart,
+                        format!("Content parts of type `{other}` are not supported; send `text` (or `image_url` to a model that reads images)."),
+                    ));
+                }
+                Some(_) => {}
+                None => self.err(&format!("{pat}.type"), "must be `text` or `image_url`"),
             }
         }
         (self.errors.len() == before).then(|| texts.join("\n"))

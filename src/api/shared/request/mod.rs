@@ -106,10 +106,7 @@ pub struct ChatRequest {
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let obj = validator::top_level(body, &ACCEPTED_PARAMETERS)?;
     bounds::check_chat(&obj)?;
-    let mut v = Validator {
-        obj: &obj,
-        errors: Vec::new(),
-    };
+    let mut v = Validator::new(&obj);
     let model = v.string("model", true).unwrap_or_default();
     if model.is_empty() && !v.errors.iter().any(|e| e.param == "model") {
         v.err("model", "must not be empty");
@@ -139,9 +136,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     if top_logprobs.is_some_and(|k| k > 20) {
         v.err("top_logprobs", "must be an integer between 0 and 20");
     }
-    if !v.errors.is_empty() {
-        return Err(ApiError::Validation(v.errors));
-    }
+    v.verdict()?;
     v.no_op_fields()?;
     if top_logprobs.is_some() && !logprobs {
         return Err(ApiError::BadRequest {
@@ -423,5 +418,34 @@ mod tests {
         };
         let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
         assert_eq!(params, ["tools", "functions[0].name", "function_call"]);
+    }
+
+    #[test]
+    fn unknown_keys_at_any_depth_are_named_by_their_path() {
+        let e = err(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object","schema":{"type":"object"}},"tools":[{"type":"function","function":{"name":"f","foo":1},"bar":2}],"stream":true,"stream_options":{"include_usage":true,"baz":true}}"#,
+        );
+        let ApiError::UnsupportedParameter(paths) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            paths,
+            [
+                "tools[0].bar",
+                "tools[0].function.foo",
+                "response_format.schema",
+                "stream_options.baz"
+            ]
+        );
+        parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true,"include_obfuscation":false}}"#).unwrap();
+        match err(
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]}"#,
+        ) {
+            ApiError::BadRequest { param, code, .. } => {
+                assert_eq!(param.as_deref(), Some("messages[0].content[0].type"));
+                assert_eq!(code, Code::UnsupportedContentPart);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

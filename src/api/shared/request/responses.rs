@@ -379,6 +379,9 @@ impl Draft {
                 code,
                 message,
             },
+            ApiError::UnsupportedParameter(paths) => {
+                ApiError::UnsupportedParameter(paths.iter().map(|p| rename(p)).collect())
+            }
             other => other,
         })?;
         Ok(ResponsesRequest {
@@ -506,6 +509,16 @@ mod tests {
         assert_eq!(
             param(r#"{"model":"m","input":[{"type":"item_reference","id":"x"}]}"#),
             "input[0].type"
+        );
+        assert_eq!(
+            param(r#"{"model":"m","input":"x","tools":[{"type":"function","name":"f","foo":1}]}"#),
+            "tools[0].foo"
+        );
+        assert_eq!(
+            param(
+                r#"{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{},"foo":1}}}"#
+            ),
+            "text.format.foo"
         );
     }
 }

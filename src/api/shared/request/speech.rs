@@ -41,10 +41,7 @@ pub struct SpeechRequest {
 /// cannot follow; `stream_format: "sse"`), `Validation` with every field error.
 pub fn parse(body: &[u8]) -> Result<SpeechRequest, ApiError> {
     let obj = validator::top_level(body, &ACCEPTED)?;
-    let mut v = Validator {
-        obj: &obj,
-        errors: Vec::new(),
-    };
+    let mut v = Validator::new(&obj);
     let model = v.string("model", true).unwrap_or_default();
     if model.is_empty() && !v.errors.iter().any(|e| e.param == "model") {
         v.err("model", "must not be empty");

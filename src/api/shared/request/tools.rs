@@ -70,6 +70,9 @@ impl Validator<'_> {
         for (i, t) in list.iter().enumerate() {
             let item = format!("{key}[{i}]");
             let (f, at) = if wrapped {
+                if let Some(o) = t.as_object() {
+                    self.known_keys(&item, o, &["type", "function"]);
+                }
                 if t.get("type").and_then(Value::as_str) != Some("function") {
                     self.err(&format!("{item}.type"), "must be `function`");
                     continue;
@@ -90,6 +93,9 @@ impl Validator<'_> {
                 self.err(&item, "must be an object");
                 continue;
             };
+            if let Some(o) = f.as_object() {
+                self.known_keys(&at, o, &["name", "description", "parameters", "strict"]);
+            }
             let name = f.get("name").and_then(Value::as_str).unwrap_or("");
             let valid = !name.is_empty()
                 && name.len() <= 64
@@ -158,6 +164,10 @@ impl Validator<'_> {
                 }
             },
             Value::Object(o) => {
+                self.known_keys("tool_choice", o, &["type", "function"]);
+                if let Some(f) = o.get("function").and_then(Value::as_object) {
+                    self.known_keys("tool_choice.function", f, &["name"]);
+                }
                 let name = o
                     .get("function")
                     .and_then(|f| f.get("name"))
@@ -183,6 +193,18 @@ impl Validator<'_> {
     /// `response_format`: the JSON Schema to follow (`text` and absent: `None`).
     pub(super) fn response_format(&mut self) -> Option<Value> {
         let v = self.present("response_format")?;
+        if let Some(o) = v.as_object() {
+            // llama.cpp's `{"type": "json_object", "schema": ...}` is refused by name rather
+            // than read as an unconstrained object.
+            self.known_keys("response_format", o, &["type", "json_schema"]);
+        }
+        if let Some(js) = v.get("json_schema").and_then(Value::as_object) {
+            self.known_keys(
+                "response_format.json_schema",
+                js,
+                &["name", "description", "schema", "strict"],
+            );
+        }
         match v.get("type").and_then(Value::as_str) {
             Some("text") => None,
             Some("json_object") => Some(json!({"type": "object"})),

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::api::shared::error::FieldError;
+use crate::api::shared::error::{ApiError, FieldError};
 
 /// A content part that is an image, by position, to be checked against the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +20,6 @@ pub(super) fn top_level(
     body: &[u8],
     accepted: &[&str],
 ) -> Result<Map<String, Value>, crate::api::shared::error::ApiError> {
-    use crate::api::shared::error::ApiError;
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let Value::Object(obj) = value else {
@@ -43,9 +42,52 @@ pub(super) fn top_level(
 pub(super) struct Validator<'a> {
     pub(super) obj: &'a Map<String, Value>,
     pub(super) errors: Vec<FieldError>,
+    /// Unknown keys inside objects, as full paths (`tools[0].foo`): 400 `unsupported_parameter`.
+    pub(super) unknown: Vec<String>,
+    /// The first value that is well formed but not served (a content part type): its 400.
+    pub(super) refused: Option<ApiError>,
 }
 
 impl<'a> Validator<'a> {
+    /// A validator of `obj` with nothing found yet.
+    pub(super) fn new(obj: &'a Map<String, Value>) -> Self {
+        Self {
+            obj,
+            errors: Vec::new(),
+            unknown: Vec::new(),
+            refused: None,
+        }
+    }
+
+    /// Record every non-null key of `o` outside `allowed` as unknown, at `at.key`.
+    pub(super) fn known_keys(&mut self, at: &str, o: &Map<String, Value>, allowed: &[&str]) {
+        for (k, v) in o {
+            if !v.is_null() && !allowed.contains(&k.as_str()) {
+                self.unknown.push(format!("{at}.{k}"));
+            }
+        }
+    }
+
+    /// What was found, in the order the API reports it: unknown keys (400
+    /// `unsupported_parameter`, all of them), then a refused value (400), then field errors
+    /// (422, all of them).
+    ///
+    /// # Errors
+    /// The first kind found.
+    pub(super) fn verdict(&mut self) -> Result<(), ApiError> {
+        if !self.unknown.is_empty() {
+            return Err(ApiError::UnsupportedParameter(std::mem::take(
+                &mut self.unknown,
+            )));
+        }
+        if let Some(e) = self.refused.take() {
+            return Err(e);
+        }
+        if !self.errors.is_empty() {
+            return Err(ApiError::Validation(std::mem::take(&mut self.errors)));
+        }
+        Ok(())
+    }
     pub(super) fn err(&mut self, param: &str, message: &str) {
         self.errors.push(FieldError {
             param: param.into(),
@@ -138,17 +180,21 @@ impl<'a> Validator<'a> {
             self.err("stream_options", "is only allowed when `stream` is true");
         }
         let mut include = false;
+        // `include_obfuscation` pads chunks against length side channels; tollgate adds no
+        // padding, so either value asks for nothing it must refuse.
+        self.known_keys(
+            "stream_options",
+            o,
+            &["include_usage", "include_obfuscation"],
+        );
         for (k, val) in o {
             match (k.as_str(), val) {
                 ("include_usage", Value::Bool(b)) => include = *b,
-                ("include_usage", Value::Null) => {}
-                ("include_usage", _) => {
-                    self.err("stream_options.include_usage", "must be a boolean")
+                (_, Value::Null | Value::Bool(_)) => {}
+                ("include_usage" | "include_obfuscation", _) => {
+                    self.err(&format!("stream_options.{k}"), "must be a boolean")
                 }
-                (other, _) => self.err(
-                    &format!("stream_options.{other}"),
-                    "is not a supported stream option",
-                ),
+                _ => {}
             }
         }
         include
