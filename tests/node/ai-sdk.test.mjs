@@ -39,3 +39,25 @@ test("streamText through the Responses API gives the same text", async () => {
   const usage = await r.usage;
   assert.equal(usage.outputTokens, whole.usage.outputTokens);
 });
+
+test("a second turn sends the first answer as an item_reference and is served", async () => {
+  const sent = [];
+  const recording = createOpenAI({
+    baseURL: process.env.TOLLGATE_BASE_URL,
+    apiKey: process.env.TOLLGATE_API_KEY,
+    fetch: async (url, init) => {
+      sent.push(JSON.parse(init.body));
+      return fetch(url, init);
+    },
+  });
+  const m = recording("smollm2-135m-instruct");
+  const messages = [{ role: "user", content: "What is the capital of France?" }];
+  const first = await generateText({ model: m, messages, maxOutputTokens: 20, temperature: 0, maxRetries: 0 });
+  messages.push(...first.response.messages, { role: "user", content: "And of Italy?" });
+  const second = await generateText({ model: m, messages, maxOutputTokens: 20, temperature: 0, maxRetries: 0 });
+  assert.ok(second.text.length > 0);
+  const refs = sent[1].input.filter((i) => i.type === "item_reference");
+  assert.equal(refs.length, 1, JSON.stringify(sent[1].input));
+  assert.match(refs[0].id, /^msg_/);
+  assert.ok(second.usage.inputTokens > first.usage.inputTokens + first.usage.outputTokens);
+});

@@ -80,10 +80,17 @@ def test_models_list(client):
 
 def test_unsupported_parameter_is_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, logit_bias={"1": 1})
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"best_of": 2})
     assert e.value.code == "unsupported_parameter"
-    assert e.value.param == "logit_bias"
+    assert e.value.param == "best_of"
     assert e.value.response.headers["x-request-id"].startswith("req_")
+
+
+def test_logit_bias_outside_the_vocabulary_is_bad_request(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, logit_bias={"99999999": -100})
+    assert e.value.code == "invalid_value"
+    assert e.value.param == "logit_bias"
 
 
 def test_unknown_model_is_not_found(client):
