@@ -226,43 +226,46 @@ impl Meter {
     /// # Errors
     /// As `claim_and_hold`.
     async fn hold(&self, req: &mut PaidRequest) -> Result<Held, MeterError> {
+        let err = match self.hold_max_new(req).await {
+            Err(e) => e,
+            done => return done,
+        };
         let prompt_tokens = req.generate.prompt.token_ids.len();
-        // The prompt is billed once however many choices share it; each choice may generate
-        // up to `max_new_tokens` tokens.
+        let left = match &err {
+            MeterError::InsufficientBalance { available, .. } => *available,
+            MeterError::KeySpendLimit(b) => crate::money::Micros(b.limit.0 - b.used.0),
+            _ => return Err(err),
+        };
         let choices = req.generate.n.max(1);
-        let mut retried = false;
-        loop {
-            let max_new = req.generate.max_new_tokens;
-            let hold = billing::hold_micros(&req.pricing, prompt_tokens, max_new * choices);
-            // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
-            let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
-            let err = match self
-                .claim_and_hold(
-                    &req.request_id,
-                    (req.account, req.key),
-                    hold,
-                    req.idempotency.as_ref(),
-                    estimate_s,
-                )
-                .await
-            {
-                Ok(Some(replay)) => return Ok(Held::Replay(replay)),
-                Ok(None) => return Ok(Held::Reserved(hold)),
-                Err(e) => e,
-            };
-            let left = match &err {
-                MeterError::InsufficientBalance { available, .. } => *available,
-                MeterError::KeySpendLimit(b) => crate::money::Micros(b.limit.0 - b.used.0),
-                _ => return Err(err),
-            };
-            let fits =
-                billing::affordable_output_tokens(&req.pricing, prompt_tokens, choices, left);
-            if !req.fit_to_balance || retried || fits == 0 || fits >= max_new {
-                return Err(err);
-            }
-            req.generate.max_new_tokens = fits;
-            retried = true;
+        let fits = billing::affordable_output_tokens(&req.pricing, prompt_tokens, choices, left);
+        if !req.fit_to_balance || fits == 0 || fits >= req.generate.max_new_tokens {
+            return Err(err);
         }
+        req.generate.max_new_tokens = fits;
+        self.hold_max_new(req).await
+    }
+
+    /// Claim and hold `req`'s worst case: its prompt, billed once however many choices share
+    /// it, and `generate.max_new_tokens` output tokens per choice.
+    ///
+    /// # Errors
+    /// As `claim_and_hold`.
+    async fn hold_max_new(&self, req: &PaidRequest) -> Result<Held, MeterError> {
+        let max_new = req.generate.max_new_tokens;
+        let output = max_new * req.generate.n.max(1);
+        let hold = billing::hold_micros(&req.pricing, req.generate.prompt.token_ids.len(), output);
+        // Roughly 50 tokens a second; the openai SDK waits at most 120 s.
+        let estimate_s = u64::try_from(max_new / 50).unwrap_or(120);
+        let replay = self
+            .claim_and_hold(
+                &req.request_id,
+                (req.account, req.key),
+                hold,
+                req.idempotency.as_ref(),
+                estimate_s,
+            )
+            .await?;
+        Ok(replay.map_or(Held::Reserved(hold), Held::Replay))
     }
 
     /// Step 1 of the protocol: the idempotency claim and the hold of `hold` micros, paid by

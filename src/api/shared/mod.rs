@@ -5,8 +5,9 @@
 //! shapes and their OpenAPI schemas), `limits` (every rate limit), `session` (session cookies
 //! and the same-site rule), `access` (who pays), `paid` (the opening of every paid request,
 //! around `metering`), `request` (parsing and bounding request bodies), `completion` (chat
-//! completion wire shapes, also rendered by the Responses API), `headers`, `cors`, `server`
-//! and `connections` (the HTTP layer's limits).
+//! completion wire shapes, also rendered by the Responses API), `sse` (the framing every
+//! streamed answer shares), `headers`, `cors`, `server` and `connections` (the HTTP layer's
+//! limits).
 
 pub mod access;
 pub(crate) mod call;
@@ -22,5 +23,6 @@ pub mod request;
 pub mod schema;
 pub mod server;
 pub(crate) mod session;
+pub(crate) mod sse;
 pub mod state;
 pub(crate) mod text;

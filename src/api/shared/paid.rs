@@ -201,10 +201,7 @@ pub async fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry,
                 Code::ModelNotSupported,
                 format!(
                     "The model `{model}` {}; it does not generate text. Use {}.",
-                    match a.kind {
-                        AudioKind::Transcription => "transcribes audio",
-                        AudioKind::Speech => "speaks text",
-                    },
+                    audio_does(a.kind),
                     match a.kind {
                         AudioKind::Transcription => "`POST /v1/audio/transcriptions`",
                         AudioKind::Speech => "`POST /v1/audio/speech`",
@@ -377,6 +374,14 @@ pub fn priced_body(
     resp
 }
 
+/// What a speech model of `kind` does, for the message of a model named where it cannot serve.
+fn audio_does(kind: AudioKind) -> &'static str {
+    match kind {
+        AudioKind::Transcription => "transcribes audio",
+        AudioKind::Speech => "speaks text",
+    }
+}
+
 /// The speech model `model` names, if it is of `kind` and licensed for commercial serving.
 ///
 /// # Errors
@@ -398,12 +403,7 @@ pub fn audio_model(
     };
     let entry = match state.models.catalog.audio_model(model) {
         Some(e) if e.kind == kind => e.clone(),
-        Some(e) => {
-            return Err(other(match e.kind {
-                AudioKind::Transcription => "transcribes audio",
-                AudioKind::Speech => "speaks text",
-            }))
-        }
+        Some(e) => return Err(other(audio_does(e.kind))),
         None if state.models.catalog.get(model).is_some() => return Err(other("is a chat model")),
         None => return Err(ApiError::ModelNotFound(model.to_owned())),
     };

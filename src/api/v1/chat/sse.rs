@@ -9,15 +9,14 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures::stream::{self, Stream};
-use serde::Serialize;
 
 use crate::api::shared::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
 use crate::api::shared::error::ApiError;
 use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
+use crate::api::shared::sse::{self, data};
 use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
 use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
@@ -110,10 +109,6 @@ fn call_delta(d: ToolCallDelta) -> ChunkDelta {
     }
 }
 
-fn data(v: &impl Serialize) -> Event {
-    Event::default().data(serde_json::to_string(v).unwrap_or_default())
-}
-
 /// The SSE response of a streamed completion: `events` as chunks, then the settlement's
 /// charge (or its error, as an `ErrorBody` with `request_id`).
 pub fn stream_response(
@@ -168,11 +163,7 @@ pub fn stream_response(
             }
         }
     });
-    Sse::new(s).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(3))
-            .text("ping"),
-    )
+    sse::respond(s)
 }
 
 async fn finish_stream(st: &mut StreamState) {

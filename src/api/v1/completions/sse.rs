@@ -8,14 +8,14 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures::stream::{self, Stream};
-use serde::Serialize;
 
-use super::wire::{finish, TextChoice, TextLogprobs, TextMeta};
+use super::wire::{TextChoice, TextLogprobs, TextMeta};
+use crate::api::shared::completion::finish_reason;
 use crate::api::shared::error::ApiError;
+use crate::api::shared::sse::{self, data};
 use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
 
@@ -46,10 +46,6 @@ impl StreamState {
         }]);
         self.queue.push_back(data(&c));
     }
-}
-
-fn data(v: &impl Serialize) -> Event {
-    Event::default().data(serde_json::to_string(v).unwrap_or_default())
 }
 
 /// The SSE response of a streamed completion: `events` as chunks, then the settlement's
@@ -93,11 +89,7 @@ pub fn stream_response(
             }
         }
     });
-    Sse::new(s).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(3))
-            .text("ping"),
-    )
+    sse::respond(s)
 }
 
 async fn finish_stream(st: &mut StreamState) {
@@ -121,7 +113,7 @@ async fn finish_stream(st: &mut StreamState) {
             text: String::new(),
             index: i,
             logprobs: None,
-            finish_reason: Some(finish(end)),
+            finish_reason: Some(finish_reason(end, false)),
         }]);
         c.service = Some(service.clone());
         st.queue.push_back(data(&c));

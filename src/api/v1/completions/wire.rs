@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use crate::api::shared::completion::{finish_reason, CompletionMeta};
 use crate::api::shared::schema::{ServiceCost, Usage};
-use crate::engine::{FinishReason, TokenLogprob};
+use crate::engine::TokenLogprob;
 use crate::metering::{Charge, Generated, StoredResponse};
 
 /// A `text_completion`: the whole response, or one stream chunk (one choice, no usage).
@@ -121,7 +121,10 @@ impl TextMeta {
                     .then(|| TextLogprobs::of(&g.logprobs, echo.chars().count())),
                 text: format!("{echo}{}", g.text),
                 index,
-                finish_reason: Some(finish(c.finishes.get(index).unwrap_or(&c.finish))),
+                finish_reason: Some(finish_reason(
+                    c.finishes.get(index).unwrap_or(&c.finish),
+                    false,
+                )),
             })
             .collect();
         let (usage, service) = self.meta.usage(c);
@@ -133,9 +136,4 @@ impl TextMeta {
             body: serde_json::to_string(&body).unwrap_or_default(),
         }
     }
-}
-
-/// `length` when `max_tokens` or the context ended it, else `stop`.
-pub fn finish(f: &FinishReason) -> &'static str {
-    finish_reason(f, false)
 }

@@ -11,15 +11,15 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures::future::BoxFuture;
 use futures::stream::{self, Stream};
 
 use super::object::{ResponseMeta, Sequenced, StreamEvent};
 use super::output::Outputs;
 use crate::api::shared::error::ApiError;
+use crate::api::shared::sse;
 use crate::engine::{ChoiceEvents, FinishReason, GenerationEvent};
 use crate::metering::Settlement;
 
@@ -136,9 +136,5 @@ pub fn stream_response(
             }
         }
     });
-    Sse::new(s).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(3))
-            .text("ping"),
-    )
+    sse::respond(s)
 }
