@@ -170,6 +170,11 @@ pub struct ModelEntry {
     /// A base (pretrained) model: served by the API, not offered in the playground.
     #[serde(default)]
     pub base: bool,
+    /// A thinking model (its template and vocabulary have `<think>`): `reasoning_effort` is
+    /// listed in its `supported_parameters`. The engine reads the thinking from the files
+    /// (`engine::text::reasoning`); this flag only informs clients before it is loaded.
+    #[serde(default)]
+    pub reasoning: bool,
     /// The built-in chat template (`BUILTIN_TEMPLATES`) used when the weights file
     /// carries none; left out, the engine's family default applies.
     #[serde(default)]

@@ -252,7 +252,8 @@ impl License {
 }
 
 impl ModelRecord {
-    /// The record of `m`: `supported_parameters` are the request fields the API accepts,
+    /// The record of `m`: `supported_parameters` are the request fields the API accepts
+    /// (`reasoning_effort` only for a thinking model),
     /// `languages` the measured multipliers vs English by language code, `loaded` whether it is
     /// in memory now and `available` whether it is servable here (`Err` with the short reason
     /// when not).
@@ -292,7 +293,11 @@ impl ModelRecord {
             },
             license: License::of(m),
             base: m.base,
-            supported_parameters: supported_parameters.to_vec(),
+            supported_parameters: supported_parameters
+                .iter()
+                .filter(|p| m.reasoning || **p != "reasoning_effort")
+                .copied()
+                .collect(),
             languages,
             loaded,
             available: available.is_ok(),

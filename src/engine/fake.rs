@@ -1,13 +1,15 @@
 //! `FakeEngine`: a deterministic FAKE engine for HTTP, billing and ledger tests. It runs no model.
 //!
 //! Prompt "tokens" are the whitespace-separated words of the messages (plus one per message);
-//! the reply is always the words of [`FAKE_REPLY`], one word per completion token, so tests can
-//! predict text and usage exactly. It honours `max_new_tokens`, stop strings and cancellation.
+//! the reply is the words of [`FAKE_REPLY`], one word per completion token, so tests can
+//! predict text and usage exactly, unless a test scripts another reply (`FakeScript`). It
+//! honours `max_new_tokens`, stop strings and cancellation.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::text::reasoning::{Reasoning, ReasoningCounter};
 use super::text::stop::{StopMatcher, StopStep};
 use super::{
     ChatInput, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
@@ -20,6 +22,16 @@ pub const FAKE_VOCAB_SIZE: usize = 32_000;
 
 /// The fixed text every fake generation produces (9 tokens).
 pub const FAKE_REPLY: &str = "This is a fake reply from the test engine.";
+
+/// A scripted reply a test plays through the fake instead of [`FAKE_REPLY`]: each token's id
+/// and text (from a real tokenizer, so streams split where a model's would), and the reasoning
+/// spec the fake's prompts report (what `prompt::rendered_prompt` gives for the model whose
+/// template the test rendered).
+#[derive(Debug, Clone, Default)]
+pub struct FakeScript {
+    pub tokens: Vec<(u32, String)>,
+    pub reasoning: Option<Reasoning>,
+}
 
 /// Failure a test can inject, to check the error paths of the HTTP layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +57,7 @@ pub struct FakeEngine {
     /// Token index at which generations wait until their receiver is dropped
     /// (`usize::MAX`: never).
     pause_at: Arc<AtomicUsize>,
+    script: std::sync::Mutex<Option<FakeScript>>,
 }
 
 /// Holds every generation before its first token while closed, so a test can have requests
@@ -91,7 +104,47 @@ impl FakeEngine {
             fault: std::sync::Mutex::new(FakeFault::None),
             gate: Arc::default(),
             pause_at: Arc::new(AtomicUsize::new(usize::MAX)),
+            script: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Play `script` instead of `FAKE_REPLY` from now on (`None`: back to `FAKE_REPLY`).
+    pub fn set_script(&self, script: Option<FakeScript>) {
+        *self
+            .script
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = script;
+    }
+
+    fn script(&self) -> Option<FakeScript> {
+        self.script
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The tokens a generation plays: the script's, else `FAKE_REPLY`'s words (id = position).
+    fn tokens(&self) -> Vec<(u32, String)> {
+        self.script().map_or_else(
+            || {
+                FAKE_REPLY
+                    .split(' ')
+                    .enumerate()
+                    .map(|(i, w)| {
+                        let id = u32::try_from(i).unwrap_or(u32::MAX);
+                        (
+                            id,
+                            if i == 0 {
+                                w.to_owned()
+                            } else {
+                                format!(" {w}")
+                            },
+                        )
+                    })
+                    .collect()
+            },
+            |s| s.tokens,
+        )
     }
 
     /// Make generations stop after `tokens` tokens and wait there until their client goes
@@ -136,11 +189,12 @@ impl FakeEngine {
         let running = self.running.clone();
         let gate = self.gate.clone();
         let pause_at = self.pause_at.clone();
+        let words = self.tokens();
         running.fetch_add(1, Ordering::Relaxed);
         std::thread::spawn(move || {
             gate.wait_open();
             let mut stop = StopMatcher::new(request.stop.clone());
-            let words: Vec<&str> = FAKE_REPLY.split(' ').collect();
+            let mut reasoning = ReasoningCounter::new(request.prompt.reasoning);
             let mut generated = 0;
             let _ = tx.send(GenerationEvent::Started);
             let finish = loop {
@@ -159,13 +213,10 @@ impl FakeEngine {
                 if generated == request.max_new_tokens {
                     break FinishReason::Length;
                 }
-                let piece = if generated == 0 {
-                    words[0].to_owned()
-                } else {
-                    format!(" {}", words[generated])
-                };
+                let (id, piece) = &words[generated];
+                reasoning.step(*id);
                 generated += 1;
-                match stop.push(&piece) {
+                match stop.push(piece) {
                     StopStep::Continue(t) if !t.is_empty() => {
                         let _ = tx.send(GenerationEvent::Delta(t));
                     }
@@ -188,6 +239,7 @@ impl FakeEngine {
                 prompt_tokens: request.prompt.token_ids.len(),
                 cached_tokens: 0,
                 completion_tokens: generated,
+                reasoning_tokens: reasoning.tokens,
                 finish,
             });
         });
@@ -248,6 +300,11 @@ impl Engine for FakeEngine {
             m.context_length,
         );
         prompt.vocab_size = Some(FAKE_VOCAB_SIZE);
+        let reasoning = self.script().and_then(|s| s.reasoning);
+        if reasoning.is_none() && input.thinking == Some(true) {
+            return Err(EngineError::NoReasoning);
+        }
+        prompt.reasoning = reasoning.filter(|_| input.thinking != Some(false));
         Ok(prompt)
     }
 

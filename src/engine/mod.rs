@@ -43,6 +43,8 @@ pub struct Prompt {
     /// Token ids the model's vocabulary has (special tokens included), for checking
     /// `logit_bias`; `None` when the engine has no vocabulary (the fake engine).
     pub vocab_size: Option<usize>,
+    /// How the generation thinks (`text::reasoning`); `None` when it does not.
+    pub reasoning: Option<text::reasoning::Reasoning>,
 }
 
 impl Prompt {
@@ -56,6 +58,27 @@ impl Prompt {
             banned_tokens: Vec::new(),
             tool_syntax: None,
             vocab_size: None,
+            reasoning: None,
+        }
+    }
+}
+
+/// How to read a generation's text back: tool calls out of the answer, and the thinking before
+/// it. Taken from the `Prompt` (`Prompt::output_syntax`) before it is submitted.
+#[derive(Debug, Clone, Default)]
+pub struct OutputSyntax {
+    /// `None`: tools are off, the answer is all content.
+    pub tools: Option<constrain::tools::ToolSyntax>,
+    /// `None`: no thinking to split off.
+    pub reasoning: Option<text::reasoning::Reasoning>,
+}
+
+impl Prompt {
+    /// How to read this prompt's generations back.
+    pub fn output_syntax(&self) -> OutputSyntax {
+        OutputSyntax {
+            tools: self.tool_syntax.clone(),
+            reasoning: self.reasoning,
         }
     }
 }
@@ -100,6 +123,9 @@ pub struct Outcome {
     pub cached_tokens: usize,
     /// Tokens generated and sampled (output tokens), including a final EOS.
     pub completion_tokens: usize,
+    /// Of `completion_tokens`, the thinking ones, `<think>` through `</think>`
+    /// (`text::reasoning::ReasoningCounter`; OpenAI's `reasoning_tokens`).
+    pub reasoning_tokens: usize,
     pub finish: FinishReason,
 }
 
@@ -164,6 +190,10 @@ pub enum EngineError {
     /// A fill-in-the-middle prompt (`suffix`) for a model whose vocabulary has no FIM tokens.
     #[error("the model's vocabulary has no fill-in-the-middle tokens")]
     NoFim,
+    /// Thinking asked of a model that does not think (no `<think>` in its template and
+    /// vocabulary).
+    #[error("the model does not think")]
+    NoReasoning,
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
     #[error("cannot load a model of {needed} bytes: the memory budget of {budget} bytes is held by busy models")]
@@ -189,7 +219,7 @@ pub trait Engine: Send + Sync + 'static {
     /// for a loaded model (`load`). CPU-bound (milliseconds): call from a blocking task.
     ///
     /// # Errors
-    /// `ModelNotLoaded`, `Template`, `PromptTooLong` (at least the model's context: refused
+    /// `ModelNotLoaded`, `Template`, `NoFim`, `NoReasoning`, `PromptTooLong` (at least the model's context: refused
     /// before the rest is tokenized), `Tokenize`, `Grammar`.
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError>;
     /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is

@@ -40,6 +40,8 @@ pub struct Charge {
     pub cached_tokens: usize,
     /// Output tokens billed, every choice's together (a final EOS included).
     pub completion_tokens: usize,
+    /// Of `completion_tokens`, the thinking ones (billed as output like the rest).
+    pub reasoning_tokens: usize,
     /// Micro-USD charged (`billing::cost_micros`, never above the hold).
     pub cost_micros: Micros,
     /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`):
@@ -194,6 +196,7 @@ async fn wait_outcomes(ctx: &Context, outcomes: Vec<oneshot::Receiver<Outcome>>)
             prompt_tokens: ctx.prompt_tokens,
             cached_tokens: 0,
             completion_tokens: 0,
+            reasoning_tokens: 0,
             finish: FinishReason::Failed("the engine dropped the request".into()),
         }));
     }
@@ -231,6 +234,7 @@ fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
         prompt_tokens: prompt,
         cached_tokens: cached,
         completion_tokens: completion,
+        reasoning_tokens: outcomes.iter().map(|o| o.reasoning_tokens).sum(),
         cost_micros: billing::cost_micros(p, prompt as u64, cached as u64, completion as u64)
             .min(ctx.hold_micros),
         finish,

@@ -9,8 +9,9 @@ use super::schema::{
     ChunkDelta, CompletionTokensDetails, FunctionCallOut, LogprobEntry, PromptTokensDetails,
     ServiceCost, ToolCallOut, TopLogprob, Usage,
 };
-use crate::engine::constrain::tools::{parse::parse_all, ToolSyntax};
-use crate::engine::{FinishReason, TokenLogprob};
+use crate::engine::constrain::tools::parse::parse_all;
+use crate::engine::text::reasoning::split_all;
+use crate::engine::{FinishReason, OutputSyntax, TokenLogprob};
 use crate::metering::{Charge, Generated, StoredResponse};
 
 /// Identity of one completion, shared by all its chunks.
@@ -23,15 +24,15 @@ pub struct CompletionMeta {
     pub model: String,
     /// The request's `req_` id (`service.request_id`).
     pub request_id: String,
-    /// How to read tool calls out of the text (`None`: tools off, all text is content).
-    pub tool_syntax: Option<ToolSyntax>,
+    /// How to read tool calls and thinking out of the text.
+    pub syntax: OutputSyntax,
     /// The request asked for `logprobs`.
     pub logprobs: bool,
 }
 
 impl CompletionMeta {
     /// A new completion of `model` for request `request_id`, created now.
-    pub fn new(model: &str, request_id: &str, tool_syntax: Option<ToolSyntax>) -> Self {
+    pub fn new(model: &str, request_id: &str, syntax: OutputSyntax) -> Self {
         Self {
             id: format!("chatcmpl-{}", super::state::random_id(24)),
             created: SystemTime::now()
@@ -39,7 +40,7 @@ impl CompletionMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_owned(),
             request_id: request_id.to_owned(),
-            tool_syntax,
+            syntax,
             logprobs: false,
         }
     }
@@ -55,7 +56,10 @@ impl CompletionMeta {
                     cached_tokens: c.cached_tokens,
                     audio_tokens: 0,
                 },
-                completion_tokens_details: CompletionTokensDetails::default(),
+                completion_tokens_details: CompletionTokensDetails {
+                    reasoning_tokens: c.reasoning_tokens,
+                    ..CompletionTokensDetails::default()
+                },
             },
             ServiceCost {
                 cost_micros: c.cost_micros,
@@ -65,8 +69,8 @@ impl CompletionMeta {
         )
     }
 
-    /// The whole `chat.completion` with each choice's generated text (split into content and
-    /// tool calls when tools are on) and its logprobs, as the 200 response to store and send.
+    /// The whole `chat.completion` with each choice's generated text (split into reasoning,
+    /// content and tool calls) and its logprobs, as the 200 response to store and send.
     pub fn completion(&self, c: &Charge, generated: Vec<Generated>) -> StoredResponse {
         let (usage, service) = self.usage(c);
         let choices = generated
@@ -95,9 +99,13 @@ impl CompletionMeta {
 
     /// Choice `index` of a whole completion: its message and `finish_reason`.
     fn choice(&self, index: usize, generated: Generated, finish: &FinishReason) -> Choice {
-        let (content, calls) = match &self.tool_syntax {
-            Some(s) => parse_all(s, &generated.text),
-            None => (generated.text, Vec::new()),
+        let (reasoning, answer) = match &self.syntax.reasoning {
+            Some(r) => split_all(r, &generated.text),
+            None => (None, generated.text),
+        };
+        let (content, calls) = match &self.syntax.tools {
+            Some(s) => parse_all(s, &answer),
+            None => (answer, Vec::new()),
         };
         let tool_calls: Vec<ToolCallOut> = calls
             .into_iter()
@@ -115,6 +123,7 @@ impl CompletionMeta {
                 content: (tool_calls.is_empty() || !content.is_empty()).then_some(content),
                 refusal: None,
                 tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+                reasoning_content: reasoning,
             },
             logprobs: self.logprobs.then(|| choice_logprobs(&generated.logprobs)),
         }

@@ -280,6 +280,11 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
             Code::UnsupportedValue,
             format!("The model `{id}` has no fill-in-the-middle tokens, so `suffix` cannot be served; use a code model such as qwen2.5-coder."),
         ),
+        (EngineError::NoReasoning, _) => ApiError::bad(
+            "reasoning_effort",
+            Code::UnsupportedValue,
+            format!("The model `{id}` does not think (its chat template and vocabulary have no `<think>`), so `reasoning_effort` can only be `none` or `minimal` for it."),
+        ),
         (EngineError::PromptTooLong { limit, counted }, _) => ApiError::BadRequest {
             param: Some("messages".into()),
             code: Code::ContextLengthExceeded,

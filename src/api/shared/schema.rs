@@ -99,6 +99,9 @@ pub struct ChatCompletionRequest {
     /// outside the vocabulary is 400 `invalid_value`.
     #[schema(value_type = Option<HashMap<String, f64>>)]
     logit_bias: Option<Value>,
+    /// Thinking models: `none` or `minimal` switch the thinking off, `low`, `medium`, `high`
+    /// or `xhigh` leave it on (the default). Other models accept only `none` and `minimal`.
+    reasoning_effort: Option<String>,
     /// Deprecated form of `tools`: the function objects alone. Not with `tools`.
     functions: Option<Vec<Value>>,
     /// Deprecated form of `tool_choice`: `none`, `auto` or `{"name": ...}`. Calls come back
@@ -212,6 +215,10 @@ pub struct ResponsesRequestDoc {
     top_logprobs: Option<u64>,
     /// Only `disabled`.
     truncation: Option<String>,
+    /// `{"effort": ..., "summary": ...}`: `effort` as chat's `reasoning_effort`; `summary` is
+    /// accepted and no summary is written.
+    #[schema(value_type = Option<Object>)]
+    reasoning: Option<Value>,
 }
 
 /// `input` of `POST /v1/responses` (documentation only).
@@ -370,6 +377,9 @@ pub struct ChunkDelta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    /// A piece of the thinking (`message.reasoning_content` of a whole completion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// One server-sent event of a streamed chat completion or response (the `text/event-stream`
@@ -443,6 +453,10 @@ pub struct AssistantMessage {
     /// The calls the model made (absent when none), with `finish_reason: "tool_calls"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallOut>>,
+    /// A thinking model's thinking, the text between `<think>` and `</think>` (absent when it
+    /// did not think); its tokens are `usage.completion_tokens_details.reasoning_tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// One tool call of a response (`message.tool_calls[i]`).
@@ -507,8 +521,8 @@ pub struct PromptTokensDetails {
     pub audio_tokens: usize,
 }
 
-/// What completion tokens were, in tokens: all zero today (no reasoning split, no audio, no
-/// predicted outputs).
+/// What completion tokens were, in tokens: the thinking of thinking models (`<think>` through
+/// `</think>`, billed as output); audio and predicted outputs are zero (not served).
 #[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
 pub struct CompletionTokensDetails {
     pub reasoning_tokens: usize,

@@ -12,8 +12,7 @@ use super::error::{ApiError, Remedy};
 use super::paid;
 use super::request::{self, ChatRequest, ImagePart};
 use super::state::AppState;
-use crate::engine::constrain::tools::ToolSyntax;
-use crate::engine::GenerateRequest;
+use crate::engine::{GenerateRequest, OutputSyntax};
 use crate::metering::{Idempotency, PaidRequest};
 
 /// Which API a text request came through: the names its errors give the fields.
@@ -50,9 +49,22 @@ impl Surface {
         }
     }
 
-    /// A `context_length_exceeded` error in this surface's field names (other errors pass).
+    /// A `context_length_exceeded` or `reasoning_effort` error in this surface's field names
+    /// (other errors pass).
     pub fn context_error(self, e: ApiError) -> ApiError {
         match (self, e) {
+            (
+                Self::Responses,
+                ApiError::BadRequest {
+                    param,
+                    code,
+                    message,
+                },
+            ) if param.as_deref() == Some("reasoning_effort") => ApiError::BadRequest {
+                param: Some("reasoning.effort".into()),
+                code,
+                message: message.replace("`reasoning_effort`", "`reasoning.effort`"),
+            },
             (
                 Self::Responses,
                 ApiError::BadRequest {
@@ -89,8 +101,8 @@ impl Surface {
     }
 }
 
-/// `chat` made ready for metering: the paid request, and how to read tool calls back out of
-/// its text (`None` when tools are off). `n` is the choices to generate.
+/// `chat` made ready for metering: the paid request, and how to read its text back (tool
+/// calls, thinking). `n` is the choices to generate.
 ///
 /// # Errors
 /// 404 `model_not_found` / `model_not_available`, 403 `model_license_forbids_commercial_use`,
@@ -103,7 +115,7 @@ pub async fn paid_request(
     n: usize,
     idempotency: Option<Idempotency>,
     surface: Surface,
-) -> Result<(PaidRequest, Option<ToolSyntax>), ApiError> {
+) -> Result<(PaidRequest, OutputSyntax), ApiError> {
     let entry = paid::servable_model(state, &chat.model).await?;
     if let (Some(img), false) = (chat.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
@@ -120,7 +132,7 @@ pub async fn paid_request(
     }
     let max_new_tokens =
         paid::max_new_tokens(&prompt, chat.max_tokens).map_err(|e| surface.context_error(e))?;
-    let tool_syntax = prompt.tool_syntax.clone();
+    let syntax = prompt.output_syntax();
     let request_id = caller.request_id.0.clone();
     let request = PaidRequest {
         request_id: request_id.clone(),
@@ -140,5 +152,5 @@ pub async fn paid_request(
         started: caller.started,
         fit_to_balance: chat.max_tokens.is_none(),
     };
-    Ok((request, tool_syntax))
+    Ok((request, syntax))
 }

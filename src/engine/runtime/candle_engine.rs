@@ -255,17 +255,20 @@ impl CandleEngine {
     }
 }
 
-/// The prompt ids of `input` for the loaded model `f` (`prompt::prompt_ids`), if they leave
-/// room for at least one generated token in its context.
-fn prompt_ids(f: &Front, input: &ChatInput) -> Result<Vec<u32>, EngineError> {
-    let limit = f.context_length.saturating_sub(1);
-    crate::engine::text::prompt::prompt_ids(&f.id, &f.tokenizer, &f.template, input, limit)
-}
-
 /// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
-/// of the model's format (with the `auto` trigger), or the trigger banned under `none`.
+/// of the model's format (with the `auto` trigger), or the trigger banned under `none`. The
+/// prompt leaves room for at least one generated token in the model's context.
 fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
-    let mut prompt = Prompt::plain(model, prompt_ids(f, input)?, f.context_length);
+    let limit = f.context_length.saturating_sub(1);
+    let (ids, reasoning) = crate::engine::text::prompt::rendered_prompt(
+        &f.id,
+        &f.tokenizer,
+        &f.template,
+        input,
+        limit,
+    )?;
+    let mut prompt = Prompt::plain(model, ids, f.context_length);
+    prompt.reasoning = reasoning;
     prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
     let env = || {
         f.grammar_env

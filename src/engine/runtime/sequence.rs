@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::sampler::Sampler;
 use crate::engine::constrain::grammar::{self, Grammar};
 use crate::engine::model::attention::SeqCache;
+use crate::engine::text::reasoning::ReasoningCounter;
 use crate::engine::text::stop::{StopMatcher, StopStep};
 use crate::engine::text::tokenizer::{ModelTokenizer, StreamDecoder};
 use crate::engine::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
@@ -62,6 +63,8 @@ pub(in crate::engine) struct Seq {
     pub(in crate::engine) fork: bool,
     /// Prompt tokens whose KV cache came from the prefix cache.
     pub(in crate::engine) cached: usize,
+    /// Counts the thinking tokens among `generated`.
+    pub(in crate::engine) reasoning: ReasoningCounter,
 }
 
 impl Seq {
@@ -75,6 +78,7 @@ impl Seq {
         let sampler =
             Sampler::with_prompt(job.request.sampling.clone(), &job.request.prompt.token_ids);
         let stop = StopMatcher::new(job.request.stop.clone());
+        let reasoning = ReasoningCounter::new(job.request.prompt.reasoning);
         Self {
             job,
             cache,
@@ -90,6 +94,7 @@ impl Seq {
             grammar,
             fork: false,
             cached: 0,
+            reasoning,
         }
     }
 
@@ -116,6 +121,7 @@ impl Seq {
                 prompt_tokens,
                 cached_tokens: self.cached,
                 completion_tokens: 0,
+                reasoning_tokens: 0,
                 finish: finish.clone(),
             });
         }
@@ -123,6 +129,7 @@ impl Seq {
             prompt_tokens,
             cached_tokens: self.cached,
             completion_tokens: self.generated,
+            reasoning_tokens: self.reasoning.tokens,
             finish,
         });
     }
@@ -177,6 +184,7 @@ pub(in crate::engine) fn sample_and_emit(
         }
         return Some(FinishReason::Stop);
     }
+    s.reasoning.step(tok);
     let mut grammar_done = false;
     if let Some(g) = s.grammar.as_mut().filter(|g| g.is_active()) {
         grammar_done = !g.consume(tok) || g.is_finished();

@@ -42,6 +42,10 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// For `Role::Tool`: the call this message answers.
     pub tool_call_id: Option<String>,
+    /// For `Role::Assistant`: the thinking the client sent back with the message
+    /// (`reasoning_content`); thinking models' templates place it (Qwen3's keeps it after the
+    /// last user turn).
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -52,6 +56,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning_content: None,
         }
     }
 }
@@ -78,6 +83,9 @@ impl Serialize for ChatMessage {
         }
         if let Some(id) = &self.tool_call_id {
             m.serialize_entry("tool_call_id", id)?;
+        }
+        if let Some(r) = &self.reasoning_content {
+            m.serialize_entry("reasoning_content", r)?;
         }
         m.end()
     }
@@ -139,6 +147,22 @@ pub enum OutputConstraint {
     },
 }
 
+impl OutputConstraint {
+    /// Whether the constraint holds from the first generated token (JSON output, a required
+    /// or named call, or an answer-or-call): a thinking model cannot think first under it.
+    /// Under `auto` with free text the call grammar starts only at a call's opening.
+    pub fn from_first_token(&self) -> bool {
+        match self {
+            Self::Json(_) => true,
+            Self::Tools { choice, answer, .. } => match choice {
+                ToolChoice::None => false,
+                ToolChoice::Auto => answer.is_some(),
+                ToolChoice::Required | ToolChoice::Function(_) => true,
+            },
+        }
+    }
+}
+
 /// A `/v1/completions` prompt: raw text run as it is, without the chat template. Text of a
 /// special token in it is read as that token (as llama.cpp's server reads completion prompts).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +184,10 @@ pub struct ChatInput {
     pub tools: Vec<ToolSpec>,
     /// `None`: free text.
     pub constraint: Option<OutputConstraint>,
+    /// Whether a thinking model should think (`reasoning_effort`): `None` is the model's
+    /// default (it thinks). Ignored for a constrained output that starts at the first token
+    /// (`OutputConstraint::from_first_token`): the thinking is then switched off.
+    pub thinking: Option<bool>,
 }
 
 impl ChatInput {

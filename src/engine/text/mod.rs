@@ -1,11 +1,12 @@
 //! Text in and out: chat messages (`chat`), chat templates (`template`), tokenizers and their
-//! pre-tokenizers (`tokenizer`, `pretokenize`), prompt rendering (`prompt`), stop strings
-//! (`stop`) and measured per-language token costs (`languages`).
+//! pre-tokenizers (`tokenizer`, `pretokenize`), prompt rendering (`prompt`), thinking models'
+//! reasoning (`reasoning`), stop strings (`stop`) and measured per-language token costs (`languages`).
 
 pub mod chat;
 pub mod languages;
 pub mod pretokenize;
 pub mod prompt;
+pub mod reasoning;
 pub mod stop;
 pub mod template;
 pub mod tokenizer;

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use candle_core::Device;
 
-use super::chat::ChatInput;
+use super::chat::{ChatInput, OutputConstraint};
+use super::reasoning::{Reasoning, THINK_CLOSE};
 use super::template::ChatTemplate;
 use super::tokenizer::{EncodeError, ModelTokenizer};
 use crate::engine::constrain::tools::ToolFormat;
@@ -22,12 +23,8 @@ use crate::engine::EngineError;
 /// if there are at most `limit` of them (BOS included): a longer prompt is refused after
 /// tokenizing about `limit` tokens of it (`ModelTokenizer::encode_within`).
 ///
-/// A raw `input.text` is used as it is, without the template (with a suffix: laid out in the
-/// vocabulary's FIM tokens).
-///
 /// # Errors
-/// `Template` (the template refuses the messages), `NoFim` (a suffix for a vocabulary without
-/// FIM tokens), `PromptTooLong`, `Tokenize`.
+/// As [`rendered_prompt`].
 pub fn prompt_ids(
     id: &str,
     tokenizer: &ModelTokenizer,
@@ -35,23 +32,30 @@ pub fn prompt_ids(
     input: &ChatInput,
     limit: usize,
 ) -> Result<Vec<u32>, EngineError> {
-    let format = ToolFormat::for_model(id);
-    let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
-    let text = if let Some(raw) = &input.text {
-        Ok(match &raw.suffix {
-            None => raw.prompt.clone(),
-            Some(suffix) => {
-                let [pre, suf, mid] = fim_tokens(tokenizer).ok_or(EngineError::NoFim)?;
-                format!("{pre}{}{suf}{suffix}{mid}", raw.prompt)
-            }
-        })
-    } else if format.template_supports(&template.text) {
-        template.render(&input.messages, &input.tools, bos, eos)
-    } else {
-        let folded = format.fold_messages(&input.messages, &input.tools);
-        template.render(&folded, &[], bos, eos)
-    }
-    .map_err(EngineError::Template)?;
+    rendered_prompt(id, tokenizer, template, input, limit).map(|(ids, _)| ids)
+}
+
+/// [`prompt_ids`], and how the generation reasons (`None`: the model does not think, or not
+/// this time).
+///
+/// A raw `input.text` is used as it is, without the template (with a suffix: laid out in the
+/// vocabulary's FIM tokens). For a thinking model (`Reasoning::of_model`) the template's
+/// `enable_thinking` is `input.thinking` (default on), off under a constraint that starts at
+/// the first token; where the template has no switch and opens the thinking itself, switching
+/// it off closes the tag after it (`<think>\n\n</think>\n\n`, as Qwen3's template writes).
+///
+/// # Errors
+/// `Template` (the template refuses the messages), `NoFim` (a suffix for a vocabulary without
+/// FIM tokens), `NoReasoning` (`thinking: Some(true)` for a model that does not think),
+/// `PromptTooLong`, `Tokenize`.
+pub fn rendered_prompt(
+    id: &str,
+    tokenizer: &ModelTokenizer,
+    template: &ChatTemplate,
+    input: &ChatInput,
+    limit: usize,
+) -> Result<(Vec<u32>, Option<Reasoning>), EngineError> {
+    let (text, reasoning) = prompt_text(id, tokenizer, template, input)?;
     let bos = tokenizer.bos_id.filter(|_| tokenizer.add_bos);
     let room = limit.saturating_sub(usize::from(bos.is_some()));
     let mut ids = tokenizer.encode_within(&text, room).map_err(|e| match e {
@@ -72,7 +76,57 @@ pub fn prompt_ids(
             counted: ids.len(),
         });
     }
-    Ok(ids)
+    Ok((ids, reasoning))
+}
+
+/// The prompt's text and its reasoning spec (see [`rendered_prompt`]).
+fn prompt_text(
+    id: &str,
+    tokenizer: &ModelTokenizer,
+    template: &ChatTemplate,
+    input: &ChatInput,
+) -> Result<(String, Option<Reasoning>), EngineError> {
+    if let Some(raw) = &input.text {
+        let text = match &raw.suffix {
+            None => raw.prompt.clone(),
+            Some(suffix) => {
+                let [pre, suf, mid] = fim_tokens(tokenizer).ok_or(EngineError::NoFim)?;
+                format!("{pre}{}{suf}{suffix}{mid}", raw.prompt)
+            }
+        };
+        return Ok((text, None));
+    }
+    let model = Reasoning::of_model(tokenizer, &template.text);
+    if model.is_none() && input.thinking == Some(true) {
+        return Err(EngineError::NoReasoning);
+    }
+    let forced = input
+        .constraint
+        .as_ref()
+        .is_some_and(OutputConstraint::from_first_token);
+    let thinking = input.thinking.unwrap_or(true) && !forced;
+    let switch = model.is_some().then_some(thinking);
+    let format = ToolFormat::for_model(id);
+    let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
+    let mut text = if format.template_supports(&template.text) {
+        template.render_thinking(&input.messages, &input.tools, bos, eos, switch)
+    } else {
+        let folded = format.fold_messages(&input.messages, &input.tools);
+        template.render_thinking(&folded, &[], bos, eos, switch)
+    }
+    .map_err(EngineError::Template)?;
+    let Some(model) = model else {
+        return Ok((text, None));
+    };
+    let spec = model.for_prompt(&text);
+    if spec.is_some_and(|s| s.open_in_prompt) && !thinking {
+        text.truncate(text.trim_end().len());
+        text.push_str("\n\n");
+        text.push_str(THINK_CLOSE);
+        text.push_str("\n\n");
+        return Ok((text, None));
+    }
+    Ok((text, spec.filter(|_| thinking)))
 }
 
 /// Fill-in-the-middle tokens (prefix, suffix, middle) of the code models' vocabularies:

@@ -103,6 +103,8 @@ impl ChatTemplate {
     /// Render `messages` with `add_generation_prompt = true`; `tools` is the template's `tools`
     /// variable (`none` when empty, as `transformers` passes it). `strftime_now(fmt)` formats
     /// the local time now, as `transformers` does (Llama 3.2 writes today's date with it).
+    /// `enable_thinking` is left undefined, as `transformers` leaves it (`render_thinking` sets
+    /// it).
     ///
     /// # Errors
     /// Template runtime errors (including `raise_exception` calls), as text.
@@ -113,8 +115,26 @@ impl ChatTemplate {
         bos: &str,
         eos: &str,
     ) -> Result<String, String> {
+        self.render_thinking(messages, tools, bos, eos, None)
+    }
+
+    /// `render` with the template's `enable_thinking` switch set to `thinking` (Qwen3's and
+    /// llama.cpp's DeepSeek-R1 templates read it); `None` leaves it undefined, which templates
+    /// read differently (Qwen3's as on, llama.cpp's R1 and Command R7B's as off), so only
+    /// thinking models get it set.
+    ///
+    /// # Errors
+    /// As `render`.
+    pub fn render_thinking(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        bos: &str,
+        eos: &str,
+        thinking: Option<bool>,
+    ) -> Result<String, String> {
         let now = chrono::Local::now().naive_local();
-        self.render_at(messages, tools, bos, eos, now)
+        self.render_full(messages, tools, (bos, eos), thinking, now)
     }
 
     /// `render` with `strftime_now` reading `now` instead of the clock (for fixtures).
@@ -129,6 +149,17 @@ impl ChatTemplate {
         eos: &str,
         now: chrono::NaiveDateTime,
     ) -> Result<String, String> {
+        self.render_full(messages, tools, (bos, eos), None, now)
+    }
+
+    fn render_full(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        (bos, eos): (&str, &str),
+        thinking: Option<bool>,
+        now: chrono::NaiveDateTime,
+    ) -> Result<String, String> {
         let tmpl = self.env.get_template("chat").map_err(|e| e.to_string())?;
         let tools =
             (!tools.is_empty()).then(|| minijinja::Value::from(minijinja::value::Serde(tools)));
@@ -137,6 +168,7 @@ impl ChatTemplate {
             messages => minijinja::Value::from(minijinja::value::Serde(messages)),
             tools => tools,
             add_generation_prompt => true,
+            enable_thinking => thinking.map_or(minijinja::Value::UNDEFINED, minijinja::Value::from),
             bos_token => bos,
             eos_token => eos,
             strftime_now => strftime_now,

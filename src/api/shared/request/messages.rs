@@ -2,7 +2,8 @@
 //! (with `tool_calls`, `content` then optional) and `tool` (with `tool_call_id`).
 //!
 //! Every field OpenAI returns on a message and SDKs echo back is accepted: `refusal`,
-//! `annotations`, `audio`, `function_call` and `name` are read and ignored. Other fields inside a
+//! `annotations`, `audio`, `function_call` and `name` are read and ignored; an assistant
+//! message's `reasoning_content` (or `reasoning`) goes to the template. Other fields inside a
 //! message are ignored. Text content parts are joined with `\n` (as vLLM does), so
 //! `["in", "to"]` reads as two lines, not "into".
 
@@ -109,16 +110,26 @@ impl Validator<'_> {
             }
             _ => None,
         };
-        for k in ["refusal", "name"] {
+        for k in ["refusal", "name", "reasoning_content", "reasoning"] {
             if get(k).is_some_and(|v| !v.is_string()) {
                 self.err(&format!("{at}.{k}"), "must be a string");
             }
         }
+        // The thinking a client echoes back: vLLM's and DeepSeek's `reasoning_content`, or
+        // OpenRouter's `reasoning`.
+        let reasoning_content = match role {
+            Some(Role::Assistant) => get("reasoning_content")
+                .or_else(|| get("reasoning"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            _ => None,
+        };
         Some(ChatMessage {
             role: role?,
             content: content?,
             tool_calls,
             tool_call_id,
+            reasoning_content,
         })
     }
 

@@ -39,7 +39,7 @@ use crate::engine::{ChatInput, SamplingParams};
 /// Most choices one request may ask for (`n`).
 pub const MAX_CHOICES: u64 = 8;
 
-pub const ACCEPTED_PARAMETERS: [&str; 30] = [
+pub const ACCEPTED_PARAMETERS: [&str; 31] = [
     "model",
     "messages",
     "stream",
@@ -66,6 +66,7 @@ pub const ACCEPTED_PARAMETERS: [&str; 30] = [
     "logit_bias",
     "functions",
     "function_call",
+    "reasoning_effort",
     "store",
     "service_tier",
     "modalities",
@@ -130,6 +131,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let logprobs = v.bool("logprobs").unwrap_or(false);
     let top_logprobs = v.integer("top_logprobs", 0);
     let extra = v.extra_sampling();
+    let thinking = v.reasoning_effort();
     if n > MAX_CHOICES {
         v.err("n", "must be an integer between 1 and 8");
     }
@@ -172,6 +174,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             messages,
             tools,
             constraint,
+            thinking,
         },
         images,
         stream,

@@ -1,9 +1,10 @@
 //! The `input` items of a Responses API request as chat messages: messages (`input_text`,
 //! `output_text`, `refusal`, `input_image` parts), `function_call` (joined to the assistant
-//! message before it as chat's `tool_calls`) and `function_call_output` (a `tool` message).
+//! message before it as chat's `tool_calls`), `function_call_output` (a `tool` message) and
+//! `reasoning` (the thinking of the assistant message or call after it, `reasoning_content`).
 //! Other item and part types are 400s naming them.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
@@ -25,6 +26,8 @@ pub(super) fn object(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> 
 /// `function_call`s join the assistant message before them, as chat's `tool_calls`.
 pub(super) fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usize>>), ApiError> {
     let (mut msgs, mut from): (Vec<Value>, Vec<Option<usize>>) = (Vec::new(), Vec::new());
+    // The text of a `reasoning` item, for the assistant message or call that follows it.
+    let mut thinking: Option<String> = None;
     for (j, item) in items.iter().enumerate() {
         let p = format!("input[{j}]");
         let Some(o) = item.as_object() else {
@@ -44,9 +47,14 @@ pub(super) fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usi
                     None => Value::Null,
                 };
                 let role = o.get("role").cloned().unwrap_or(Value::Null);
-                msgs.push(object([("role", role), ("content", content)]));
+                let mut m = object([("role", role.clone()), ("content", content)]);
+                if let (Some(t), true) = (thinking.take(), role == "assistant") {
+                    m["reasoning_content"] = t.into();
+                }
+                msgs.push(m);
                 from.push(Some(j));
             }
+            "reasoning" => thinking = Some(reasoning_text(o)),
             "function_call" => {
                 let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
                     return Err(invalid(&p, "a function_call needs `call_id` and `name` strings"));
@@ -63,6 +71,9 @@ pub(super) fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usi
                     ),
                 ]);
                 push_call(&mut msgs, &mut from, j, call);
+                if let (Some(t), Some(m)) = (thinking.take(), msgs.last_mut()) {
+                    m["reasoning_content"] = t.into();
+                }
             }
             "function_call_output" => {
                 let Some(call_id) = text("call_id") else {
@@ -88,12 +99,32 @@ pub(super) fn input_items(items: &[Value]) -> Result<(Vec<Value>, Vec<Option<usi
                 return Err(ApiError::BadRequest {
                     param: Some(format!("{p}.type")),
                     code: Code::UnsupportedInputItem,
-                    message: format!("Input items of type `{other}` are not supported; send `message`, `function_call` and `function_call_output` items."),
+                    message: format!("Input items of type `{other}` are not supported; send `message`, `reasoning`, `function_call` and `function_call_output` items."),
                 })
             }
         }
     }
     Ok((msgs, from))
+}
+
+/// The thinking a `reasoning` item carries: its `content` texts (`reasoning_text` parts), else
+/// its `summary` texts, joined with blank lines.
+fn reasoning_text(o: &Map<String, Value>) -> String {
+    let texts = |k: &str| -> Vec<String> {
+        o.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    };
+    let content = texts("content");
+    if content.is_empty() {
+        texts("summary")
+    } else {
+        content
+    }
+    .join("\n\n")
 }
 
 /// Content parts in chat form: `input_text`/`output_text`/`refusal` -> `text`, `input_image`

@@ -9,7 +9,7 @@
 //! `input_image` parts, `function_call`, `function_call_output`), and `Draft::finish` puts
 //! `instructions` (a system message), the conversation of `previous_response_id` and the input
 //! together and validates the whole. Fields we do not implement are 400s naming them: unknown
-//! top-level fields (`background`, `reasoning`, `prompt`, ...), built-in tools (`web_search`,
+//! top-level fields (`background`, `prompt`, ...), built-in tools (`web_search`,
 //! ...), `include` values, `truncation: "auto"`, `text.verbosity`.
 
 use serde_json::{Map, Value};
@@ -20,7 +20,7 @@ use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
 
 /// The accepted top-level fields; anything else (not null) is `unsupported_parameter`.
-pub const ACCEPTED_PARAMETERS: [&str; 18] = [
+pub const ACCEPTED_PARAMETERS: [&str; 19] = [
     "model",
     "input",
     "instructions",
@@ -39,6 +39,7 @@ pub const ACCEPTED_PARAMETERS: [&str; 18] = [
     "include",
     "truncation",
     "top_logprobs",
+    "reasoning",
 ];
 
 /// What the response object echoes back of the request (OpenAI returns these fields).
@@ -172,6 +173,9 @@ fn chat_fields<'a>(get: &impl Fn(&str) -> Option<&'a Value>) -> Result<ChatField
     if let Some(c) = get("tool_choice") {
         chat.insert("tool_choice".into(), chat_tool_choice(c)?);
     }
+    if let Some(effort) = reasoning_effort(get("reasoning"))? {
+        chat.insert("reasoning_effort".into(), effort);
+    }
     let text_format = text_format(get("text"))?;
     if let Some(rf) = text_format
         .as_ref()
@@ -297,6 +301,32 @@ fn chat_tool_choice(c: &Value) -> Result<Value, ApiError> {
     }
 }
 
+/// `reasoning.effort`, if given, for chat's `reasoning_effort`. `reasoning.summary` (and the
+/// older `generate_summary`) are accepted and give no summary: the reasoning item carries the
+/// thinking itself (`content`), its `summary` stays empty.
+fn reasoning_effort(reasoning: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let Some(r) = reasoning else { return Ok(None) };
+    let Some(o) = r.as_object() else {
+        return Err(invalid("reasoning", "must be an object"));
+    };
+    let unknown: Vec<String> = o
+        .iter()
+        .filter(|(k, v)| {
+            !v.is_null() && !matches!(k.as_str(), "effort" | "summary" | "generate_summary")
+        })
+        .map(|(k, _)| format!("reasoning.{k}"))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::UnsupportedParameter(unknown));
+    }
+    for k in ["summary", "generate_summary"] {
+        if o.get(k).is_some_and(|v| !v.is_null() && !v.is_string()) {
+            return Err(invalid(&format!("reasoning.{k}"), "must be a string"));
+        }
+    }
+    Ok(o.get("effort").filter(|v| !v.is_null()).cloned())
+}
+
 /// `text.format`, if given (`text.verbosity` is not served).
 fn text_format(text: Option<&Value>) -> Result<Option<Value>, ApiError> {
     let Some(text) = text else { return Ok(None) };
@@ -418,6 +448,9 @@ fn rename(p: &str, offset: usize, instructions: bool, item_of: &[Option<usize>])
     }
     if matches!(p, "max_completion_tokens" | "max_tokens") {
         return "max_output_tokens".into();
+    }
+    if p == "reasoning_effort" {
+        return "reasoning.effort".into();
     }
     if let Some(rest) = p.strip_prefix("response_format") {
         return match rest.strip_prefix(".json_schema") {

@@ -115,6 +115,25 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// `reasoning_effort`: whether a thinking model should think. `none` and `minimal` switch
+    /// the thinking off, `low`, `medium`, `high` and `xhigh` leave it on (the models here have
+    /// one switch, not a budget). Any other value is a field error.
+    pub(super) fn reasoning_effort(&mut self) -> Option<bool> {
+        let key = "reasoning_effort";
+        let effort = self.string(key, false)?;
+        match effort.as_str() {
+            "none" | "minimal" => Some(false),
+            "low" | "medium" | "high" | "xhigh" => Some(true),
+            _ => {
+                self.err(
+                    key,
+                    "must be one of none, minimal, low, medium, high, xhigh",
+                );
+                None
+            }
+        }
+    }
+
     pub(super) fn bool(&mut self, key: &str) -> Option<bool> {
         match self.present(key) {
             None => None,

@@ -53,9 +53,9 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let logprobs = req.sampling.logprobs.is_some();
     let (model, n) = (req.model.clone(), req.n);
     let remedy = Surface::Chat.remedy(req.max_tokens);
-    let (paid_request, tool_syntax) =
+    let (paid_request, syntax) =
         text::paid_request(state, &call.caller, req, n, idempotency, Surface::Chat).await?;
-    let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, tool_syntax);
+    let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, syntax);
     meta.logprobs = logprobs;
     let mode = if stream {
         Mode::Stream

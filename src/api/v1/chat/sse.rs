@@ -1,5 +1,5 @@
 //! Server-sent events for streamed chat completions, framed as OpenAI sends them: a role chunk
-//! per choice, content chunks (each naming its choice's `index`, the `n` choices interleaved
+//! per choice, content chunks (`reasoning_content` pieces first for a thinking model; each naming its choice's `index`, the `n` choices interleaved
 //! as their tokens arrive), a finish chunk per choice (with `service`), an optional usage chunk
 //! (`choices: []`, with `service`), then `data: [DONE]`. Every payload is a typed struct
 //! (`schema.rs`).
@@ -18,6 +18,7 @@ use crate::api::shared::error::ApiError;
 use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::api::shared::sse::{self, data};
 use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
+use crate::engine::text::reasoning::{Piece, ReasoningSplitter};
 use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
 use crate::metering::Settlement;
 
@@ -40,21 +41,45 @@ struct StreamState {
 
 /// What the stream keeps of one choice between its events.
 struct ChoiceState {
-    /// Splits text into content and tool calls when tools are on.
+    /// Splits the thinking off, for a thinking model.
+    splitter: Option<ReasoningSplitter>,
+    /// Splits the answer into content and tool calls when tools are on.
     parser: Option<ToolCallParser>,
     /// Logprobs of tokens whose text has not been sent yet.
     logprobs: Vec<TokenLogprob>,
 }
 
 impl StreamState {
-    /// Queue the chunks of one piece of choice `i`'s generated text (content, or tool-call
-    /// pieces).
+    /// Queue the chunks of one piece of choice `i`'s generated text (thinking, content, or
+    /// tool-call pieces).
     fn push_text(&mut self, i: usize, text: String) {
-        let events = match self.choices[i].parser.as_mut() {
-            Some(p) => p.push(&text),
-            None => vec![ToolEvent::Content(text)],
+        let pieces = match self.choices[i].splitter.as_mut() {
+            Some(s) => s.push(&text),
+            None => vec![Piece::Content(text)],
         };
-        self.push_events(i, events);
+        self.push_pieces(i, pieces);
+    }
+
+    fn push_pieces(&mut self, i: usize, pieces: Vec<Piece>) {
+        for piece in pieces {
+            match piece {
+                Piece::Reasoning(t) => {
+                    let delta = ChunkDelta {
+                        reasoning_content: Some(t),
+                        ..ChunkDelta::default()
+                    };
+                    let c = self.meta.chunk(i, delta, None, self.include_usage);
+                    self.queue.push_back(data(&c));
+                }
+                Piece::Content(t) => {
+                    let events = match self.choices[i].parser.as_mut() {
+                        Some(p) => p.push(&t),
+                        None => vec![ToolEvent::Content(t)],
+                    };
+                    self.push_events(i, events);
+                }
+            }
+        }
     }
 
     fn push_events(&mut self, i: usize, events: Vec<ToolEvent>) {
@@ -119,7 +144,8 @@ pub fn stream_response(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let choices = (0..events.len())
         .map(|_| ChoiceState {
-            parser: meta.tool_syntax.as_ref().map(ToolCallParser::new),
+            splitter: meta.syntax.reasoning.as_ref().map(ReasoningSplitter::new),
+            parser: meta.syntax.tools.as_ref().map(ToolCallParser::new),
             logprobs: Vec::new(),
         })
         .collect();
@@ -145,7 +171,7 @@ pub fn stream_response(
                         let delta = ChunkDelta {
                             role: Some("assistant"),
                             content: Some(String::new()),
-                            tool_calls: None,
+                            ..ChunkDelta::default()
                         };
                         let c = st.meta.chunk(i, delta, None, st.include_usage);
                         st.queue.push_back(data(&c));
@@ -172,6 +198,13 @@ async fn finish_stream(st: &mut StreamState) {
     };
     let mut calls = Vec::with_capacity(st.choices.len());
     for i in 0..st.choices.len() {
+        if let Some(rest) = st.choices[i]
+            .splitter
+            .as_mut()
+            .map(ReasoningSplitter::finish)
+        {
+            st.push_pieces(i, rest);
+        }
         let parser = st.choices[i].parser.as_mut();
         calls.push(parser.as_ref().map_or(0, |p| p.calls()));
         if let Some(rest) = parser.map(ToolCallParser::finish) {

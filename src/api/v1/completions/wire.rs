@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use crate::api::shared::completion::{finish_reason, CompletionMeta};
 use crate::api::shared::schema::{ServiceCost, Usage};
-use crate::engine::TokenLogprob;
+use crate::engine::{OutputSyntax, TokenLogprob};
 use crate::metering::{Charge, Generated, StoredResponse};
 
 /// A `text_completion`: the whole response, or one stream chunk (one choice, no usage).
@@ -86,7 +86,7 @@ pub struct TextMeta {
 impl TextMeta {
     /// A completion of `model` for request `request_id` (id `cmpl-...`).
     pub fn new(model: &str, request_id: &str, echo: Option<String>, logprobs: bool) -> Self {
-        let mut meta = CompletionMeta::new(model, request_id, None);
+        let mut meta = CompletionMeta::new(model, request_id, OutputSyntax::default());
         meta.id = format!("cmpl-{}", crate::api::shared::state::random_id(24));
         Self {
             meta,

@@ -175,7 +175,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let store = echo.store;
     let remedy = Surface::Responses.remedy(chat.max_tokens);
     // A response has one output; the Responses API has no `n`.
-    let (paid_request, tool_syntax) = text::paid_request(
+    let (paid_request, syntax) = text::paid_request(
         state,
         &call.caller,
         chat,
@@ -187,7 +187,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let meta = ResponseMeta::new(
         &model,
         &call.caller.request_id.0,
-        tool_syntax,
+        syntax,
         echo,
         temperature,
         top_p,
@@ -246,7 +246,7 @@ fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
     let meta = meta.clone();
     Mode::Complete(Box::new(move |charge, choices| {
         let generated = choices.into_iter().next().unwrap_or_default();
-        let mut outputs = Outputs::new(&meta.id, meta.tool_syntax.as_ref());
+        let mut outputs = Outputs::new(&meta.id, &meta.syntax);
         outputs.push_logprobs(generated.logprobs);
         let _ = outputs.push(&generated.text);
         let (_, items) = outputs.finish(charge.finish == FinishReason::Length);

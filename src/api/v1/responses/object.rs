@@ -13,8 +13,7 @@ use utoipa::ToSchema;
 use crate::api::shared::request::responses::Echo;
 use crate::api::shared::schema::{LogprobEntry, ServiceCost};
 use crate::api::shared::state::random_id;
-use crate::engine::constrain::tools::ToolSyntax;
-use crate::engine::FinishReason;
+use crate::engine::{FinishReason, OutputSyntax};
 use crate::metering::Charge;
 
 /// A `response` object.
@@ -76,6 +75,16 @@ pub struct TextConfig {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OutputItem {
+    /// A thinking model's thinking, before the answer: `id` is `rs_...`; `content` holds the
+    /// text between `<think>` and `</think>` as one `reasoning_text` part; `summary` is empty
+    /// (no summaries are written).
+    Reasoning {
+        id: String,
+        #[schema(value_type = Vec<Object>)]
+        summary: Vec<Value>,
+        content: Vec<ReasoningText>,
+        status: &'static str,
+    },
     /// Assistant text: `id` is `msg_` + 24 alphanumerics.
     Message {
         id: String,
@@ -92,6 +101,15 @@ pub enum OutputItem {
         arguments: String,
         status: &'static str,
     },
+}
+
+/// A `reasoning_text` content part.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReasoningText {
+    /// Always `reasoning_text`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
 }
 
 /// An `output_text` content part.
@@ -135,7 +153,8 @@ pub struct InputTokensDetails {
     pub cached_tokens: usize,
 }
 
-/// Reasoning tokens among the output (0: no model here reasons separately).
+/// Reasoning tokens among the output: a thinking model's tokens from `<think>` through
+/// `</think>` (billed as output).
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct OutputTokensDetails {
     pub reasoning_tokens: usize,
@@ -192,6 +211,20 @@ pub enum StreamEvent {
         content_index: usize,
         part: OutputText,
     },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
     #[serde(rename = "response.function_call_arguments.delta")]
     ArgumentsDelta {
         item_id: String,
@@ -234,6 +267,8 @@ impl StreamEvent {
             Self::TextDelta { .. } => "response.output_text.delta",
             Self::TextDone { .. } => "response.output_text.done",
             Self::PartDone { .. } => "response.content_part.done",
+            Self::ReasoningDelta { .. } => "response.reasoning_text.delta",
+            Self::ReasoningDone { .. } => "response.reasoning_text.done",
             Self::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Self::ArgumentsDone { .. } => "response.function_call_arguments.done",
             Self::ItemDone { .. } => "response.output_item.done",
@@ -252,8 +287,8 @@ pub struct ResponseMeta {
     pub model: String,
     /// The request's `req_` id (`service.request_id`).
     pub request_id: String,
-    /// How to read tool calls out of the text (`None`: all text is a message).
-    pub tool_syntax: Option<ToolSyntax>,
+    /// How to read tool calls and thinking out of the text.
+    pub syntax: OutputSyntax,
     pub echo: Echo,
     pub temperature: f32,
     pub top_p: f32,
@@ -264,7 +299,7 @@ impl ResponseMeta {
     pub fn new(
         model: &str,
         request_id: &str,
-        tool_syntax: Option<ToolSyntax>,
+        syntax: OutputSyntax,
         echo: Echo,
         temperature: f32,
         top_p: f32,
@@ -276,7 +311,7 @@ impl ResponseMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_owned(),
             request_id: request_id.to_owned(),
-            tool_syntax,
+            syntax,
             echo,
             temperature,
             top_p,
@@ -323,7 +358,9 @@ impl ResponseMeta {
                     cached_tokens: c.cached_tokens,
                 },
                 output_tokens: c.completion_tokens,
-                output_tokens_details: OutputTokensDetails::default(),
+                output_tokens_details: OutputTokensDetails {
+                    reasoning_tokens: c.reasoning_tokens,
+                },
                 total_tokens: c.prompt_tokens + c.completion_tokens,
             }),
             user: e.user.clone(),

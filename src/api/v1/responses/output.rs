@@ -1,5 +1,5 @@
 //! The output of one Responses API request: `Outputs` turns generated text into output items
-//! (`message`, `function_call`), and into the stream events that announce them as it goes,
+//! (`reasoning`, `message`, `function_call`), and into the stream events that announce them as it goes,
 //! with the same tool-call parser chat completions use, so a streamed and a whole response
 //! read the same items. `output_as_chat` turns the items back into a chat message for the
 //! stored conversation (`previous_response_id`). Shared by the Responses handler and
@@ -7,15 +7,16 @@
 
 use serde_json::{Map, Value};
 
-use super::object::{OutputItem, OutputText, StreamEvent};
+use super::object::{OutputItem, OutputText, ReasoningText, StreamEvent};
 use crate::api::shared::completion::{choice_logprobs, new_call_id};
 use crate::api::shared::schema::LogprobEntry;
 use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::constrain::tools::ToolSyntax;
-use crate::engine::TokenLogprob;
+use crate::engine::text::reasoning::{Piece, ReasoningSplitter};
+use crate::engine::{OutputSyntax, TokenLogprob};
 
 /// The item being written.
 enum Open {
+    Reasoning { index: usize, text: String },
     Message { index: usize, text: String },
     Call { index: usize, args: String },
 }
@@ -24,6 +25,8 @@ enum Open {
 pub struct Outputs {
     /// The response's id without `resp_`: item ids carry it (`item_id_for`).
     response: String,
+    /// Splits the thinking off, for a thinking model.
+    splitter: Option<ReasoningSplitter>,
     parser: Option<ToolCallParser>,
     items: Vec<OutputItem>,
     open: Option<Open>,
@@ -36,12 +39,13 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Empty output of response `response_id`; with `syntax`, tool calls are read out of the
-    /// text.
-    pub fn new(response_id: &str, syntax: Option<&ToolSyntax>) -> Self {
+    /// Empty output of response `response_id`; `syntax` says whether thinking and tool calls
+    /// are read out of the text.
+    pub fn new(response_id: &str, syntax: &OutputSyntax) -> Self {
         Self {
             response: response_id.trim_start_matches("resp_").to_owned(),
-            parser: syntax.map(ToolCallParser::new),
+            splitter: syntax.reasoning.as_ref().map(ReasoningSplitter::new),
+            parser: syntax.tools.as_ref().map(ToolCallParser::new),
             items: Vec::new(),
             open: None,
             pending: String::new(),
@@ -57,22 +61,81 @@ impl Outputs {
 
     /// Take one piece of generated text; the events it completes.
     pub fn push(&mut self, text: &str) -> Vec<StreamEvent> {
-        let events = match self.parser.as_mut() {
-            Some(p) => p.push(text),
-            None => vec![ToolEvent::Content(text.to_owned())],
+        let pieces = match self.splitter.as_mut() {
+            Some(s) => s.push(text),
+            None => vec![Piece::Content(text.to_owned())],
         };
-        self.apply(events)
+        self.place(pieces)
+    }
+
+    /// Place split pieces: thinking in the reasoning item, the answer through the tool-call
+    /// parser.
+    fn place(&mut self, pieces: Vec<Piece>) -> Vec<StreamEvent> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Reasoning(t) => out.extend(self.reasoning(t)),
+                Piece::Content(t) => {
+                    let events = match self.parser.as_mut() {
+                        Some(p) => p.push(&t),
+                        None => vec![ToolEvent::Content(t)],
+                    };
+                    out.extend(self.apply(events));
+                }
+            }
+        }
+        out
+    }
+
+    /// Thinking text: opens the reasoning item (always the first) on its first piece.
+    fn reasoning(&mut self, t: String) -> Vec<StreamEvent> {
+        let mut out = Vec::new();
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            out.extend(self.close(false));
+            let index = self.items.len();
+            let item = OutputItem::Reasoning {
+                id: item_id_for("rs", &self.response, index),
+                summary: Vec::new(),
+                content: Vec::new(),
+                status: "in_progress",
+            };
+            self.items.push(item.clone());
+            self.open = Some(Open::Reasoning {
+                index,
+                text: String::new(),
+            });
+            out.push(StreamEvent::ItemAdded {
+                output_index: index,
+                item,
+            });
+        }
+        if let Some(Open::Reasoning { index, text }) = &mut self.open {
+            text.push_str(&t);
+            out.push(StreamEvent::ReasoningDelta {
+                item_id: item_id(&self.items[*index]),
+                output_index: *index,
+                content_index: 0,
+                delta: t,
+            });
+        }
+        out
     }
 
     /// The end of the text: the last events, and the items with the status each ends with
     /// (`incomplete` for the last one when `cut` by the token limit).
     pub fn finish(&mut self, cut: bool) -> (Vec<StreamEvent>, Vec<OutputItem>) {
+        let split = self
+            .splitter
+            .as_mut()
+            .map(ReasoningSplitter::finish)
+            .unwrap_or_default();
+        let mut events = self.place(split);
         let rest = self
             .parser
             .as_mut()
             .map(ToolCallParser::finish)
             .unwrap_or_default();
-        let mut events = self.apply(rest);
+        events.extend(self.apply(rest));
         if self.items.is_empty() && self.open.is_none() {
             let text = std::mem::take(&mut self.pending);
             events.extend(self.open_message());
@@ -186,6 +249,30 @@ impl Outputs {
         let status = if cut { "incomplete" } else { "completed" };
         match self.open.take() {
             None => Vec::new(),
+            Some(Open::Reasoning { index, text }) => {
+                let id = item_id(&self.items[index]);
+                self.items[index] = OutputItem::Reasoning {
+                    id: id.clone(),
+                    summary: Vec::new(),
+                    content: vec![ReasoningText {
+                        kind: "reasoning_text",
+                        text: text.clone(),
+                    }],
+                    status,
+                };
+                vec![
+                    StreamEvent::ReasoningDone {
+                        item_id: id,
+                        output_index: index,
+                        content_index: 0,
+                        text,
+                    },
+                    StreamEvent::ItemDone {
+                        output_index: index,
+                        item: self.items[index].clone(),
+                    },
+                ]
+            }
             Some(Open::Message { index, text }) => {
                 let id = item_id(&self.items[index]);
                 let logprobs = std::mem::take(&mut self.message_logprobs);
@@ -229,7 +316,7 @@ impl Outputs {
                 }
                 let name = match &self.items[index] {
                     OutputItem::FunctionCall { name, .. } => name.clone(),
-                    OutputItem::Message { .. } => String::new(),
+                    OutputItem::Message { .. } | OutputItem::Reasoning { .. } => String::new(),
                 };
                 vec![
                     StreamEvent::ArgumentsDone {
@@ -258,7 +345,7 @@ fn item_id_for(prefix: &str, response: &str, index: usize) -> String {
 /// The response id and output index an output item id names (`item_id_for`), if it is one.
 pub fn item_source(item_id: &str) -> Option<(String, usize)> {
     let (prefix, rest) = item_id.split_once('_')?;
-    if !matches!(prefix, "msg" | "fc") || rest.len() < 3 || !rest.is_ascii() {
+    if !matches!(prefix, "msg" | "fc" | "rs") || rest.len() < 3 || !rest.is_ascii() {
         return None;
     }
     let (response, index) = rest.split_at(rest.len() - 2);
@@ -268,17 +355,26 @@ pub fn item_source(item_id: &str) -> Option<(String, usize)> {
 
 fn item_id(item: &OutputItem) -> String {
     match item {
-        OutputItem::Message { id, .. } | OutputItem::FunctionCall { id, .. } => id.clone(),
+        OutputItem::Message { id, .. }
+        | OutputItem::FunctionCall { id, .. }
+        | OutputItem::Reasoning { id, .. } => id.clone(),
     }
 }
 
 /// The output items of a response object (JSON) as chat messages (one assistant message: its
-/// text and its tool calls), to store with the conversation for `previous_response_id`.
+/// text, its tool calls and its thinking), to store with the conversation for
+/// `previous_response_id`.
 pub fn output_as_chat(items: &[Value]) -> Vec<Value> {
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut thinking = String::new();
     for item in items {
         match item["type"].as_str() {
+            Some("reasoning") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    thinking.push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
             Some("message") => {
                 for part in item["content"].as_array().into_iter().flatten() {
                     text.push_str(part["text"].as_str().unwrap_or_default());
@@ -310,6 +406,9 @@ pub fn output_as_chat(items: &[Value]) -> Vec<Value> {
     if !calls.is_empty() {
         m.insert("tool_calls".to_owned(), Value::Array(calls));
     }
+    if !thinking.is_empty() {
+        m.insert("reasoning_content".to_owned(), Value::from(thinking));
+    }
     vec![Value::Object(m)]
 }
 
@@ -319,7 +418,7 @@ mod tests {
 
     #[test]
     fn text_becomes_one_message_with_its_events_in_order() {
-        let mut o = Outputs::new("resp_test", None);
+        let mut o = Outputs::new("resp_test", &OutputSyntax::default());
         let mut events = o.push("Hello");
         events.extend(o.push(" world"));
         let (rest, items) = o.finish(false);
@@ -356,7 +455,7 @@ mod tests {
 
     #[test]
     fn no_text_is_one_empty_message() {
-        let (events, items) = Outputs::new("resp_test", None).finish(true);
+        let (events, items) = Outputs::new("resp_test", &OutputSyntax::default()).finish(true);
         assert_eq!(events.len(), 5);
         let OutputItem::Message {
             content, status, ..
@@ -369,14 +468,15 @@ mod tests {
 
     #[test]
     fn item_ids_name_their_response_and_index() {
-        let mut o = Outputs::new("resp_abc", None);
+        let mut o = Outputs::new("resp_abc", &OutputSyntax::default());
         let _ = o.push("Hi");
         let (_, items) = o.finish(false);
         let id = item_id(&items[0]);
         assert_eq!(id, "msg_abc00");
         assert_eq!(item_source(&id), Some(("resp_abc".to_owned(), 0)));
         assert_eq!(item_source("fc_xyz1a"), Some(("resp_xyz".to_owned(), 26)));
-        assert_eq!(item_source("rs_abc00"), None);
+        assert_eq!(item_source("rs_abc00"), Some(("resp_abc".to_owned(), 0)));
+        assert_eq!(item_source("ws_abc00"), None);
         assert_eq!(item_source("msg_zz"), None);
     }
 }

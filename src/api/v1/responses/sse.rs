@@ -95,7 +95,7 @@ pub fn stream_response(
     save: Option<Save>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let st = StreamState {
-        outputs: Outputs::new(&meta.id, meta.tool_syntax.as_ref()),
+        outputs: Outputs::new(&meta.id, &meta.syntax),
         meta,
         events,
         settlement: Some(settlement),
