@@ -154,6 +154,59 @@ async fn forced_calls_are_well_formed_on_smollm2_and_gemma3() {
     }
 }
 
+/// The deprecated `functions` / `function_call`, as pre-tools clients send and read them: the
+/// call comes back as `message.function_call` (streamed as `delta.function_call`) with
+/// `finish_reason: "function_call"`, and the history with the call and a `function` message is
+/// accepted.
+#[tokio::test]
+async fn legacy_functions_get_a_legacy_function_call() {
+    let s = real();
+    let function = r#"{"name":"get_weather","description":"The current weather in a city.","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}"#;
+    let body = |extra: &str| {
+        format!(
+            r#"{{"model":"{SMOL}","messages":{ASK},"functions":[{function}],"function_call":{{"name":"get_weather"}},"max_tokens":48,"temperature":0{extra}}}"#
+        )
+    };
+    let v = ok(s, &body("")).await;
+    let m = &v["choices"][0]["message"];
+    assert!(m.get("tool_calls").is_none(), "{v}");
+    assert_eq!(m["function_call"]["name"], "get_weather", "{v}");
+    let args: Value =
+        serde_json::from_str(m["function_call"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["location"].is_string(), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "function_call");
+
+    let chunks = s
+        .stream("/v1/chat/completions", &body(r#","stream":true"#))
+        .await;
+    let (mut name, mut streamed) = (String::new(), String::new());
+    for c in chunks.iter().filter(|c| c["choices"][0].is_object()) {
+        let d = &c["choices"][0]["delta"];
+        assert!(d.get("tool_calls").is_none(), "{c}");
+        name.push_str(d["function_call"]["name"].as_str().unwrap_or(""));
+        streamed.push_str(d["function_call"]["arguments"].as_str().unwrap_or(""));
+    }
+    assert_eq!(name, "get_weather");
+    assert_eq!(streamed, m["function_call"]["arguments"].as_str().unwrap());
+    let last = chunks
+        .iter()
+        .rev()
+        .find(|c| c["choices"][0].is_object())
+        .unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "function_call");
+
+    let call = serde_json::to_string(&m["function_call"]).unwrap();
+    let history = format!(
+        r#"{{"model":"{SMOL}","functions":[{function}],"max_tokens":8,"messages":[{{"role":"user","content":"Weather in Paris?"}},{{"role":"assistant","content":null,"function_call":{call}}},{{"role":"function","name":"get_weather","content":"18C"}}]}}"#
+    );
+    ok(s, &history).await;
+    let orphan = format!(
+        r#"{{"model":"{SMOL}","messages":[{{"role":"user","content":"Hi"}},{{"role":"function","name":"get_weather","content":"18C"}}]}}"#
+    );
+    let (st, _, v) = s.post("/v1/chat/completions", &orphan, &[]).await;
+    assert_eq!(st, 422, "{v}");
+}
+
 #[tokio::test]
 async fn streamed_call_equals_the_plain_call_for_one_seed() {
     let s = real();

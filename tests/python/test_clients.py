@@ -1,6 +1,6 @@
 """LangChain (`ChatOpenAI`) and instructor against a running tollgate (real SmolLM2), in the
 modes those libraries use by default: `bind_tools`, `with_structured_output`, and instructor's
-forced tool call (`Mode.TOOLS`).
+forced tool call (`Mode.TOOLS`, and `Mode.RESPONSES_TOOLS` on the Responses API).
 
 Started by scripts/test like test_openai_sdk.py.
 """
@@ -55,6 +55,19 @@ def test_instructor_default_mode():
     out = client.chat.completions.create(
         model=MODEL, response_model=City, max_tokens=60, temperature=0, max_retries=0,
         messages=[{"role": "user", "content": "Paris is the capital of France."}],
+    )
+    assert isinstance(out, City)
+    assert out.city
+
+
+def test_instructor_responses_tools_mode():
+    # The Responses API with a forced function tool and a JSON `text.format` together, as
+    # instructor's RESPONSES_TOOLS mode sends them.
+    client = instructor.from_openai(openai.OpenAI(base_url=BASE_URL, api_key=API_KEY, max_retries=0),
+                                    mode=instructor.Mode.RESPONSES_TOOLS)
+    out = client.responses.create(
+        model=MODEL, response_model=City, max_output_tokens=60, temperature=0, max_retries=0,
+        input=[{"role": "user", "content": "Paris is the capital of France."}],
     )
     assert isinstance(out, City)
     assert out.city

@@ -28,6 +28,8 @@ pub struct CompletionMeta {
     pub syntax: OutputSyntax,
     /// The request asked for `logprobs`.
     pub logprobs: bool,
+    /// The request offered the deprecated `functions`: a call is `message.function_call`.
+    pub legacy_functions: bool,
 }
 
 impl CompletionMeta {
@@ -42,6 +44,7 @@ impl CompletionMeta {
             request_id: request_id.to_owned(),
             syntax,
             logprobs: false,
+            legacy_functions: false,
         }
     }
 
@@ -107,25 +110,42 @@ impl CompletionMeta {
             Some(s) => parse_all(s, &answer),
             None => (answer, Vec::new()),
         };
-        let tool_calls: Vec<ToolCallOut> = calls
-            .into_iter()
-            .map(|(name, arguments)| ToolCallOut {
-                id: new_call_id(),
-                kind: "function",
-                function: FunctionCallOut { name, arguments },
-            })
-            .collect();
+        let called = !calls.is_empty();
+        let mut function_call = None;
+        let mut tool_calls: Vec<ToolCallOut> = Vec::new();
+        for (name, arguments) in calls {
+            let function = FunctionCallOut { name, arguments };
+            if self.legacy_functions {
+                function_call.get_or_insert(function);
+            } else {
+                tool_calls.push(ToolCallOut {
+                    id: new_call_id(),
+                    kind: "function",
+                    function,
+                });
+            }
+        }
         Choice {
             index,
-            finish_reason: finish_reason(finish, !tool_calls.is_empty()),
+            finish_reason: self.finish_reason(finish, called),
             message: AssistantMessage {
                 role: "assistant",
-                content: (tool_calls.is_empty() || !content.is_empty()).then_some(content),
+                content: (!called || !content.is_empty()).then_some(content),
                 refusal: None,
                 tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+                function_call,
                 reasoning_content: reasoning,
             },
             logprobs: self.logprobs.then(|| choice_logprobs(&generated.logprobs)),
+        }
+    }
+
+    /// OpenAI's `finish_reason` (`finish_reason`), `function_call` in place of `tool_calls`
+    /// for a request that offered the deprecated `functions`.
+    pub fn finish_reason(&self, f: &FinishReason, called: bool) -> &'static str {
+        match finish_reason(f, called) {
+            "tool_calls" if self.legacy_functions => "function_call",
+            other => other,
         }
     }
 

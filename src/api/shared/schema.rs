@@ -104,8 +104,8 @@ pub struct ChatCompletionRequest {
     reasoning_effort: Option<String>,
     /// Deprecated form of `tools`: the function objects alone. Not with `tools`.
     functions: Option<Vec<Value>>,
-    /// Deprecated form of `tool_choice`: `none`, `auto` or `{"name": ...}`. Calls come back
-    /// as `tool_calls`.
+    /// Deprecated form of `tool_choice`: `none`, `auto` or `{"name": ...}`. With `functions`,
+    /// the one call comes back as `message.function_call`.
     #[schema(value_type = Option<Value>)]
     function_call: Option<Value>,
     /// Accepted only as `false` (responses are not stored for chat).
@@ -377,6 +377,9 @@ pub struct ChunkDelta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    /// A piece of the call, for a request that offered the deprecated `functions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<FunctionDelta>,
     /// A piece of the thinking (`message.reasoning_content` of a whole completion).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
@@ -453,6 +456,10 @@ pub struct AssistantMessage {
     /// The calls the model made (absent when none), with `finish_reason: "tool_calls"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallOut>>,
+    /// The call, for a request that offered the deprecated `functions` (then `tool_calls` is
+    /// absent and `finish_reason` is `function_call`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<FunctionCallOut>,
     /// A thinking model's thinking, the text between `<think>` and `</think>` (absent when it
     /// did not think); its tokens are `usage.completion_tokens_details.reasoning_tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -2,9 +2,10 @@
 //! (with `tool_calls`, `content` then optional) and `tool` (with `tool_call_id`).
 //!
 //! Every field OpenAI returns on a message and SDKs echo back is accepted: `refusal`,
-//! `annotations`, `audio`, `function_call` and `name` are read and ignored; an assistant
-//! message's `reasoning_content` (or `reasoning`) goes to the template. Other fields inside a
-//! message are ignored. Text content parts are joined with `\n` (as vLLM does), so
+//! `annotations`, `audio` and `name` are read and ignored; the deprecated `function_call` of an
+//! assistant message is its one tool call (when it has no `tool_calls`), answered by the
+//! `function` message after it; an assistant message's `reasoning_content` (or `reasoning`)
+//! goes to the template. Other fields inside a message are ignored. Text content parts are joined with `\n` (as vLLM does), so
 //! `["in", "to"]` reads as two lines, not "into".
 
 use serde_json::{Map, Value};
@@ -34,13 +35,15 @@ impl Validator<'_> {
                 return (out, images);
             }
         };
+        // The id given to the latest legacy `function_call`, which a `function` message answers.
+        let mut legacy: Option<String> = None;
         for (i, m) in list.iter().enumerate() {
             let at = format!("messages[{i}]");
             let Value::Object(m) = m else {
                 self.err(&at, "must be an object");
                 continue;
             };
-            if let Some(msg) = self.message(&at, m, i, &mut images) {
+            if let Some(msg) = self.message(&at, m, (i, &mut legacy), &mut images) {
                 out.push(msg);
             }
         }
@@ -51,19 +54,20 @@ impl Validator<'_> {
         &mut self,
         at: &str,
         m: &Map<String, Value>,
-        i: usize,
+        (i, legacy): (usize, &mut Option<String>),
         images: &mut Vec<ImagePart>,
     ) -> Option<ChatMessage> {
         let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+        let function_result = get("role").and_then(Value::as_str) == Some("function");
         let role = match get("role").and_then(Value::as_str) {
             Some("system" | "developer") => Some(Role::System),
             Some("user") => Some(Role::User),
             Some("assistant") => Some(Role::Assistant),
-            Some("tool") => Some(Role::Tool),
+            Some("tool" | "function") => Some(Role::Tool),
             Some(_) => {
                 self.err(
                     &format!("{at}.role"),
-                    "must be one of system, developer, user, assistant, tool",
+                    "must be one of system, developer, user, assistant, tool, function",
                 );
                 None
             }
@@ -73,6 +77,7 @@ impl Validator<'_> {
             }
         };
         let tool_calls = match (role, get("tool_calls")) {
+            (Some(Role::Assistant), None) => self.legacy_call(at, get("function_call"), i, legacy),
             (_, None) => Vec::new(),
             (Some(Role::Assistant), Some(v)) => self.tool_calls(at, v),
             (_, Some(_)) => {
@@ -100,6 +105,15 @@ impl Validator<'_> {
             }
         };
         let tool_call_id = match (role, get("tool_call_id")) {
+            (Some(Role::Tool), _) if function_result => {
+                if legacy.is_none() {
+                    self.err(
+                        at,
+                        "a `function` message must follow an assistant `function_call`",
+                    );
+                }
+                legacy.clone()
+            }
             (Some(Role::Tool), Some(Value::String(s))) => Some(s.clone()),
             (Some(Role::Tool), _) => {
                 self.err(
@@ -131,6 +145,49 @@ impl Validator<'_> {
             tool_call_id,
             reasoning_content,
         })
+    }
+
+    /// The deprecated `function_call` of an assistant message (`{name, arguments}`) as its one
+    /// tool call, with the id `call_fn<i>` (message `i`) that the `function` message after it
+    /// answers.
+    fn legacy_call(
+        &mut self,
+        at: &str,
+        call: Option<&Value>,
+        i: usize,
+        legacy: &mut Option<String>,
+    ) -> Vec<ToolCall> {
+        let Some(call) = call else {
+            return Vec::new();
+        };
+        let name = call.get("name").and_then(Value::as_str);
+        let arguments = match call.get("arguments") {
+            Some(Value::String(s)) => {
+                serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+            }
+            Some(Value::Null) | None => Value::Object(Map::new()),
+            Some(_) => {
+                self.err(
+                    &format!("{at}.function_call.arguments"),
+                    "must be a string of JSON",
+                );
+                return Vec::new();
+            }
+        };
+        let Some(name) = name else {
+            self.err(
+                &format!("{at}.function_call.name"),
+                "is required and must be a string",
+            );
+            return Vec::new();
+        };
+        let id = format!("call_fn{i}");
+        *legacy = Some(id.clone());
+        vec![ToolCall {
+            id,
+            name: name.to_owned(),
+            arguments,
+        }]
     }
 
     /// `tool_calls` of an assistant message: `[{id, type: "function", function: {name,

@@ -98,6 +98,9 @@ pub struct ChatRequest {
     pub stop: Vec<String>,
     /// `n`: choices to generate, 1 to `MAX_CHOICES`.
     pub n: usize,
+    /// Tools came as the deprecated `functions` / `function_call`: the answer names its call
+    /// the same way (`message.function_call`, one call, `finish_reason: "function_call"`).
+    pub legacy_functions: bool,
 }
 
 /// Parse a raw body.
@@ -113,8 +116,9 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         v.err("model", "must not be empty");
     }
     let (messages, images) = v.messages();
+    let legacy_functions = v.present("functions").is_some();
     let (tools, tool_choice) = v.tools_or_functions();
-    let parallel = v.bool("parallel_tool_calls").unwrap_or(true);
+    let parallel = v.bool("parallel_tool_calls").unwrap_or(true) && !legacy_functions;
     let response_format = v.response_format();
     let stream = v.bool("stream").unwrap_or(false);
     let include_usage = v.stream_options(stream);
@@ -183,6 +187,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         max_tokens,
         stop,
         n: to_usize(n),
+        legacy_functions,
     })
 }
 

@@ -51,12 +51,14 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let idempotency = call.idempotency(&body, req.stream, ROUTE)?;
     let (stream, include_usage) = (req.stream, req.include_usage);
     let logprobs = req.sampling.logprobs.is_some();
+    let legacy_functions = req.legacy_functions;
     let (model, n) = (req.model.clone(), req.n);
     let remedy = Surface::Chat.remedy(req.max_tokens);
     let (paid_request, syntax) =
         text::paid_request(state, &call.caller, req, n, idempotency, Surface::Chat).await?;
     let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, syntax);
     meta.logprobs = logprobs;
+    meta.legacy_functions = legacy_functions;
     let mode = if stream {
         Mode::Stream
     } else {

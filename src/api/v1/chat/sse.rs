@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use axum::response::sse::{Event, Sse};
 use futures::stream::{self, Stream};
 
-use crate::api::shared::completion::{choice_logprobs, finish_reason, new_call_id, CompletionMeta};
+use crate::api::shared::completion::{choice_logprobs, new_call_id, CompletionMeta};
 use crate::api::shared::error::ApiError;
 use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::api::shared::sse::{self, data};
@@ -89,24 +89,22 @@ impl StreamState {
                     content: Some(t),
                     ..ChunkDelta::default()
                 },
-                ToolEvent::CallStart { index, name } => call_delta(ToolCallDelta {
+                ToolEvent::CallStart { index, name } => self.call_delta(
                     index,
-                    id: Some(new_call_id()),
-                    kind: Some("function"),
-                    function: FunctionDelta {
+                    true,
+                    FunctionDelta {
                         name: Some(name),
                         arguments: Some(String::new()),
                     },
-                }),
-                ToolEvent::CallArgs { index, fragment } => call_delta(ToolCallDelta {
+                ),
+                ToolEvent::CallArgs { index, fragment } => self.call_delta(
                     index,
-                    id: None,
-                    kind: None,
-                    function: FunctionDelta {
+                    false,
+                    FunctionDelta {
                         name: None,
                         arguments: Some(fragment),
                     },
-                }),
+                ),
             };
             let content = delta.content.is_some();
             let mut c = self.meta.chunk(i, delta, None, self.include_usage);
@@ -117,6 +115,27 @@ impl StreamState {
         }
     }
 
+    /// The delta of a piece of call `index` (`start`: its first): a `tool_calls` entry, or
+    /// `function_call` for a request that offered the deprecated `functions` (its first call
+    /// only: such a request allows one).
+    fn call_delta(&self, index: usize, start: bool, function: FunctionDelta) -> ChunkDelta {
+        if self.meta.legacy_functions {
+            return ChunkDelta {
+                function_call: (index == 0).then_some(function),
+                ..ChunkDelta::default()
+            };
+        }
+        ChunkDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index,
+                id: start.then(new_call_id),
+                kind: start.then_some("function"),
+                function,
+            }]),
+            ..ChunkDelta::default()
+        }
+    }
+
     /// Put choice `i`'s pending logprobs on chunk `c` (with `logprobs: true`).
     fn attach_logprobs(&mut self, i: usize, c: &mut ChatCompletionChunk) {
         if let (true, Some(choice)) = (self.meta.logprobs, c.choices.first_mut()) {
@@ -124,13 +143,6 @@ impl StreamState {
                 &mut self.choices[i].logprobs,
             )));
         }
-    }
-}
-
-fn call_delta(d: ToolCallDelta) -> ChunkDelta {
-    ChunkDelta {
-        tool_calls: Some(vec![d]),
-        ..ChunkDelta::default()
     }
 }
 
@@ -232,7 +244,7 @@ async fn finish_stream(st: &mut StreamState) {
     let (usage, service) = st.meta.usage(&charge);
     for (i, called) in calls.into_iter().enumerate() {
         let end = charge.finishes.get(i).unwrap_or(&charge.finish);
-        let finish = finish_reason(end, called > 0);
+        let finish = st.meta.finish_reason(end, called > 0);
         let mut c = st
             .meta
             .chunk(i, ChunkDelta::default(), Some(finish), st.include_usage);
