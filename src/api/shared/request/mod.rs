@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn stream_options_need_stream_and_roles_are_checked() {
         let ApiError::Validation(errs) = err(
-            r#"{"model":"m","messages":[{"role":"function","content":"x"},{"role":"user","content":"x","tool_calls":[]}],"stream_options":{"include_usage":true}}"#,
+            r#"{"model":"m","messages":[{"role":"robot","content":"x"},{"role":"user","content":"x","tool_calls":[]}],"stream_options":{"include_usage":true}}"#,
         ) else {
             panic!()
         };
@@ -415,7 +415,7 @@ mod tests {
             r.input.constraint,
             Some(OutputConstraint::Tools {
                 choice: ToolChoice::Function("f".into()),
-                parallel: true,
+                parallel: false,
                 answer: None
             })
         );
