@@ -1,12 +1,14 @@
-//! Inference: turns chat messages into a stream of text with candle.
+//! Inference: turns chat messages into a stream of text with candle, and texts into embedding
+//! vectors (`embed`).
 //!
 //! Owns: weight loading (GGUF files and Hugging Face safetensors checkpoints), tokenizers (built
 //! from GGUF metadata or read from `tokenizer.json`), chat templates, the packed batched
-//! forward, sampling, stop matching, and the scheduler thread. May use: `candle_core`,
+//! forward, sampling, stop matching, the scheduler thread, and embedding encoders. May use: `candle_core`,
 //! `candle_nn`, `tokenizers`, `minijinja`, and `crate::catalog` for the model list.
 //! Never: HTTP, SQL or money (`api`, `ledger`, `billing`).
 
 pub mod constrain;
+pub mod embed;
 pub mod fake;
 pub mod kernels;
 pub mod model;
