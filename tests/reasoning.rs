@@ -61,6 +61,14 @@ fn question() -> ChatInput {
     ChatInput::messages(vec![ChatMessage::text(Role::User, "What is 2+2?")])
 }
 
+/// `question()` with `reasoning_effort` switching the thinking `on` or off.
+fn asked(on: bool) -> ChatInput {
+    ChatInput {
+        thinking: Some(on),
+        ..question()
+    }
+}
+
 /// The prompt's text and reasoning spec as the engine builds them.
 fn render(
     tok: &ModelTokenizer,
@@ -85,10 +93,7 @@ fn qwen3_thinks_unless_told_not_to_or_constrained() {
             open_in_prompt: false
         })
     );
-    let off = ChatInput {
-        thinking: Some(false),
-        ..question()
-    };
+    let off = asked(false);
     let (text, spec) = render(&tok, &t, &off).unwrap();
     assert!(text.ends_with("<think>\n\n</think>\n\n"), "{text:?}");
     assert_eq!(spec, None);
@@ -113,10 +118,7 @@ fn r1_distill_opens_the_thinking_in_the_prompt() {
     let (text, spec) = render(&tok, &t, &question()).unwrap();
     assert!(text.ends_with("<｜Assistant｜><think>\n"), "{text:?}");
     assert!(spec.is_some_and(|s| s.open_in_prompt));
-    let off = ChatInput {
-        thinking: Some(false),
-        ..question()
-    };
+    let off = asked(false);
     let (text, spec) = render(&tok, &t, &off).unwrap();
     assert!(text.ends_with("<think>\n</think>"), "{text:?}");
     assert_eq!(spec, None);
@@ -133,10 +135,7 @@ fn a_template_without_a_switch_gets_the_tag_closed() {
     .unwrap();
     let (_, spec) = render(&tok, &t, &question()).unwrap();
     assert!(spec.is_some_and(|s| s.open_in_prompt));
-    let off = ChatInput {
-        thinking: Some(false),
-        ..question()
-    };
+    let off = asked(false);
     let (text, spec) = render(&tok, &t, &off).unwrap();
     assert!(text.ends_with("<think>\n\n</think>\n\n"), "{text:?}");
     assert_eq!(spec, None);
@@ -147,18 +146,12 @@ fn a_model_that_does_not_think_refuses_thinking_and_accepts_none() {
     let tok = qwen3_tokenizer();
     let t = template(root().join("tests/fixtures/templates/qwen2.5.jinja"));
     assert_eq!(render(&tok, &t, &question()).unwrap().1, None);
-    let on = ChatInput {
-        thinking: Some(true),
-        ..question()
-    };
+    let on = asked(true);
     assert!(matches!(
         render(&tok, &t, &on),
         Err(EngineError::NoReasoning)
     ));
-    let off = ChatInput {
-        thinking: Some(false),
-        ..question()
-    };
+    let off = asked(false);
     assert_eq!(render(&tok, &t, &off).unwrap().1, None);
 }
 

@@ -161,18 +161,9 @@ impl Validator<'_> {
             return Vec::new();
         };
         let name = call.get("name").and_then(Value::as_str);
-        let arguments = match call.get("arguments") {
-            Some(Value::String(s)) => {
-                serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
-            }
-            Some(Value::Null) | None => Value::Object(Map::new()),
-            Some(_) => {
-                self.err(
-                    &format!("{at}.function_call.arguments"),
-                    "must be a string of JSON",
-                );
-                return Vec::new();
-            }
+        let Some(arguments) = self.arguments(&format!("{at}.function_call"), call.get("arguments"))
+        else {
+            return Vec::new();
         };
         let Some(name) = name else {
             self.err(
@@ -188,6 +179,21 @@ impl Validator<'_> {
             name: name.to_owned(),
             arguments,
         }]
+    }
+
+    /// A call's `arguments` at `{at}.arguments` for the template: the parsed object when the
+    /// string is JSON, else the string; absent is `{}`. Anything but a string is a field error.
+    fn arguments(&mut self, at: &str, args: Option<&Value>) -> Option<Value> {
+        match args {
+            Some(Value::String(s)) => {
+                Some(serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())))
+            }
+            Some(Value::Null) | None => Some(Value::Object(Map::new())),
+            Some(_) => {
+                self.err(&format!("{at}.arguments"), "must be a string of JSON");
+                None
+            }
+        }
     }
 
     /// `tool_calls` of an assistant message: `[{id, type: "function", function: {name,
@@ -217,20 +223,8 @@ impl Validator<'_> {
                     "is required and must be a string",
                 );
             }
-            let arguments = match args {
-                Some(Value::String(s)) => {
-                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
-                }
-                Some(Value::Null) | None => Value::Object(Map::new()),
-                Some(_) => {
-                    self.err(
-                        &format!("{cat}.function.arguments"),
-                        "must be a string of JSON",
-                    );
-                    Value::Null
-                }
-            };
-            if let (Some(id), Some(name)) = (id, name) {
+            let arguments = self.arguments(&format!("{cat}.function"), args);
+            if let (Some(id), Some(name), Some(arguments)) = (id, name, arguments) {
                 out.push(ToolCall {
                     id: id.to_owned(),
                     name: name.to_owned(),
