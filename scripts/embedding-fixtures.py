@@ -9,7 +9,8 @@ not install; run it by hand in a venv that has them:
     python3 -m venv /tmp/st && /tmp/st/bin/pip install sentence-transformers
     /tmp/st/bin/python scripts/embedding-fixtures.py weights/all-MiniLM-L6-v2
 
-The texts mix languages, lengths (one word to about 200 tokens), code, numbers and emoji.
+The 50 texts mix languages, lengths (one word to about 200 tokens), code, numbers and emoji;
+models that read 1,024 tokens or more get a 51st text of about 700 tokens.
 """
 import base64
 import json
@@ -81,13 +82,18 @@ LONG = [
 
 TEXTS = SHORT + LONG
 
+# For models that read more than 512 tokens (EmbeddingGemma): one text of about 700 tokens, past
+# the sliding window of its local attention layers.
+VERY_LONG = " ".join(LONG[:10]) + " " + PARAGRAPH * 3
+
 
 def main():
     folder = sys.argv[1]
     model = SentenceTransformer(folder, device="cpu")
     name = os.path.basename(os.path.normpath(folder))
-    vectors = model.encode(TEXTS, normalize_embeddings=True, batch_size=8, convert_to_numpy=True)
-    counts = [len(model.tokenizer(t)["input_ids"]) for t in TEXTS]
+    texts = TEXTS + ([VERY_LONG] if model.max_seq_length >= 1024 else [])
+    vectors = model.encode(texts, normalize_embeddings=True, batch_size=8, convert_to_numpy=True)
+    counts = [len(model.tokenizer(t)["input_ids"]) for t in texts]
     assert max(counts) <= model.max_seq_length, "a text would be truncated"
     out = {
         "model": name,
@@ -99,7 +105,7 @@ def main():
                 "tokens": c,
                 "vector_f32_le_base64": base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode(),
             }
-            for t, c, v in zip(TEXTS, counts, vectors)
+            for t, c, v in zip(texts, counts, vectors)
         ],
     }
     dest = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "embeddings", name + ".json")
@@ -107,7 +113,7 @@ def main():
     with open(dest, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=0)
         f.write("\n")
-    print(f"{dest}: {len(TEXTS)} texts, {vectors.shape[1]} dimensions, tokens {min(counts)}..{max(counts)}")
+    print(f"{dest}: {len(texts)} texts, {vectors.shape[1]} dimensions, tokens {min(counts)}..{max(counts)}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 //!
 //! Owns: the forward. May use: candle. Never: tokenizers, pooling, HTTP.
 
-use candle_core::{DType, Device, Module, Tensor, D};
+use candle_core::{DType, Module, Tensor};
 use candle_nn::{
     embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormConfig, Linear, VarBuilder,
 };
@@ -147,40 +147,4 @@ impl Bert {
         let inner = l.intermediate.forward(&x)?.gelu_erf()?;
         l.output_norm.forward(&(l.output.forward(&inner)? + x)?)
     }
-}
-
-/// Mean of the token rows of `hidden` `[batch, seq, width]` under `mask` `[batch, seq]` (1 for
-/// a token), each then scaled to unit L2 norm: `[batch, width]` (sentence-transformers'
-/// `Pooling(mean)` and `Normalize`).
-///
-/// # Errors
-/// Shape errors.
-pub fn mean_pool_normalized(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-    let m = mask.unsqueeze(D::Minus1)?;
-    let sum = hidden.broadcast_mul(&m)?.sum(1)?;
-    let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
-    let mean = sum.broadcast_div(&count)?;
-    let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
-    mean.broadcast_div(&norm)
-}
-
-/// A padded batch of token-id rows: `ids` `[batch, longest]` (u32, padded with `pad`) and
-/// `mask` `[batch, longest]` (f32).
-///
-/// # Errors
-/// Tensor creation errors.
-pub fn padded(rows: &[&[u32]], pad: u32, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
-    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let mut ids = Vec::with_capacity(rows.len() * longest);
-    let mut mask = Vec::with_capacity(rows.len() * longest);
-    for r in rows {
-        ids.extend_from_slice(r);
-        ids.extend(std::iter::repeat_n(pad, longest - r.len()));
-        mask.extend(std::iter::repeat_n(1f32, r.len()));
-        mask.extend(std::iter::repeat_n(0f32, longest - r.len()));
-    }
-    Ok((
-        Tensor::from_vec(ids, (rows.len(), longest), device)?,
-        Tensor::from_vec(mask, (rows.len(), longest), device)?,
-    ))
 }

@@ -1,20 +1,23 @@
 //! Embedding models: a sentence-transformers folder (`config.json`, `model.safetensors`,
-//! `tokenizer.json`, `sentence_bert_config.json`, `1_Pooling/config.json`) loaded as an
-//! encoder that turns texts into unit-length vectors. Today the BERT family (`bert`:
-//! all-MiniLM-L6-v2), mean pooling, L2 normalisation, as sentence-transformers computes
-//! `encode(..., normalize_embeddings=True)`.
+//! `tokenizer.json`, `sentence_bert_config.json`, `modules.json`, `1_Pooling/config.json`,
+//! any `Dense` folders) loaded as an encoder that turns texts into unit-length vectors, as
+//! sentence-transformers computes `encode(..., normalize_embeddings=True)`: the encoder (`bert`
+//! for all-MiniLM-L6-v2, `gemma` for EmbeddingGemma), mean pooling, the dense layers in
+//! `modules.json` order, L2 normalisation.
 //!
 //! Owns: loading, tokenizing with the model's limit, batching, pooling. May use: candle,
 //! `tokenizers`. Never: HTTP, money.
 
 pub mod bert;
+pub mod gemma;
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::{Linear, VarBuilder};
 
-use bert::{mean_pool_normalized, padded, Bert, BertConfig};
+use bert::{Bert, BertConfig};
+use gemma::{GemmaConfig, GemmaEncoder};
 
 /// Inputs run in one forward at most; longer lists run in several. Inputs are sorted by
 /// length first so a batch pads little.
@@ -54,18 +57,27 @@ pub enum EmbedInput {
     Tokens(Vec<u32>),
 }
 
+/// The transformer of an embedding model.
+enum Encoder {
+    Bert(Bert),
+    Gemma(GemmaEncoder),
+}
+
 /// A loaded sentence-transformers embedding model.
 pub struct EmbeddingModel {
     tokenizer: tokenizers::Tokenizer,
-    encoder: Bert,
+    encoder: Encoder,
+    /// The `Dense` modules after pooling, in order (identity activation).
+    dense: Vec<Linear>,
     /// The most tokens one input may have, special tokens included (sentence-transformers'
     /// `max_seq_length`, at most the encoder's positions).
     pub max_tokens: usize,
     /// Length of each vector.
     pub dimensions: usize,
     pad_id: u32,
-    /// `[CLS]` and `[SEP]`: put around token-id inputs.
-    cls_sep: (u32, u32),
+    /// What the tokenizer puts around a text (`[CLS]`/`[SEP]`, `<bos>`/`<eos>`): put around
+    /// token-id inputs.
+    wrap: (u32, u32),
     device: Device,
 }
 
@@ -90,9 +102,9 @@ impl EmbeddingModel {
     ///
     /// # Errors
     /// `Load`: a missing or unreadable file, a pooling other than mean, an architecture other
-    /// than BERT.
+    /// than BERT or a bidirectional Gemma 3, a dense layer with an activation.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
-        let config: BertConfig = read_json(&dir.join("config.json"))?;
+        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
         let sentence: SentenceConfig = read_json(&dir.join("sentence_bert_config.json"))?;
         let pooling: PoolingConfig = read_json(&dir.join("1_Pooling/config.json"))?;
         if !pooling.pooling_mode_mean_tokens {
@@ -110,22 +122,47 @@ impl EmbeddingModel {
                 .token_to_id(t)
                 .ok_or_else(|| EmbedError::Load(format!("the vocabulary has no `{t}`")))
         };
-        let cls_sep = (id("[CLS]")?, id("[SEP]")?);
-        let pad_id = id("[PAD]")?;
         let device = Device::Cpu;
-        let weights = dir.join("model.safetensors");
-        // SAFETY: the file is memory-mapped read-only and not modified while loaded (weights
-        // files are replaced by rename, never rewritten in place: scripts/fetch-weights).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[weights], DType::F32, &device) }
-            .map_err(|e| EmbedError::Load(e.to_string()))?;
-        let encoder = Bert::load(&vb, &config).map_err(|e| EmbedError::Load(e.to_string()))?;
+        let vb = mmap(&dir.join("model.safetensors"), &device)?;
+        let load = |e: candle_core::Error| EmbedError::Load(e.to_string());
+        let parse = |e: serde_json::Error| EmbedError::Load(format!("config.json: {e}"));
+        let (encoder, wrap, pad_id) = match config["model_type"].as_str() {
+            Some("bert") => {
+                let c: BertConfig = serde_json::from_value(config).map_err(parse)?;
+                let e = Bert::load(&vb, &c).map_err(load)?;
+                (Encoder::Bert(e), (id("[CLS]")?, id("[SEP]")?), id("[PAD]")?)
+            }
+            Some("gemma3_text") => {
+                let c: GemmaConfig = serde_json::from_value(config).map_err(parse)?;
+                let e = GemmaEncoder::load(&vb, &c).map_err(load)?;
+                (
+                    Encoder::Gemma(e),
+                    (id("<bos>")?, id("<eos>")?),
+                    id("<pad>")?,
+                )
+            }
+            other => {
+                return Err(EmbedError::Load(format!(
+                    "unsupported embedding architecture {other:?}"
+                )))
+            }
+        };
+        let (max_positions, hidden) = match &encoder {
+            Encoder::Bert(b) => (b.max_positions, b.hidden),
+            Encoder::Gemma(g) => (g.max_positions, g.hidden),
+        };
+        let dense = dense_layers(dir, &device)?;
+        let dimensions = dense
+            .last()
+            .map_or(Ok(hidden), |l| l.weight().dim(0).map_err(load))?;
         Ok(Self {
-            max_tokens: sentence.max_seq_length.min(encoder.max_positions),
-            dimensions: encoder.hidden,
+            max_tokens: sentence.max_seq_length.min(max_positions),
+            dimensions,
             tokenizer,
             encoder,
+            dense,
             pad_id,
-            cls_sep,
+            wrap,
             device,
         })
     }
@@ -155,7 +192,7 @@ impl EmbeddingModel {
                         if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
                             return Err(EmbedError::BadToken { index, id, vocab });
                         }
-                        let (cls, sep) = self.cls_sep;
+                        let (cls, sep) = self.wrap;
                         std::iter::once(cls)
                             .chain(t.iter().copied())
                             .chain([sep])
@@ -197,7 +234,104 @@ impl EmbeddingModel {
 
     fn run(&self, batch: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
         let (ids, mask) = padded(batch, self.pad_id, &self.device)?;
-        let hidden = self.encoder.forward(&ids, &mask)?;
-        mean_pool_normalized(&hidden, &mask)?.to_vec2::<f32>()
+        let hidden = match &self.encoder {
+            Encoder::Bert(b) => b.forward(&ids, &mask)?,
+            Encoder::Gemma(g) => g.forward(&ids, &mask)?,
+        };
+        let mut x = mean_pool(&hidden, &mask)?;
+        for d in &self.dense {
+            x = d.forward(&x)?;
+        }
+        normalize(&x)?.to_vec2::<f32>()
     }
+}
+
+/// Memory-map a safetensors file.
+fn mmap(path: &Path, device: &Device) -> Result<VarBuilder<'static>, EmbedError> {
+    // SAFETY: the file is memory-mapped read-only and not modified while loaded (weights
+    // files are replaced by rename, never rewritten in place: scripts/fetch-weights).
+    unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, device) }
+        .map_err(|e| EmbedError::Load(format!("{}: {e}", path.display())))
+}
+
+#[derive(serde::Deserialize)]
+struct ModuleEntry {
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(serde::Deserialize)]
+struct DenseConfig {
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+    activation_function: String,
+}
+
+/// The `Dense` modules of `modules.json`, in order (none when the file is absent).
+fn dense_layers(dir: &Path, device: &Device) -> Result<Vec<Linear>, EmbedError> {
+    let path = dir.join("modules.json");
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let modules: Vec<ModuleEntry> = read_json(&path)?;
+    let load = |e: candle_core::Error| EmbedError::Load(e.to_string());
+    modules
+        .iter()
+        .filter(|m| m.kind.ends_with(".Dense"))
+        .map(|m| {
+            let folder = dir.join(&m.path);
+            let c: DenseConfig = read_json(&folder.join("config.json"))?;
+            if !c.activation_function.ends_with("Identity") {
+                return Err(EmbedError::Load(format!(
+                    "{}: only identity activations are served",
+                    m.path
+                )));
+            }
+            let vb = mmap(&folder.join("model.safetensors"), device)?;
+            let w = vb
+                .get((c.out_features, c.in_features), "linear.weight")
+                .map_err(load)?;
+            let b = if c.bias {
+                Some(vb.get(c.out_features, "linear.bias").map_err(load)?)
+            } else {
+                None
+            };
+            Ok(Linear::new(w, b))
+        })
+        .collect()
+}
+
+/// Mean of the token rows of `hidden` `[batch, seq, width]` under `mask` `[batch, seq]` (1 for
+/// a token): `[batch, width]` (sentence-transformers' `Pooling`, mean mode).
+fn mean_pool(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let m = mask.unsqueeze(D::Minus1)?;
+    let sum = hidden.broadcast_mul(&m)?.sum(1)?;
+    let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+    sum.broadcast_div(&count)
+}
+
+/// Each row of `x` `[batch, width]` scaled to unit L2 norm (sentence-transformers' `Normalize`).
+fn normalize(x: &Tensor) -> candle_core::Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+    x.broadcast_div(&norm)
+}
+
+/// A padded batch of token-id rows: `ids` `[batch, longest]` (u32, padded with `pad`) and
+/// `mask` `[batch, longest]` (f32).
+fn padded(rows: &[&[u32]], pad: u32, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(rows.len() * longest);
+    let mut mask = Vec::with_capacity(rows.len() * longest);
+    for r in rows {
+        ids.extend_from_slice(r);
+        ids.extend(std::iter::repeat_n(pad, longest - r.len()));
+        mask.extend(std::iter::repeat_n(1f32, r.len()));
+        mask.extend(std::iter::repeat_n(0f32, longest - r.len()));
+    }
+    Ok((
+        Tensor::from_vec(ids, (rows.len(), longest), device)?,
+        Tensor::from_vec(mask, (rows.len(), longest), device)?,
+    ))
 }
