@@ -51,7 +51,7 @@ impl Surface {
 
     /// A `context_length_exceeded` or `reasoning_effort` error in this surface's field names
     /// (other errors pass).
-    pub fn context_error(self, e: ApiError) -> ApiError {
+    pub fn in_its_terms(self, e: ApiError) -> ApiError {
         match (self, e) {
             (
                 Self::Responses,
@@ -126,12 +126,12 @@ pub async fn paid_request(
     }
     let prompt = paid::prepare(state, &chat.model, &chat.input)
         .await
-        .map_err(|e| surface.context_error(e))?;
+        .map_err(|e| surface.in_its_terms(e))?;
     if let Some(vocab) = prompt.vocab_size {
         request::sampling::check_logit_bias(&chat.sampling.logit_bias, vocab)?;
     }
     let max_new_tokens =
-        paid::max_new_tokens(&prompt, chat.max_tokens).map_err(|e| surface.context_error(e))?;
+        paid::max_new_tokens(&prompt, chat.max_tokens).map_err(|e| surface.in_its_terms(e))?;
     let syntax = prompt.output_syntax();
     let request_id = caller.request_id.0.clone();
     let request = PaidRequest {

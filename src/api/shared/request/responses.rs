@@ -301,6 +301,21 @@ fn chat_tool_choice(c: &Value) -> Result<Value, ApiError> {
     }
 }
 
+/// 400 `unsupported_parameter` naming every non-null key of the object at `at` outside
+/// `allowed` (`text.verbosity`), as the chat validator names unknown nested keys.
+fn only_keys(o: &Map<String, Value>, at: &str, allowed: &[&str]) -> Result<(), ApiError> {
+    let unknown: Vec<String> = o
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !allowed.contains(&k.as_str()))
+        .map(|(k, _)| format!("{at}.{k}"))
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedParameter(unknown))
+    }
+}
+
 /// `reasoning.effort`, if given, for chat's `reasoning_effort`. `reasoning.summary` (and the
 /// older `generate_summary`) are accepted and give no summary: the reasoning item carries the
 /// thinking itself (`content`), its `summary` stays empty.
@@ -309,16 +324,7 @@ fn reasoning_effort(reasoning: Option<&Value>) -> Result<Option<Value>, ApiError
     let Some(o) = r.as_object() else {
         return Err(invalid("reasoning", "must be an object"));
     };
-    let unknown: Vec<String> = o
-        .iter()
-        .filter(|(k, v)| {
-            !v.is_null() && !matches!(k.as_str(), "effort" | "summary" | "generate_summary")
-        })
-        .map(|(k, _)| format!("reasoning.{k}"))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::UnsupportedParameter(unknown));
-    }
+    only_keys(o, "reasoning", &["effort", "summary", "generate_summary"])?;
     for k in ["summary", "generate_summary"] {
         if o.get(k).is_some_and(|v| !v.is_null() && !v.is_string()) {
             return Err(invalid(&format!("reasoning.{k}"), "must be a string"));
@@ -333,14 +339,7 @@ fn text_format(text: Option<&Value>) -> Result<Option<Value>, ApiError> {
     let Some(o) = text.as_object() else {
         return Err(invalid("text", "must be an object"));
     };
-    let unknown: Vec<String> = o
-        .iter()
-        .filter(|(k, v)| !v.is_null() && k.as_str() != "format")
-        .map(|(k, _)| format!("text.{k}"))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::UnsupportedParameter(unknown));
-    }
+    only_keys(o, "text", &["format"])?;
     Ok(o.get("format").filter(|v| !v.is_null()).cloned())
 }
 
