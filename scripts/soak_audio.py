@@ -1,6 +1,7 @@
 """The audio cases of scripts/soak, against a second server (`tollgate serve --engine fake`
 under an address-space limit, audio models loaded on first use from weights/): speech-cjk,
-speech-empty, wav-rate and whisper-prompt. Owns the weight checks (a case whose weights are
+speech-empty, wav-rate and whisper-prompt, and the embedding case embed-flood (the same server
+serves /v1/embeddings). Owns the weight checks (a case whose weights are
 missing is skipped, not failed), the WAV builders, the per-case peak-memory meter (VmHWM reset
 through /proc/<pid>/clear_refs, else MemSampler), the warm-up (models loaded before any case is
 measured; a server that died is restarted and warmed up again before the next case) and the
@@ -29,16 +30,19 @@ WHISPER_MODEL = "whisper-base"
 # grow with what it sends (a long text, a WAV header's claims, a long prompt).
 AUDIO_PEAK_BOUND_MB = 300
 PROMPT_SECS_BOUND = 5.0
-AUDIO_CASES = ("speech-cjk", "speech-empty", "wav-rate", "whisper-prompt")
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+AUDIO_CASES = ("speech-cjk", "speech-empty", "wav-rate", "whisper-prompt", "embed-flood")
 CHECKS = {
     "speech-cjk": "speech-cjk: 512 chars 200 with audio, 4096 chars 400 input_too_long",
     "speech-empty": "speech-empty: 400 no_speakable_text (input), balance unchanged",
     "wav-rate": "wav-rate: bad rates 400 invalid_audio (file), truncated 200/400, "
                 "30 MB 413 file_too_large",
     "whisper-prompt": f"whisper-prompt: 400 prompt_too_long (prompt) in < {PROMPT_SECS_BOUND:g} s",
+    "embed-flood": "embed-flood: inputs at the token limit 200, 2048 inputs over it and a 3.9 MB "
+                   "input 400 input_too_long, balance moved only by the 200",
 }
 NEEDS = {"speech-cjk": "speech", "speech-empty": "speech", "wav-rate": "whisper",
-         "whisper-prompt": "whisper"}
+         "whisper-prompt": "whisper", "embed-flood": "minilm"}
 
 
 def missing_weights(root):
@@ -51,8 +55,10 @@ def missing_weights(root):
          os.path.exists(os.path.join(w, "onnxruntime", "libonnxruntime.so"))),
         ("espeak-ng", shutil.which("espeak-ng"))) if not ok]
     whisper = glob.glob(os.path.join(w, "whisper-base*", "model*"))
+    minilm = os.path.exists(os.path.join(w, EMBEDDING_MODEL, "model.safetensors"))
     return {"speech": f"missing {','.join(speech)}" if speech else None,
-            "whisper": None if whisper else "missing weights/whisper-base*"}
+            "whisper": None if whisper else "missing weights/whisper-base*",
+            "minilm": None if minilm else f"missing weights/{EMBEDDING_MODEL}"}
 
 
 # ---------------------------------------------------------------- WAV files
@@ -91,6 +97,13 @@ def transcribe(server, wav, fields=None, timeout=300):
     return raw_post(server.port, "/v1/audio/transcriptions", body,
                     {"Authorization": f"Bearer {server.key}"}, timeout=timeout,
                     content_type=ctype)
+
+
+def embed(server, inputs, timeout=600):
+    body = json.dumps({"model": EMBEDDING_MODEL, "input": inputs,
+                       "encoding_format": "base64"}).encode()
+    return raw_post(server.port, "/v1/embeddings", body,
+                    {"Authorization": f"Bearer {server.key}"}, timeout=timeout)
 
 
 class PeakMeter:
@@ -199,8 +212,36 @@ def case_whisper_prompt(server, size, meter):
     return ok, {"prompt_mb": len(prompt) / 1e6, "answer": answer(r), "secs": r["secs"]}, [r]
 
 
+def case_embed_flood(server, size, meter):
+    """`embed_inputs` inputs of 256 tokens each ("word" is one MiniLM token; 254 of them plus
+    [CLS] and [SEP]) are embedded: 200; 2048 such inputs (524,288 tokens, over the 65,536 a
+    request may have) and one 3.9 MB input are refused after tokenizing, before the model runs:
+    400 `input_too_long`. Only the 200 moves the balance."""
+    row = " ".join(["word"] * 254)
+    before = balance_micros(server)
+    done = embed(server, [row] * size("embed_inputs"))
+    meter.lap("at_limit")
+    charged = balance_micros(server)
+    many = embed(server, [row] * 2048)
+    meter.lap("2048_inputs")
+    huge = embed(server, "word " * 780_000)
+    meter.lap("3.9mb_input")
+    after = balance_micros(server)
+    tokens = json.loads(done["body"] or b"{}").get("usage", {}).get("prompt_tokens")
+    ok = done["status"] == 200 and tokens == 256 * size("embed_inputs") and \
+        error_of(many) == ("input_too_long", "input") and \
+        error_of(huge) == ("input_too_long", "input") and \
+        None not in (before, charged, after) and before > charged == after
+    return ok, {"inputs": size("embed_inputs"), "answer": answer(done), "secs": done["secs"],
+                "tokens": tokens, "inputs_2048": answer(many), "secs_2048": many["secs"],
+                "input_3_9mb": answer(huge), "secs_3_9mb": huge["secs"],
+                "balance_before": before, "balance_charged": charged,
+                "balance_after": after}, [done, many, huge]
+
+
 CASES = {"speech-cjk": case_speech_cjk, "speech-empty": case_speech_empty,
-         "wav-rate": case_wav_rate, "whisper-prompt": case_whisper_prompt}
+         "wav-rate": case_wav_rate, "whisper-prompt": case_whisper_prompt,
+         "embed-flood": case_embed_flood}
 
 
 # ---------------------------------------------------------------- the run
@@ -212,6 +253,8 @@ def warm_up(server, missing):
         got["speech"] = answer(speech(server, "Hello there.", timeout=300))
     if not missing["whisper"]:
         got["whisper"] = answer(transcribe(server, tone_wav(1.0)))
+    if not missing["minilm"]:
+        got["minilm"] = answer(embed(server, "Hello there."))
     time.sleep(1)
     say("audio-warmup", **got, rss_idle_mb=server.mem().get("VmRSS"), pid=server.proc.pid)
 

@@ -292,6 +292,7 @@ pub fn assemble(
                 )
                 .with_pacer(pacer),
             ),
+            embedder: crate::engine::embed::Embedder::new(),
         },
         accounts: Accounts {
             service: Arc::new(crate::accounts::AccountService::new(ledger, auth.clone())),

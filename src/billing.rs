@@ -15,7 +15,7 @@
 //! the exact charge.
 
 use crate::catalog::audio::UnitPrice;
-use crate::catalog::Pricing;
+use crate::catalog::{PricePerMTok, Pricing};
 use crate::money::Micros;
 
 /// Cost of `prompt_tokens` input tokens, `cached_tokens` of them from the prefix cache (at
@@ -184,6 +184,12 @@ pub enum Units {
         count: u64,
         per_million: Option<UnitPrice>,
     },
+    /// Input tokens embedded, at the chat rule's input price per 1M tokens (`cost_micros`
+    /// with no cached or output tokens).
+    InputTokens {
+        count: u64,
+        per_million: PricePerMTok,
+    },
 }
 
 impl Units {
@@ -194,24 +200,44 @@ impl Units {
             Self::AudioMs { ms, per_minute } => PricedUnits {
                 audio_ms: ms,
                 input_characters: 0,
+                input_tokens: 0,
                 cost: transcription_micros(per_minute.unwrap_or(free), ms),
             },
             Self::Characters { count, per_million } => PricedUnits {
                 audio_ms: 0,
                 input_characters: count,
+                input_tokens: 0,
                 cost: speech_micros(per_million.unwrap_or(free), count),
+            },
+            Self::InputTokens { count, per_million } => PricedUnits {
+                audio_ms: 0,
+                input_characters: 0,
+                input_tokens: count,
+                cost: cost_micros(
+                    &Pricing {
+                        input: per_million,
+                        cached_input: None,
+                        output: PricePerMTok(0),
+                    },
+                    count,
+                    0,
+                    0,
+                ),
             },
         }
     }
 }
 
-/// A request priced by units known before it runs (speech): what is billed and its cost.
+/// A request priced by units known before it runs (speech, embeddings): what is billed and its
+/// cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PricedUnits {
     /// Milliseconds of audio transcribed (0 for speech synthesis).
     pub audio_ms: u64,
     /// Characters spoken (0 for transcription).
     pub input_characters: u64,
+    /// Tokens embedded (0 for speech).
+    pub input_tokens: u64,
     /// The exact cost (`transcription_micros` or `speech_micros`), held and then charged.
     pub cost: Micros,
 }
@@ -223,7 +249,8 @@ pub fn units_usage_record(
     units: &PricedUnits,
     ending: Ending,
 ) -> crate::ledger::UsageRecord {
-    let mut u = usage_record(m, 0, 0, 0, ending);
+    let tokens = usize::try_from(units.input_tokens).unwrap_or(usize::MAX);
+    let mut u = usage_record(m, tokens, 0, 0, ending);
     u.audio_ms = i64::try_from(units.audio_ms).unwrap_or(i64::MAX);
     u.input_characters = i64::try_from(units.input_characters).unwrap_or(i64::MAX);
     u.cost_micros = units.cost;

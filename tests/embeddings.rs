@@ -1,6 +1,6 @@
 //! Embedding models against sentence-transformers: the vectors of 50 texts (several
 //! languages and scripts, one word to about 200 tokens, code, emoji) from the real
-//! all-MiniLM-L6-v2 weights (`scripts/fetch-weights embeddings`) must point the way
+//! all-MiniLM-L6-v2 weights (`scripts/fetch-weights minilm`) must point the way
 //! sentence-transformers' do (cosine >= 0.9999), with the same token counts. The reference
 //! vectors are committed (tests/fixtures/embeddings/, made by scripts/embedding-fixtures.py
 //! with sentence-transformers and PyTorch, which CI does not install).
@@ -16,7 +16,7 @@ fn minilm() -> EmbeddingModel {
     let dir = weights_dir().join("all-MiniLM-L6-v2");
     assert!(
         dir.join("model.safetensors").exists(),
-        "missing {}: run scripts/fetch-weights embeddings",
+        "missing {}: run scripts/fetch-weights minilm",
         dir.display()
     );
     EmbeddingModel::load(&dir).unwrap()
@@ -69,7 +69,7 @@ fn parity(model: &EmbeddingModel, name: &str) -> f64 {
         .iter()
         .map(|(t, ..)| EmbedInput::Text(t.clone()))
         .collect();
-    let rows = model.tokenize(&inputs).unwrap();
+    let rows = model.tokenize(&inputs, None).unwrap();
     let got = model.embed(&rows).unwrap();
     let mut worst = (1.0f64, String::new());
     for ((text, tokens, reference), (row, vector)) in want.iter().zip(rows.iter().zip(&got)) {
@@ -126,7 +126,10 @@ fn embeddinggemma_matches_sentence_transformers_where_present() {
 fn minilm_refuses_what_it_cannot_read_whole() {
     let model = minilm();
     let long = "word ".repeat(300);
-    match model.tokenize(&[EmbedInput::Text("ok".into()), EmbedInput::Text(long)]) {
+    match model.tokenize(
+        &[EmbedInput::Text("ok".into()), EmbedInput::Text(long)],
+        None,
+    ) {
         Err(EmbedError::TooLong {
             index: 1,
             tokens,
@@ -135,22 +138,32 @@ fn minilm_refuses_what_it_cannot_read_whole() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        model.tokenize(&[EmbedInput::Text(String::new())]),
+        model.tokenize(&[EmbedInput::Text(String::new())], None),
         Err(EmbedError::Empty { index: 0 })
     ));
     assert!(matches!(
-        model.tokenize(&[EmbedInput::Tokens(vec![101, 99_999])]),
+        model.tokenize(&[EmbedInput::Tokens(vec![101, 99_999])], None),
         Err(EmbedError::BadToken {
             index: 0,
             id: 99_999,
             ..
         })
     ));
-    // Token ids get the model's [CLS] and [SEP], as its tokenizer adds them to text.
+    // Token ids get the model's [CLS] and [SEP] where they lack them, as its tokenizer adds
+    // them to text.
     let text = model
-        .tokenize(&[EmbedInput::Text("hello world".into())])
+        .tokenize(&[EmbedInput::Text("hello world".into())], None)
         .unwrap();
     let inner = text[0][1..text[0].len() - 1].to_vec();
-    let ids = model.tokenize(&[EmbedInput::Tokens(inner)]).unwrap();
-    assert_eq!(ids, text);
+    let ids = model
+        .tokenize(
+            &[
+                EmbedInput::Tokens(inner),
+                EmbedInput::Tokens(text[0].clone()),
+            ],
+            None,
+        )
+        .unwrap();
+    // With or without them: the same row, wrapped once.
+    assert_eq!(ids, [text[0].clone(), text[0].clone()]);
 }

@@ -28,6 +28,7 @@ use super::shared::state::Models;
         (name = "responses", description = "OpenAI's Responses API (metered; stored responses)"),
         (name = "completions", description = "Legacy text completions with fill-in-the-middle (metered)"),
         (name = "audio", description = "Speech to text and text to speech (metered per second of audio and per character)"),
+        (name = "embeddings", description = "Vectors of texts from embedding models (metered per input token)"),
         (name = "models", description = "The public price list")
     )
 )]

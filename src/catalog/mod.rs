@@ -4,7 +4,11 @@
 //! May use: `serde`, `toml`, `utoipa` (schemas only). Never: HTTP, SQL, candle.
 
 pub mod audio;
+pub mod embedding;
+mod price;
 pub mod record;
+
+pub use price::PricePerMTok;
 
 use std::path::{Path, PathBuf};
 
@@ -13,37 +17,6 @@ use serde::Deserialize;
 /// The built-in chat templates an entry's `chat_template` may name (`engine::template` renders
 /// them).
 pub const BUILTIN_TEMPLATES: [&str; 4] = ["chatml", "gemma", "llama-2", "zephyr"];
-
-/// Micro-USD (1e-6 USD) per 1M tokens, parsed exactly from a decimal string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PricePerMTok(pub i64);
-
-impl PricePerMTok {
-    /// Parse a non-negative decimal USD amount with at most 6 decimals, e.g. `"0.15"` -> 150000.
-    ///
-    /// # Errors
-    /// Signs, exponents, more than 6 decimals, empty parts or overflow.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match crate::money::Micros::parse_usd(s) {
-            Ok(m) if m.0 >= 0 && !s.trim_start().starts_with('-') => Ok(Self(m.0)),
-            _ => Err(format!(
-                "`{s}` is not a USD amount like \"0.15\" (at most 6 decimals)"
-            )),
-        }
-    }
-
-    /// The price in USD, for display only.
-    pub fn usd(self) -> f64 {
-        self.0 as f64 / 1e6
-    }
-}
-
-impl<'de> Deserialize<'de> for PricePerMTok {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Self::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
 
 /// List prices of a model, per 1M tokens.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -211,6 +184,8 @@ struct CatalogFile {
     model: Vec<ModelEntry>,
     #[serde(default)]
     audio_model: Vec<audio::AudioModelEntry>,
+    #[serde(default)]
+    embedding_model: Vec<embedding::EmbeddingModelEntry>,
 }
 
 /// The parsed catalogue.
@@ -219,6 +194,8 @@ pub struct Catalog {
     pub models: Vec<ModelEntry>,
     /// Speech models (`[[audio_model]]`), listed after the chat models in `/v1/models`.
     pub audio: Vec<audio::AudioModelEntry>,
+    /// Embedding models (`[[embedding_model]]`), listed after the speech models.
+    pub embedding: Vec<embedding::EmbeddingModelEntry>,
 }
 
 impl Catalog {
@@ -256,9 +233,16 @@ impl Catalog {
             }
             a.validate()?;
         }
+        for e in &file.embedding_model {
+            if !seen.insert(e.id.as_str()) {
+                return Err(format!("duplicate model id `{}`", e.id));
+            }
+            e.validate()?;
+        }
         Ok(Self {
             models: file.model,
             audio: file.audio_model,
+            embedding: file.embedding_model,
         })
     }
 
@@ -279,6 +263,11 @@ impl Catalog {
     /// The speech model `id`, if the catalogue has one.
     pub fn audio_model(&self, id: &str) -> Option<&audio::AudioModelEntry> {
         self.audio.iter().find(|m| m.id == id)
+    }
+
+    /// The embedding model `id`, if the catalogue has one.
+    pub fn embedding_model(&self, id: &str) -> Option<&embedding::EmbeddingModelEntry> {
+        self.embedding.iter().find(|m| m.id == id)
     }
 }
 

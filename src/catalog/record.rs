@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::audio::{AudioKind, AudioModelEntry, UnitPrice};
+use super::embedding::{EmbeddingModelEntry, EMBEDDING_RULE};
 use super::{ModelEntry, PricePerMTok};
 
 /// `GET /v1/models`.
@@ -20,13 +21,14 @@ pub struct ModelList {
     pub data: Vec<ListedModel>,
 }
 
-/// An entry of `GET /v1/models`: a chat model or a speech model (told apart by `kind`, which
-/// only speech models have).
+/// An entry of `GET /v1/models`: a chat model, a speech model or an embedding model (told
+/// apart by `kind`, which chat models do not have: `transcription`, `speech`, `embedding`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum ListedModel {
     Chat(ModelRecord),
     Audio(AudioModelRecord),
+    Embedding(EmbeddingModelRecord),
 }
 
 /// A speech model: OpenAI's model object plus its kind, unit price, voices and licence.
@@ -329,6 +331,97 @@ pub fn usd_per_million(p: PricePerMTok) -> String {
         frac.to_owned()
     };
     format!("{}.{frac}", p.0 / 1_000_000)
+}
+
+/// An embedding model: OpenAI's model object plus its kind, price, vector lengths and licence.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct EmbeddingModelRecord {
+    /// Model id, used as `model` in `POST /v1/embeddings`.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: i64,
+    pub owned_by: String,
+    pub name: String,
+    /// Always `embedding` (`POST /v1/embeddings`).
+    pub kind: &'static str,
+    /// Parameter count, e.g. `22M`.
+    pub parameters: String,
+    /// The most tokens one input may have, special tokens included.
+    pub context_length: usize,
+    pub architecture: EmbeddingArchitecture,
+    /// The vector lengths `dimensions` takes; the first is the default.
+    pub dimensions: Vec<usize>,
+    pub pricing: EmbeddingPricingRecord,
+    pub license: License,
+    /// Servable here now (its weights are on this machine).
+    pub available: bool,
+    /// Why not, when `available` is false.
+    pub unavailable_reason: Option<String>,
+}
+
+/// What an embedding model reads and writes.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct EmbeddingArchitecture {
+    /// `["text"]`.
+    pub input_modalities: Vec<&'static str>,
+    /// `["embeddings"]` (OpenRouter's term).
+    pub output_modalities: Vec<&'static str>,
+}
+
+/// An embedding model's list price per input token.
+#[derive(Debug, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct EmbeddingPricingRecord {
+    /// USD per input token (OpenRouter's form).
+    #[schema(example = "0.00000001")]
+    pub prompt: String,
+    /// USD per 1M input tokens.
+    #[schema(example = "0.01")]
+    pub input_per_million_usd: String,
+    /// Micro-USD per 1M input tokens: what the ledger charges by.
+    pub input_micros_per_mtok: i64,
+    /// How a request's cost is computed.
+    pub rule: &'static str,
+    /// Always `USD`.
+    pub currency: &'static str,
+}
+
+impl EmbeddingModelRecord {
+    /// The record of `m`; `available` is `Err` with a short reason when it is not servable.
+    pub fn of(m: &EmbeddingModelEntry, available: Result<(), String>) -> Self {
+        Self {
+            id: m.id.clone(),
+            object: "model",
+            created: m.created,
+            owned_by: m.maker.clone(),
+            name: m.name.clone(),
+            kind: "embedding",
+            parameters: m.parameters.clone(),
+            context_length: m.max_input_tokens,
+            architecture: EmbeddingArchitecture {
+                input_modalities: vec!["text"],
+                output_modalities: vec!["embeddings"],
+            },
+            dimensions: m.dimensions.clone(),
+            pricing: EmbeddingPricingRecord {
+                prompt: usd_per_token(m.pricing.input),
+                input_per_million_usd: usd_per_million(m.pricing.input),
+                input_micros_per_mtok: m.pricing.input.0,
+                rule: EMBEDDING_RULE,
+                currency: "USD",
+            },
+            license: License {
+                name: m.license.clone(),
+                url: m.license_url.clone(),
+                commercial_use: m.commercial_use,
+                attribution: m.attribution.clone(),
+                use_policy: m.use_policy.clone(),
+            },
+            available: available.is_ok(),
+            unavailable_reason: available.err(),
+        }
+    }
 }
 
 #[cfg(test)]

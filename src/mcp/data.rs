@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::catalog::embedding::EmbeddingModelEntry;
 use crate::catalog::{Catalog, ModelEntry};
 use crate::engine::text::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
 use crate::engine::text::prompt::PromptFormat;
@@ -55,6 +56,8 @@ pub struct McpData {
     tokenizers: Cache<SourcedTokenizer>,
     /// Prompt formats (tokenizer and chat template) read from GGUF files so far, by model id.
     formats: Cache<SourcedFormat>,
+    /// Embedding models' tokenizers (`tokenizer.json`, no truncation) read so far, by model id.
+    embedding_tokenizers: Cache<tokenizers::Tokenizer>,
 }
 
 impl McpData {
@@ -79,6 +82,7 @@ impl McpData {
             openapi,
             tokenizers: Mutex::new(HashMap::new()),
             formats: Mutex::new(HashMap::new()),
+            embedding_tokenizers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -98,6 +102,24 @@ impl McpData {
         })?;
         let ids = f.1.ids(&m.id, input, usize::MAX).ok()?;
         Some((f.0.clone(), ids.len()))
+    }
+
+    /// Tokens of `text` as embedding model `m` bills them (its tokenizer, special tokens
+    /// included), with the tokenizer's provenance; `None` when its weights are not here.
+    pub(super) fn embedding_count(
+        &self,
+        m: &EmbeddingModelEntry,
+        text: &str,
+    ) -> Option<(String, usize)> {
+        let dir = self.weights_dir.join(&m.path);
+        let t = cached(&self.embedding_tokenizers, &m.id, || {
+            let mut t = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).ok()?;
+            t.with_truncation(None).ok()?;
+            t.with_padding(None);
+            Some(t)
+        })?;
+        let n = t.encode(text, true).ok()?.len();
+        Some((format!("tokenizer.json:{}", m.path), n))
     }
 
     /// Tokens of the messages' text with `m`'s own (or reference) tokenizer, read once and

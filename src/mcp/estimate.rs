@@ -122,7 +122,8 @@ pub struct EstimateArgs {
     pub language: Option<String>,
     /// Transcription models: seconds of audio (billed in whole seconds, rounded up).
     pub audio_seconds: Option<f64>,
-    /// Speech models: the text to speak (its characters are billed).
+    /// Speech models: the text to speak (its characters are billed). Embedding models: the
+    /// text to embed (its tokens are billed).
     pub input: Option<String>,
 }
 
@@ -186,7 +187,10 @@ impl McpData {
     /// # Errors
     /// Unknown model, no prompt given, a bad role.
     pub fn estimate_cost(&self, a: &EstimateArgs) -> Result<Estimate, String> {
-        if let Some(estimate) = self.estimate_audio(a) {
+        if let Some(estimate) = self
+            .estimate_audio(a)
+            .or_else(|| self.estimate_embedding(a))
+        {
             return estimate;
         }
         let m = self.model(&a.model)?;

@@ -10,6 +10,7 @@
 
 mod audio_tools;
 mod data;
+mod embedding_tools;
 mod estimate;
 mod language;
 mod schema;
@@ -79,9 +80,10 @@ impl TollgateMcp {
         }
     }
 
-    /// List the models this server sells, with prices (USD per 1M tokens), licence flags and
-    /// whether each is servable here; filter by maker, family, input modality, maximum price,
-    /// commercial use or minimum context, and sort by id, price or context.
+    /// List the models this server sells, chat and embedding (`kind`), with prices (USD per 1M
+    /// tokens), licence flags and whether each is servable here; filter by kind, maker, family,
+    /// input modality, maximum price, commercial use or minimum context, and sort by id, price
+    /// or context.
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn list_models(
         &self,
@@ -107,7 +109,8 @@ impl TollgateMcp {
 
     /// The price list: USD and integer micro-USD per 1M input and output tokens for every
     /// chat model, with the rule that turns tokens into a charge; speech models per minute of
-    /// audio or per 1M characters (`audio_prices`).
+    /// audio or per 1M characters (`audio_prices`); embedding models per 1M input tokens
+    /// (`embedding_prices`).
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn get_prices(&self) -> Json<PriceList> {
         Json(self.data.get_prices())
@@ -118,7 +121,8 @@ impl TollgateMcp {
     /// and the cost in micros and USD by the same rule the ledger charges with; also the amount
     /// a request reserves up front (`hold_micros`: a balance below it gets 402) and whether it
     /// fits the model's context. The text's language is detected unless given. For a speech
-    /// model: `audio_seconds` (transcription) or `input` (text to speak).
+    /// model: `audio_seconds` (transcription) or `input` (text to speak); for an embedding
+    /// model: `input` (the text to embed) or `prompt_tokens`.
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
     async fn estimate_cost(
         &self,

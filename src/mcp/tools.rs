@@ -42,6 +42,9 @@ pub struct ListModelsArgs {
     /// Order: `id` (default), `price` (input, then output; cheapest first), `price_desc`,
     /// `context` (largest first).
     pub sort: Option<SortKey>,
+    /// Only models of this kind: `chat` (chat and text completions) or `embedding`
+    /// (`POST /v1/embeddings`). Default: both.
+    pub kind: Option<String>,
 }
 
 /// `list_models` order.
@@ -58,6 +61,8 @@ pub enum SortKey {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ModelSummary {
     pub id: String,
+    /// `chat` or `embedding`.
+    pub kind: &'static str,
     pub name: String,
     pub maker: String,
     pub family: String,
@@ -108,6 +113,8 @@ pub struct PriceList {
     pub prices: Vec<PriceRow>,
     /// Speech models: per minute of audio (transcription) or per 1M input characters (speech).
     pub audio_prices: Vec<AudioPriceRow>,
+    /// Embedding models: per 1M input tokens.
+    pub embedding_prices: Vec<EmbeddingPriceRow>,
 }
 
 /// One model's list prices.
@@ -129,6 +136,15 @@ pub struct AudioPriceRow {
     /// `transcription` or `speech`.
     pub kind: &'static str,
     pub pricing: crate::catalog::record::AudioPricingRecord,
+    /// false: requests get 403.
+    pub commercial_use: bool,
+}
+
+/// One embedding model's list price.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EmbeddingPriceRow {
+    pub id: String,
+    pub pricing: crate::catalog::record::EmbeddingPricingRecord,
     /// false: requests get 403.
     pub commercial_use: bool,
 }
@@ -251,6 +267,7 @@ fn summary(m: &ModelEntry, available: Result<(), String>) -> ModelSummary {
         available: available.is_ok(),
         unavailable_reason: available.err(),
         id: m.id.clone(),
+        kind: "chat",
         name: m.name.clone(),
         maker: m.maker.clone(),
         family: m.family.clone(),
@@ -302,10 +319,16 @@ impl McpData {
                 return Err(format!("`modality` is `text` or `image`, not `{m}`."));
             }
         }
+        let (chat, embedding) = match a.kind.as_deref() {
+            None => (true, true),
+            Some("chat") => (true, false),
+            Some("embedding") => (false, true),
+            Some(k) => return Err(format!("`kind` is `chat` or `embedding`, not `{k}`.")),
+        };
         let eq = |want: &Option<String>, have: &str| {
             want.as_deref().is_none_or(|w| w.eq_ignore_ascii_case(have))
         };
-        let mut models: Vec<&ModelEntry> = self
+        let models: Vec<&ModelEntry> = self
             .catalog
             .models
             .iter()
@@ -319,26 +342,31 @@ impl McpData {
             .filter(|m| max_out.is_none_or(|p| m.pricing.output <= p))
             .filter(|m| a.commercial_use.is_none_or(|c| m.commercial_use == c))
             .filter(|m| a.min_context.is_none_or(|c| m.context_length >= c))
+            .filter(|_| chat)
             .collect();
-        let price = |m: &&ModelEntry| (m.pricing.input, m.pricing.output);
+        let mut rows: Vec<ModelSummary> = models
+            .into_iter()
+            .map(|m| summary(m, self.availability(m).1))
+            .collect();
+        if embedding {
+            rows.extend(self.embedding_summaries(a, max_in));
+        }
+        let price = |m: &ModelSummary| (m.input_micros_per_mtok, m.output_micros_per_mtok);
         match a.sort.unwrap_or(SortKey::Id) {
-            SortKey::Id => models.sort_by(|x, y| x.id.cmp(&y.id)),
-            SortKey::Price => models.sort_by(|x, y| price(x).cmp(&price(y)).then(x.id.cmp(&y.id))),
+            SortKey::Id => rows.sort_by(|x, y| x.id.cmp(&y.id)),
+            SortKey::Price => rows.sort_by(|x, y| price(x).cmp(&price(y)).then(x.id.cmp(&y.id))),
             SortKey::PriceDesc => {
-                models.sort_by(|x, y| price(y).cmp(&price(x)).then(x.id.cmp(&y.id)));
+                rows.sort_by(|x, y| price(y).cmp(&price(x)).then(x.id.cmp(&y.id)));
             }
-            SortKey::Context => models.sort_by(|x, y| {
+            SortKey::Context => rows.sort_by(|x, y| {
                 y.context_length
                     .cmp(&x.context_length)
                     .then(x.id.cmp(&y.id))
             }),
         }
         Ok(ModelList {
-            count: models.len(),
-            models: models
-                .into_iter()
-                .map(|m| summary(m, self.availability(m).1))
-                .collect(),
+            count: rows.len(),
+            models: rows,
         })
     }
 
@@ -379,6 +407,7 @@ impl McpData {
                 })
                 .collect(),
             audio_prices: self.audio_prices(),
+            embedding_prices: self.embedding_prices(),
         }
     }
 

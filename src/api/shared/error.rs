@@ -9,6 +9,7 @@ use super::codes::Code;
 use super::schema::{ErrorBody, ErrorObject};
 use crate::accounts::AccountsError;
 use crate::audio::AudioError;
+use crate::engine::embed::EmbedError;
 use crate::metering::{KeyLimitBreach, MeterError};
 use crate::money::Micros;
 
@@ -372,6 +373,27 @@ impl ApiError {
             AudioError::UnknownLanguage(l) => bad("language", Code::UnsupportedLanguage, format!("Unknown language `{l}`.")),
             AudioError::Load(m) | AudioError::Unavailable(m) => Self::ModelUnavailable { model: model.to_owned(), detail: m },
             AudioError::Inference(m) => Self::EngineFailed(m),
+        }
+    }
+
+    /// The answer to embedding work on `model` that failed with `e`: 400 naming the input
+    /// (`input[i]`, or `input` when `single`, the request's one string) for what the client
+    /// sent, 503 for a model that failed to load, 502 for a failed forward.
+    pub fn from_embed(model: &str, e: EmbedError, single: bool) -> Self {
+        let at = |index: usize| {
+            if single {
+                "input".to_owned()
+            } else {
+                format!("input[{index}]")
+            }
+        };
+        match e {
+            EmbedError::TooLong { index, tokens, limit } => Self::bad(at(index), Code::InputTooLong, format!("The input has {tokens} tokens; `{model}` reads at most {limit} (special tokens included). Split it; nothing is truncated and nothing was charged.")),
+            EmbedError::TextTooLong { index, bytes, limit } => Self::bad(at(index), Code::InputTooLong, format!("The input has {bytes} bytes; `{model}` reads at most {limit} tokens, and no text that long fits. Split it; nothing is truncated and nothing was charged.")),
+            EmbedError::Empty { index } => Self::bad(at(index), Code::InvalidValue, "The input is empty.".into()),
+            EmbedError::BadToken { index, id, vocab } => Self::bad(at(index), Code::InvalidValue, format!("Token id {id} is outside the vocabulary of `{model}` (ids 0 to {}).", vocab.saturating_sub(1))),
+            EmbedError::Load(m) => Self::ModelUnavailable { model: model.to_owned(), detail: m },
+            EmbedError::Tokenize(m) | EmbedError::Forward(m) => Self::EngineFailed(m),
         }
     }
 }

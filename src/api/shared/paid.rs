@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::limits::RateInfo;
 use super::state::{AppState, RequestModel};
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
+use crate::catalog::embedding::EmbeddingModelEntry;
 use crate::catalog::ModelEntry;
 use crate::engine::weights::resolve;
 use crate::engine::{ChatInput, EngineError, Prompt};
@@ -195,18 +196,11 @@ fn sort_keys(v: &mut serde_json::Value) {
 /// logged at info).
 pub async fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry, ApiError> {
     let Some(entry) = state.models.catalog.get(model).cloned() else {
-        return Err(match state.models.catalog.audio_model(model) {
-            Some(a) => ApiError::bad(
+        return Err(match not_a_text_model(state, model) {
+            Some((does, endpoint)) => ApiError::bad(
                 "model",
                 Code::ModelNotSupported,
-                format!(
-                    "The model `{model}` {}; it does not generate text. Use {}.",
-                    audio_does(a.kind),
-                    match a.kind {
-                        AudioKind::Transcription => "`POST /v1/audio/transcriptions`",
-                        AudioKind::Speech => "`POST /v1/audio/speech`",
-                    }
-                ),
+                format!("The model `{model}` {does}; it does not generate text. Use {endpoint}."),
             ),
             None => ApiError::ModelNotFound(model.to_owned()),
         });
@@ -387,6 +381,49 @@ fn audio_does(kind: AudioKind) -> &'static str {
     }
 }
 
+/// What the speech or embedding model `model` does and the endpoint that serves it; `None`
+/// for a chat model or an unknown id.
+fn not_a_text_model(state: &AppState, model: &str) -> Option<(&'static str, &'static str)> {
+    let catalog = &state.models.catalog;
+    if let Some(a) = catalog.audio_model(model) {
+        return Some(match a.kind {
+            AudioKind::Transcription => (audio_does(a.kind), "`POST /v1/audio/transcriptions`"),
+            AudioKind::Speech => (audio_does(a.kind), "`POST /v1/audio/speech`"),
+        });
+    }
+    catalog
+        .embedding_model(model)
+        .map(|_| ("makes embeddings", "`POST /v1/embeddings`"))
+}
+
+/// The embedding model `model` names, if it is licensed for commercial serving.
+///
+/// # Errors
+/// 404 `model_not_found`; 400 `model_not_supported` for a chat or speech model; 403 for a
+/// licence that forbids commercial use.
+pub fn embedding_model(state: &AppState, model: &str) -> Result<EmbeddingModelEntry, ApiError> {
+    let catalog = &state.models.catalog;
+    let other = |what: &str| {
+        ApiError::bad(
+            "model",
+            Code::ModelNotSupported,
+            format!("The model `{model}` {what}; it does not make embeddings. Use an embedding model (`kind: \"embedding\"` in `GET /v1/models`)."),
+        )
+    };
+    let entry = match catalog.embedding_model(model) {
+        Some(e) => e.clone(),
+        None if catalog.get(model).is_some() => return Err(other("is a chat model")),
+        None => match catalog.audio_model(model) {
+            Some(a) => return Err(other(audio_does(a.kind))),
+            None => return Err(ApiError::ModelNotFound(model.to_owned())),
+        },
+    };
+    if !entry.commercial_use {
+        return Err(ApiError::NotLicensed(entry.id.clone()));
+    }
+    Ok(entry)
+}
+
 /// The speech model `model` names, if it is of `kind` and licensed for commercial serving.
 ///
 /// # Errors
@@ -410,6 +447,9 @@ pub fn audio_model(
         Some(e) if e.kind == kind => e.clone(),
         Some(e) => return Err(other(audio_does(e.kind))),
         None if state.models.catalog.get(model).is_some() => return Err(other("is a chat model")),
+        None if state.models.catalog.embedding_model(model).is_some() => {
+            return Err(other("makes embeddings"))
+        }
         None => return Err(ApiError::ModelNotFound(model.to_owned())),
     };
     if !entry.commercial_use {

@@ -42,6 +42,8 @@ pub struct Models {
     /// Speech models (transcription and synthesis): `audio::Speech` on its own low-priority
     /// threads, or `audio::FakeAudio` in tests.
     pub speech: crate::audio::SharedAudio,
+    /// Embedding models: loaded on first use, run on their own worker thread.
+    pub embedder: crate::engine::embed::Embedder,
 }
 
 /// Paid requests: the metering service and the request limits of keys and sessions.

@@ -1,7 +1,7 @@
 //! The `/v1` endpoints, one unit per endpoint group: `chat` (chat completions), `completions`
 //! (legacy text completions, fill-in-the-middle), `responses`
-//! (the Responses API), `audio` (transcriptions, translations, speech), `models` (the price
-//! list and `/health`). No unit uses another; what they share is in `api::shared`.
+//! (the Responses API), `audio` (transcriptions, translations, speech), `embeddings`,
+//! `models` (the price list and `/health`). No unit uses another; what they share is in `api::shared`.
 //!
 //! Each route is registered here once, with its OpenAPI operation (utoipa-axum's `routes!`
 //! reads the handler's `#[utoipa::path]`): `api::router` serves these routers and
@@ -10,6 +10,7 @@
 pub mod audio;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod models;
 pub mod responses;
 
@@ -34,6 +35,7 @@ pub fn paid_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audio::transcriptions::transcriptions).layer(upload_limit()))
         .routes(routes!(audio::transcriptions::translations).layer(upload_limit()))
         .routes(routes!(audio::speech::create))
+        .routes(routes!(embeddings::create))
 }
 
 /// The public routes (no key): the price list.

@@ -10,7 +10,10 @@ use crate::api::shared::request::SUPPORTED_PARAMETERS;
 use crate::api::shared::schema::{ErrorBody, LanguageCosts};
 use crate::api::shared::state::Models;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
-use crate::catalog::record::{AudioModelRecord, ListedModel, ModelList, ModelRecord};
+use crate::catalog::embedding::EmbeddingModelEntry;
+use crate::catalog::record::{
+    AudioModelRecord, EmbeddingModelRecord, ListedModel, ModelList, ModelRecord,
+};
 use crate::catalog::ModelEntry;
 use crate::engine::weights::resolve;
 
@@ -37,8 +40,14 @@ pub(super) fn audio_record(state: &Models, m: &AudioModelEntry) -> AudioModelRec
     AudioModelRecord::of(m, available)
 }
 
+/// The record of embedding model `m`, with whether its weights are here.
+pub(super) fn embedding_record(state: &Models, m: &EmbeddingModelEntry) -> EmbeddingModelRecord {
+    let available = state.embedder.available(&state.weights_dir.join(&m.path));
+    EmbeddingModelRecord::of(m, available)
+}
+
 /// `GET /v1/models`: every catalogue model, servable here or not: chat models, then speech
-/// models (the entries with a `kind`).
+/// models, then embedding models (the entries with a `kind`).
 #[utoipa::path(get, path = "/v1/models", tag = "models",
     responses((status = 200, description = "The price list: every model in the catalogue", body = ModelList),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
@@ -57,6 +66,13 @@ pub async fn list_models(State(state): State<Models>) -> Result<Json<ModelList>,
                     .iter()
                     .map(|m| ListedModel::Audio(audio_record(&state, m))),
             )
+            .chain(
+                state
+                    .catalog
+                    .embedding
+                    .iter()
+                    .map(|m| ListedModel::Embedding(embedding_record(&state, m))),
+            )
             .collect()
     })
     .await
@@ -73,7 +89,7 @@ pub async fn list_models(State(state): State<Models>) -> Result<Json<ModelList>,
 /// 404 `model_not_found`.
 #[utoipa::path(get, path = "/v1/models/{id}", tag = "models",
     params(("id" = String, Path, description = "Model id")),
-    responses((status = 200, description = "The model (a chat model, or a speech model with `kind`)", body = ListedModel),
+    responses((status = 200, description = "The model (a chat model, or a speech or embedding model with `kind`)", body = ListedModel),
               (status = 404, description = "No such model", body = ErrorBody),
               (status = 429, description = "Too many requests from this address (`--public-rpm`)", body = ErrorBody,
                   headers(("Retry-After" = String, description = "Seconds")))))]
@@ -83,6 +99,9 @@ pub async fn get_model(
 ) -> Result<Json<ListedModel>, ApiError> {
     if let Some(a) = state.catalog.audio_model(&id) {
         return Ok(Json(ListedModel::Audio(audio_record(&state, a))));
+    }
+    if let Some(e) = state.catalog.embedding_model(&id) {
+        return Ok(Json(ListedModel::Embedding(embedding_record(&state, e))));
     }
     let m = state
         .catalog

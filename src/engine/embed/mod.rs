@@ -10,7 +10,11 @@
 
 pub mod bert;
 pub mod gemma;
+mod service;
 
+pub use service::Embedder;
+
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Module, Tensor, D};
@@ -23,6 +27,16 @@ use gemma::{GemmaConfig, GemmaEncoder};
 /// length first so a batch pads little.
 pub const BATCH: usize = 32;
 
+/// Bytes of text per token past which an input is refused before it is tokenized: no text a
+/// model can read whole comes near it (English runs at about 4 bytes a token, a run of
+/// spaces is the only way past it), and tokenizing a 4 MB input would take hundreds of MB.
+pub const MAX_BYTES_PER_TOKEN: usize = 64;
+
+/// Padded tokens (rows times the longest row) of one forward at most: bounds the attention
+/// scores of a batch (`rows * heads * longest^2` floats: 100 MB for EmbeddingGemma's 2048-token
+/// inputs, 2 to a batch, 50 MB for 16 of MiniLM's 256-token inputs).
+pub const MAX_BATCH_TOKENS: usize = 4096;
+
 /// Why an embedding request could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -32,6 +46,14 @@ pub enum EmbedError {
     TooLong {
         index: usize,
         tokens: usize,
+        limit: usize,
+    },
+    /// Input `index` is text of `bytes` bytes, more than `MAX_BYTES_PER_TOKEN` per token the
+    /// model reads (`limit`): refused before it is tokenized.
+    #[error("input {index} has {bytes} bytes, more than {MAX_BYTES_PER_TOKEN} for each of the model's {limit} tokens")]
+    TextTooLong {
+        index: usize,
+        bytes: usize,
         limit: usize,
     },
     /// Input `index` is empty (no text, or no token ids).
@@ -53,7 +75,9 @@ pub enum EmbedError {
 pub enum EmbedInput {
     /// Text, tokenized by the model's tokenizer with its special tokens.
     Text(String),
-    /// Token ids of the model's vocabulary, without special tokens (they are added).
+    /// Token ids of the model's vocabulary. The tokenizer's special tokens (`[CLS]` and
+    /// `[SEP]`, `<bos>` and `<eos>`) are added where the ids do not already begin or end with
+    /// them, so ids with or without them give the vector of the text they encode.
     Tokens(Vec<u32>),
 }
 
@@ -74,6 +98,9 @@ pub struct EmbeddingModel {
     pub max_tokens: usize,
     /// Length of each vector.
     pub dimensions: usize,
+    /// The task prompts of `config_sentence_transformers.json` by name (EmbeddingGemma's
+    /// `query`, `document`, ...): text put before an input, pooled with it.
+    pub prompts: BTreeMap<String, String>,
     pad_id: u32,
     /// What the tokenizer puts around a text (`[CLS]`/`[SEP]`, `<bos>`/`<eos>`): put around
     /// token-id inputs.
@@ -95,6 +122,19 @@ struct SentenceConfig {
 #[derive(serde::Deserialize)]
 struct PoolingConfig {
     pooling_mode_mean_tokens: bool,
+    /// Whether a prompt's tokens are pooled with the text's (sentence-transformers' default).
+    #[serde(default = "yes")]
+    include_prompt: bool,
+}
+
+const fn yes() -> bool {
+    true
+}
+
+#[derive(serde::Deserialize, Default)]
+struct SentenceTransformersConfig {
+    #[serde(default)]
+    prompts: BTreeMap<String, String>,
 }
 
 impl EmbeddingModel {
@@ -107,9 +147,17 @@ impl EmbeddingModel {
         let config: serde_json::Value = read_json(&dir.join("config.json"))?;
         let sentence: SentenceConfig = read_json(&dir.join("sentence_bert_config.json"))?;
         let pooling: PoolingConfig = read_json(&dir.join("1_Pooling/config.json"))?;
-        if !pooling.pooling_mode_mean_tokens {
-            return Err(EmbedError::Load("only mean pooling is served".into()));
+        if !pooling.pooling_mode_mean_tokens || !pooling.include_prompt {
+            return Err(EmbedError::Load(
+                "only mean pooling over the prompt and text is served".into(),
+            ));
         }
+        let st_path = dir.join("config_sentence_transformers.json");
+        let st: SentenceTransformersConfig = if st_path.exists() {
+            read_json(&st_path)?
+        } else {
+            SentenceTransformersConfig::default()
+        };
         let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| EmbedError::Load(format!("tokenizer.json: {e}")))?;
         // A long input is refused, never cut: the limit is checked on the whole count.
@@ -161,17 +209,24 @@ impl EmbeddingModel {
             tokenizer,
             encoder,
             dense,
+            prompts: st.prompts,
             pad_id,
             wrap,
             device,
         })
     }
 
-    /// The token ids each input runs as (special tokens included): what is billed.
+    /// The token ids each input runs as (special tokens included): what is billed. `prompt`
+    /// (one of `prompts`, as text) goes before each text input, as sentence-transformers'
+    /// `encode(prompt=...)` puts it; token-id inputs take none.
     ///
     /// # Errors
     /// `Empty`, `BadToken`, `TooLong` (the first input in order that is), `Tokenize`.
-    pub fn tokenize(&self, inputs: &[EmbedInput]) -> Result<Vec<Vec<u32>>, EmbedError> {
+    pub fn tokenize(
+        &self,
+        inputs: &[EmbedInput],
+        prompt: Option<&str>,
+    ) -> Result<Vec<Vec<u32>>, EmbedError> {
         let vocab = self.tokenizer.get_vocab_size(true);
         inputs
             .iter()
@@ -182,20 +237,34 @@ impl EmbeddingModel {
                     EmbedInput::Tokens(t) if t.is_empty() => {
                         return Err(EmbedError::Empty { index })
                     }
-                    EmbedInput::Text(t) => self
-                        .tokenizer
-                        .encode(t.as_str(), true)
-                        .map_err(|e| EmbedError::Tokenize(e.to_string()))?
-                        .get_ids()
-                        .to_vec(),
+                    EmbedInput::Text(t) if t.len() > self.max_tokens * MAX_BYTES_PER_TOKEN => {
+                        return Err(EmbedError::TextTooLong {
+                            index,
+                            bytes: t.len(),
+                            limit: self.max_tokens,
+                        })
+                    }
+                    EmbedInput::Text(t) => {
+                        let text = match prompt {
+                            Some(p) => std::borrow::Cow::Owned(format!("{p}{t}")),
+                            None => std::borrow::Cow::Borrowed(t.as_str()),
+                        };
+                        self.tokenizer
+                            .encode(text.as_ref(), true)
+                            .map_err(|e| EmbedError::Tokenize(e.to_string()))?
+                            .get_ids()
+                            .to_vec()
+                    }
                     EmbedInput::Tokens(t) => {
                         if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
                             return Err(EmbedError::BadToken { index, id, vocab });
                         }
                         let (cls, sep) = self.wrap;
-                        std::iter::once(cls)
+                        let head = (t.first() != Some(&cls)).then_some(cls);
+                        let tail = (t.last() != Some(&sep)).then_some(sep);
+                        head.into_iter()
                             .chain(t.iter().copied())
-                            .chain([sep])
+                            .chain(tail)
                             .collect()
                     }
                 };
@@ -211,8 +280,9 @@ impl EmbeddingModel {
             .collect()
     }
 
-    /// The unit-length vector of each token-id row (`tokenize`), in order. CPU-bound
-    /// (milliseconds per input): call from a blocking task.
+    /// The unit-length vector of each token-id row (`tokenize`), in order, `dimensions` long.
+    /// Rows run in batches (`BATCH`, `MAX_BATCH_TOKENS`) of similar length. CPU-bound
+    /// (milliseconds per input): call from a blocking task or the `Embedder`.
     ///
     /// # Errors
     /// `Forward` (a row longer than the encoder's positions).
@@ -220,7 +290,7 @@ impl EmbeddingModel {
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| rows[i].len());
         let mut out = vec![Vec::new(); rows.len()];
-        for chunk in order.chunks(BATCH) {
+        for chunk in batches(&order, |i| rows[i].len()) {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| rows[i].as_slice()).collect();
             let vectors = self
                 .run(&batch)
@@ -246,12 +316,45 @@ impl EmbeddingModel {
     }
 }
 
+/// `order` (indices sorted by ascending length) cut into batches of at most `BATCH` rows and
+/// `MAX_BATCH_TOKENS` padded tokens (a row longer than that runs alone).
+fn batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for end in 1..=order.len() {
+        // Sorted ascending: the row at `end - 1` is the batch's longest.
+        let rows = end - start;
+        let padded = rows * len(order[end - 1]);
+        if rows > 1 && (rows > BATCH || padded > MAX_BATCH_TOKENS) {
+            out.push(&order[start..end - 1]);
+            start = end - 1;
+        }
+    }
+    if start < order.len() {
+        out.push(&order[start..]);
+    }
+    out
+}
+
 /// Memory-map a safetensors file.
 fn mmap(path: &Path, device: &Device) -> Result<VarBuilder<'static>, EmbedError> {
     // SAFETY: the file is memory-mapped read-only and not modified while loaded (weights
     // files are replaced by rename, never rewritten in place: scripts/fetch-weights).
     unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, device) }
         .map_err(|e| EmbedError::Load(format!("{}: {e}", path.display())))
+}
+
+/// The first `dimensions` components of the unit vector `v`, scaled back to unit length
+/// (Matryoshka truncation, Kusupati et al. 2022; sentence-transformers' `truncate_dim` followed by
+/// normalisation). `v` unchanged when `dimensions` is not shorter.
+pub fn truncate(mut v: Vec<f32>, dimensions: usize) -> Vec<f32> {
+    if dimensions >= v.len() {
+        return v;
+    }
+    v.truncate(dimensions);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
 }
 
 #[derive(serde::Deserialize)]
@@ -334,4 +437,41 @@ fn padded(rows: &[&[u32]], pad: u32, device: &Device) -> candle_core::Result<(Te
         Tensor::from_vec(ids, (rows.len(), longest), device)?,
         Tensor::from_vec(mask, (rows.len(), longest), device)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_keep_rows_and_padded_tokens_under_their_limits() {
+        let lens = [
+            3usize, 3, 5, 300, 300, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 9000,
+        ];
+        let order: Vec<usize> = (0..lens.len()).collect();
+        let cut = batches(&order, |i| lens[i]);
+        let flat: Vec<usize> = cut.iter().flat_map(|b| b.iter().copied()).collect();
+        assert_eq!(flat, order, "every row once, in order");
+        for b in &cut {
+            let longest = b.iter().map(|&i| lens[i]).max().unwrap();
+            assert!(b.len() == 1 || (b.len() <= BATCH && b.len() * longest <= MAX_BATCH_TOKENS));
+        }
+        assert_eq!(
+            cut.last().unwrap(),
+            &[14],
+            "a row past the limit runs alone"
+        );
+        let many: Vec<usize> = (0..70).collect();
+        let sizes: Vec<usize> = batches(&many, |_| 10).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, [32, 32, 6]);
+    }
+
+    #[test]
+    fn truncation_keeps_the_leading_components_at_unit_length() {
+        let v = vec![0.6, 0.0, 0.8, 0.0];
+        assert_eq!(truncate(v.clone(), 4), v);
+        assert_eq!(truncate(v.clone(), 1), [1.0]);
+        let t = truncate(vec![0.5, 0.5, 0.5, 0.5], 2);
+        assert!((t[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6 && t.len() == 2);
+    }
 }

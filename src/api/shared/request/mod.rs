@@ -19,6 +19,7 @@
 
 pub mod bounds;
 pub mod completions;
+pub mod embeddings;
 mod messages;
 mod response_items;
 pub mod responses;
