@@ -37,6 +37,10 @@ pub const MAX_BYTES_PER_TOKEN: usize = 64;
 /// inputs, 2 to a batch, 50 MB for 16 of MiniLM's 256-token inputs).
 pub const MAX_BATCH_TOKENS: usize = 4096;
 
+/// Padding tokens a batch may always have, however few its real tokens (below this, a smaller
+/// batch saves less than its own overhead).
+const MAX_PADDING: usize = 64;
+
 /// Why an embedding request could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -317,17 +321,22 @@ impl EmbeddingModel {
 }
 
 /// `order` (indices sorted by ascending length) cut into batches of at most `BATCH` rows and
-/// `MAX_BATCH_TOKENS` padded tokens (a row longer than that runs alone).
+/// `MAX_BATCH_TOKENS` padded tokens (a row longer than that runs alone), cut early where
+/// padding would pass a quarter of the batch's tokens (and `MAX_PADDING`): a padded token
+/// costs what a real one does, and a request's lengths vary (one word to a page).
 fn batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
     let mut out = Vec::new();
-    let mut start = 0;
+    let (mut start, mut real) = (0, 0);
     for end in 1..=order.len() {
         // Sorted ascending: the row at `end - 1` is the batch's longest.
         let rows = end - start;
         let padded = rows * len(order[end - 1]);
-        if rows > 1 && (rows > BATCH || padded > MAX_BATCH_TOKENS) {
+        real += len(order[end - 1]);
+        let wasteful = padded - real > (real / 4).max(MAX_PADDING);
+        if rows > 1 && (rows > BATCH || padded > MAX_BATCH_TOKENS || wasteful) {
             out.push(&order[start..end - 1]);
             start = end - 1;
+            real = len(order[start]);
         }
     }
     if start < order.len() {
@@ -454,13 +463,17 @@ mod tests {
         assert_eq!(flat, order, "every row once, in order");
         for b in &cut {
             let longest = b.iter().map(|&i| lens[i]).max().unwrap();
+            let real: usize = b.iter().map(|&i| lens[i]).sum();
             assert!(b.len() == 1 || (b.len() <= BATCH && b.len() * longest <= MAX_BATCH_TOKENS));
+            assert!(b.len() * longest - real <= (real / 4).max(MAX_PADDING));
         }
         assert_eq!(
             cut.last().unwrap(),
             &[14],
             "a row past the limit runs alone"
         );
+        // 3, 3, 5 share a batch (little padding); 5 and 300 do not.
+        assert_eq!(cut[0], &[0, 1, 2]);
         let many: Vec<usize> = (0..70).collect();
         let sizes: Vec<usize> = batches(&many, |_| 10).iter().map(|b| b.len()).collect();
         assert_eq!(sizes, [32, 32, 6]);
