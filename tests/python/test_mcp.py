@@ -61,21 +61,28 @@ async def drive(session, *, engine=True):
         assert t.output_schema and t.output_schema["type"] == "object", t.name
 
     listed_all = get_json("/v1/models")["data"]
-    catalogue = [m for m in listed_all if "kind" not in m]  # chat models; speech ones have a `kind`
-    speech = {m["id"]: m for m in listed_all if "kind" in m}
-    by_id = {m["id"]: m for m in catalogue}
+    catalogue = [m for m in listed_all if "kind" not in m]  # chat models; the others have a `kind`
+    speech = {m["id"]: m for m in listed_all if m.get("kind") in ("transcription", "speech")}
+    embedding = {m["id"]: m for m in listed_all if m.get("kind") == "embedding"}
+    assert embedding, "the catalogue has embedding models"
+    by_id = {m["id"]: m for m in catalogue} | embedding
 
+    # `list_models` lists chat and embedding models (`kind`), as `/v1/models` has them.
     listed = await call(session, "list_models")
-    assert listed["count"] == len(catalogue)
+    assert listed["count"] == len(by_id)
     assert [m["id"] for m in listed["models"]] == sorted(by_id)
     for m in listed["models"]:
+        assert m["kind"] == by_id[m["id"]].get("kind", "chat")
         assert m["input_per_million_usd"] == by_id[m["id"]]["pricing"]["input_per_million_usd"]
         assert m["commercial_use"] == by_id[m["id"]]["license"]["commercial_use"]
         assert m["available"] == by_id[m["id"]]["available"], m["id"]
+    only = await call(session, "list_models", {"kind": "embedding"})
+    assert [m["id"] for m in only["models"]] == sorted(embedding)
     cheap = await call(session, "list_models", {"max_input_price": 0.05, "sort": "price", "commercial_use": True})
-    want = sorted((m for m in catalogue if Decimal(m["pricing"]["input_per_million_usd"]) <= Decimal("0.05")
+    want = sorted((m for m in by_id.values() if Decimal(m["pricing"]["input_per_million_usd"]) <= Decimal("0.05")
                    and m["license"]["commercial_use"]),
-                  key=lambda m: (m["pricing"]["input_micros_per_mtok"], m["pricing"]["output_micros_per_mtok"], m["id"]))
+                  key=lambda m: (m["pricing"]["input_micros_per_mtok"], m["pricing"].get("output_micros_per_mtok", 0),
+                                 m["id"]))
     assert [m["id"] for m in cheap["models"]] == [m["id"] for m in want]
 
     record = await call(session, "get_model", {"id": MODEL})
@@ -92,6 +99,14 @@ async def drive(session, *, engine=True):
         {m["id"]: m["pricing"]["output_micros_per_mtok"] for m in catalogue}
     assert {p["id"]: (p["kind"], p["pricing"]["micros_per_unit"]) for p in prices["audio_prices"]} == \
         {i: (m["kind"], m["pricing"]["micros_per_unit"]) for i, m in speech.items()}
+    assert {p["id"]: p["pricing"]["input_micros_per_mtok"] for p in prices["embedding_prices"]} == \
+        {i: m["pricing"]["input_micros_per_mtok"] for i, m in embedding.items()}
+    # An embedding model is estimated by its tokenizer, special tokens included, as billed:
+    # all-MiniLM-L6-v2 reads "Hello there." as [CLS] hello there . [SEP].
+    per_token = embedding["all-MiniLM-L6-v2"]["pricing"]["input_micros_per_mtok"]
+    est = await call(session, "estimate_cost", {"model": "all-MiniLM-L6-v2", "input": "Hello there."})
+    assert (est["prompt_tokens"], est["counted_by"], est["completion_tokens"]) == (5, "tokenizer", 0), est
+    assert est["cost_micros"] == est["hold_micros"] == -(-5 * per_token // 1_000_000)
     # Speech models are estimated per second of audio and per character, by the billing rules.
     per_minute = speech["whisper-base"]["pricing"]["micros_per_unit"]
     est = await call(session, "estimate_cost", {"model": "whisper-base", "audio_seconds": 6.38})
