@@ -46,16 +46,6 @@ fn fixture(name: &str) -> Vec<(String, usize, Vec<f32>)> {
         .collect()
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
-}
-
 /// `model`'s vectors of the texts of fixture `name` (50; EmbeddingGemma's add one of 857 tokens,
 /// past its sliding window) against sentence-transformers': the
 /// lowest cosine.

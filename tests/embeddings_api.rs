@@ -60,16 +60,6 @@ fn floats(v: &Value) -> Vec<f32> {
     }
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
-}
-
 /// The first text of the committed sentence-transformers fixture and its vector.
 fn reference() -> (String, Vec<f32>) {
     let path = root().join("tests/fixtures/embeddings/all-MiniLM-L6-v2.json");

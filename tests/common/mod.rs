@@ -451,3 +451,14 @@ pub fn wav(rate: u32, samples: usize) -> Vec<u8> {
     b.extend((0..samples).flat_map(|i| (((i * 7919) % 64) as i16 - 32).to_le_bytes()));
     b
 }
+
+/// Cosine similarity of two vectors (embeddings), in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
