@@ -35,12 +35,7 @@ impl McpData {
     }
 
     fn embedding_summary(&self, m: &EmbeddingModelEntry) -> ModelSummary {
-        let dir = self.weights_dir.join(&m.path);
-        let available = if dir.join("model.safetensors").is_file() {
-            Ok(())
-        } else {
-            Err("no weights on this server".to_owned())
-        };
+        let available = crate::engine::embed::weights_present(&self.weights_dir.join(&m.path));
         ModelSummary {
             id: m.id.clone(),
             kind: "embedding",

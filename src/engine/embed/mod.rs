@@ -345,6 +345,16 @@ fn batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
     out
 }
 
+/// Whether the sentence-transformers folder `dir` has its weights; `Err` with a short reason (no
+/// paths) when not.
+pub fn weights_present(dir: &Path) -> Result<(), String> {
+    if dir.join("model.safetensors").is_file() {
+        Ok(())
+    } else {
+        Err("no weights on this server".into())
+    }
+}
+
 /// Memory-map a safetensors file.
 fn mmap(path: &Path, device: &Device) -> Result<VarBuilder<'static>, EmbedError> {
     // SAFETY: the file is memory-mapped read-only and not modified while loaded (weights

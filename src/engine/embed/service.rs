@@ -58,10 +58,9 @@ impl Embedder {
     /// Whether the sentence-transformers folder `dir` can be served here; `Err` with a short
     /// reason (no paths).
     pub fn available(&self, dir: &Path) -> Result<(), String> {
-        if self.loaded(dir).is_some() || dir.join("model.safetensors").is_file() {
-            Ok(())
-        } else {
-            Err("no weights on this server".into())
+        match self.loaded(dir) {
+            Some(_) => Ok(()),
+            None => super::weights_present(dir),
         }
     }
 
@@ -127,14 +126,18 @@ impl Embedder {
 /// The worker's loop: take a round of jobs, embed their rows together, answer each.
 fn work(shared: &Shared) {
     loop {
-        let round = next_round(shared);
+        let mut round = next_round(shared);
         let model = round[0].model.clone();
-        let rows: Vec<Vec<u32>> = round.iter().flat_map(|j| j.rows.iter().cloned()).collect();
+        let counts: Vec<usize> = round.iter().map(|j| j.rows.len()).collect();
+        let rows: Vec<Vec<u32>> = round
+            .iter_mut()
+            .flat_map(|j| std::mem::take(&mut j.rows))
+            .collect();
         match model.embed(&rows) {
             Ok(vectors) => {
                 let mut vectors = vectors.into_iter();
-                for job in round {
-                    let mine = vectors.by_ref().take(job.rows.len()).collect();
+                for (job, count) in round.into_iter().zip(counts) {
+                    let mine = vectors.by_ref().take(count).collect();
                     let _ = job.reply.send(Ok(mine));
                 }
             }
