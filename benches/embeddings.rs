@@ -10,6 +10,8 @@
 //! (`scripts/bench-sentence-transformers.py`, with `.venv-bench/bin/python` or
 //! `BENCH_ST_PYTHON`). Ratios are our inputs/s over theirs: above 1 means we are faster.
 //!
+//! `BENCH_MODELS=all-MiniLM-L6-v2` (a comma-separated list) runs only those models.
+//!
 //! Skips when run by `cargo test` or without the weights; the baseline column says why it is
 //! missing when it is.
 
@@ -129,7 +131,11 @@ fn main() {
     );
     println!("| model | batch | ours inputs/s | ours tokens/s | s-t inputs/s | ours / s-t |");
     println!("|---|---|---|---|---|---|");
+    let only = std::env::var("BENCH_MODELS").unwrap_or_default();
     for name in MODELS {
+        if !only.is_empty() && !only.split(',').any(|m| m == name) {
+            continue;
+        }
         let dir = root.join("weights").join(name);
         if !dir.join("model.safetensors").exists() {
             println!(

@@ -1,16 +1,22 @@
 //! The BERT encoder (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional
 //! Transformers"), as `transformers`' `BertModel` computes it (`modeling_bert.py`): token,
 //! position and token-type embeddings with LayerNorm, then post-norm layers of bidirectional
-//! multi-head attention and a GELU (erf) MLP. Runs a padded batch at once; padding is masked
-//! out of attention. The pooler is not used (sentence-transformers pools the last hidden
-//! states itself).
+//! multi-head attention and a GELU (erf) MLP. Runs packed inputs (`super::Packed`: tokens
+//! of several inputs end to end, no padding): the linear layers on all tokens at once,
+//! attention within each input (`super::attention`). The pooler is not used
+//! (sentence-transformers pools the last hidden states itself).
 //!
 //! Owns: the forward. May use: candle. Never: tokenizers, pooling, HTTP.
 
-use candle_core::{DType, Module, Tensor};
+use std::ops::Range;
+
+use candle_core::{Module, Tensor};
 use candle_nn::{
     embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormConfig, Linear, VarBuilder,
 };
+
+use super::attention::{attend, Rows, SpanShape};
+use super::Packed;
 
 /// `config.json` of a BERT checkpoint (the fields the forward reads).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -28,9 +34,8 @@ pub struct BertConfig {
 }
 
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
+    /// Query, key and value in one product: `[T, hidden] -> [T, 3 * hidden]`.
+    qkv: Linear,
     attention_out: Linear,
     attention_norm: LayerNorm,
     intermediate: Linear,
@@ -75,9 +80,11 @@ impl Bert {
                 let l = vb.pp(format!("encoder.layer.{i}"));
                 let a = l.pp("attention");
                 Ok(Layer {
-                    query: linear(h, h, a.pp("self.query"))?,
-                    key: linear(h, h, a.pp("self.key"))?,
-                    value: linear(h, h, a.pp("self.value"))?,
+                    qkv: fused(&[
+                        linear(h, h, a.pp("self.query"))?,
+                        linear(h, h, a.pp("self.key"))?,
+                        linear(h, h, a.pp("self.value"))?,
+                    ])?,
                     attention_out: linear(h, h, a.pp("output.dense"))?,
                     attention_norm: norm(a.pp("output.LayerNorm"))?,
                     intermediate: linear(h, c.intermediate_size, l.pp("intermediate.dense"))?,
@@ -98,53 +105,60 @@ impl Bert {
         })
     }
 
-    /// The last hidden states of a padded batch: `ids` `[batch, seq]` (u32), `mask` `[batch,
-    /// seq]` (f32, 1 for a token, 0 for padding); returns `[batch, seq, hidden]` (f32). Every
-    /// input has token type 0.
+    /// The last hidden states of packed inputs: `[T, hidden]` (f32) for the `T` tokens of
+    /// `packed`. Every input has token type 0.
     ///
     /// # Errors
-    /// Shape errors (`seq` above `max_positions`).
-    pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (batch, seq) = ids.dims2()?;
-        let device = ids.device();
-        let positions = Tensor::arange(0u32, seq as u32, device)?;
-        let types = Tensor::zeros((batch, seq), DType::U32, device)?;
+    /// Shape errors (an input longer than `max_positions`).
+    pub fn forward(&self, packed: &Packed) -> candle_core::Result<Tensor> {
+        let device = &candle_core::Device::Cpu;
+        let ids = Tensor::new(packed.ids.as_slice(), device)?;
+        let positions = Tensor::new(packed.positions.as_slice(), device)?;
+        let type0 = self.token_types.embeddings().get(0)?;
         let x = self
             .words
-            .forward(ids)?
-            .broadcast_add(&self.positions.forward(&positions)?)?
-            .add(&self.token_types.forward(&types)?)?;
+            .forward(&ids)?
+            .add(&self.positions.forward(&positions)?)?
+            .broadcast_add(&type0)?;
         let mut x = self.embedding_norm.forward(&x)?;
-        // 0 where a key is a token, a large negative number where it is padding:
-        // [batch, 1, 1, seq], added to every head's scores.
-        let bias = ((mask.ones_like()? - mask)? * -1e9)?.reshape((batch, 1, 1, seq))?;
         for layer in &self.layers {
-            x = self.layer(layer, &x, &bias)?;
+            x = self.layer(layer, &x, &packed.spans)?;
         }
         Ok(x)
     }
 
-    fn layer(&self, l: &Layer, x: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
-        let (batch, seq, hidden) = x.dims3()?;
+    fn layer(&self, l: &Layer, x: &Tensor, spans: &[Range<usize>]) -> candle_core::Result<Tensor> {
+        let (tokens, hidden) = x.dims2()?;
         let d = hidden / self.heads;
-        let split = |t: Tensor| {
-            t.reshape((batch, seq, self.heads, d))?
-                .transpose(1, 2)?
-                .contiguous()
+        let qkv = l.qkv.forward(x)?.flatten_all()?.to_vec1::<f32>()?;
+        let rows = |offset| Rows {
+            data: &qkv,
+            stride: 3 * hidden,
+            offset,
         };
-        let q = split(l.query.forward(x)?)?;
-        let k = split(l.key.forward(x)?)?;
-        let v = split(l.value.forward(x)?)?;
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.broadcast_add(bias)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let context = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .reshape((batch, seq, hidden))?;
+        let shape = SpanShape {
+            heads: self.heads,
+            kv_heads: self.heads,
+            head_dim: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            reach: None,
+        };
+        let context = attend(rows(0), rows(hidden), rows(2 * hidden), spans, shape);
+        let context = Tensor::from_vec(context, (tokens, hidden), x.device())?;
         let x = l
             .attention_norm
             .forward(&(l.attention_out.forward(&context)? + x)?)?;
         let inner = l.intermediate.forward(&x)?.gelu_erf()?;
         l.output_norm.forward(&(l.output.forward(&inner)? + x)?)
     }
+}
+
+/// Linear layers with the same input as one: weights stacked by output, biases likewise.
+pub(super) fn fused(parts: &[Linear]) -> candle_core::Result<Linear> {
+    let weights: Vec<&Tensor> = parts.iter().map(Linear::weight).collect();
+    let biases: Option<Vec<&Tensor>> = parts.iter().map(Linear::bias).collect();
+    Ok(Linear::new(
+        Tensor::cat(&weights, 0)?,
+        biases.map(|b| Tensor::cat(&b, 0)).transpose()?,
+    ))
 }

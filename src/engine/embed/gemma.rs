@@ -5,12 +5,20 @@
 //! sliding layers, `rope_theta` on full ones), a tanh-GELU gated MLP, and a final norm.
 //! Attention is bidirectional: full layers see every non-padding key; sliding layers see the
 //! keys with |i - j| < `sliding_window / 2 + 1` (the window transformers sets for the
-//! bidirectional case, `configuration_gemma3.py`).
+//! bidirectional case, `configuration_gemma3.py`). Runs packed inputs (`super::Packed`), as
+//! the BERT encoder does.
 //!
 //! Owns: the forward. May use: candle. Never: tokenizers, pooling, HTTP.
 
-use candle_core::{DType, Device, Module, Tensor};
+use std::ops::Range;
+
+use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
+
+use super::attention::{attend, Rows, SpanShape};
+use super::bert::fused;
+use super::Packed;
+use crate::engine::model::attention::{Rope, RopeStyle};
 
 /// `config.json` of a `gemma3_text` checkpoint (the fields the forward reads).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -37,9 +45,9 @@ pub struct GemmaConfig {
 }
 
 struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Query, key and value in one product: `[T, hidden] -> [T, (heads + 2 * kv_heads) *
+    /// head_dim]`.
+    qkv: Linear,
     o: Linear,
     q_norm: Tensor,
     k_norm: Tensor,
@@ -58,6 +66,9 @@ pub struct GemmaEncoder {
     embed: Embedding,
     layers: Vec<Layer>,
     final_norm: Tensor,
+    /// RoPE of the sliding layers (base `rope_local_base_freq`) and of the full ones.
+    local: Rope,
+    global: Rope,
     c: GemmaConfig,
     /// Longest sequence it takes, in tokens.
     pub max_positions: usize,
@@ -94,9 +105,11 @@ impl GemmaEncoder {
                 let a = l.pp("self_attn");
                 let m = l.pp("mlp");
                 Ok(Layer {
-                    q: linear(&a, "q_proj", h, c.num_attention_heads * hd)?,
-                    k: linear(&a, "k_proj", h, c.num_key_value_heads * hd)?,
-                    v: linear(&a, "v_proj", h, c.num_key_value_heads * hd)?,
+                    qkv: fused(&[
+                        linear(&a, "q_proj", h, c.num_attention_heads * hd)?,
+                        linear(&a, "k_proj", h, c.num_key_value_heads * hd)?,
+                        linear(&a, "v_proj", h, c.num_key_value_heads * hd)?,
+                    ])?,
                     o: linear(&a, "o_proj", c.num_attention_heads * hd, h)?,
                     q_norm: norm_weight(&a, "q_norm.weight", hd)?,
                     k_norm: norm_weight(&a, "k_norm.weight", hd)?,
@@ -118,45 +131,39 @@ impl GemmaEncoder {
             embed: Embedding::new(vb.get((c.vocab_size, h), "embed_tokens.weight")?, h),
             layers,
             final_norm: norm_weight(vb, "norm.weight", h)?,
+            local: Rope::new(
+                RopeStyle::Neox,
+                c.rope_local_base_freq as f32,
+                hd,
+                None,
+                1.0,
+            ),
+            global: Rope::new(RopeStyle::Neox, c.rope_theta as f32, hd, None, 1.0),
             max_positions: c.max_position_embeddings,
             hidden: h,
             c: c.clone(),
         })
     }
 
-    /// The last hidden states of a padded batch: `ids` `[batch, seq]` (u32), `mask` `[batch,
-    /// seq]` (f32, 1 for a token); returns `[batch, seq, hidden]` (f32).
+    /// The last hidden states of packed inputs: `[T, hidden]` (f32) for the `T` tokens of
+    /// `packed`.
     ///
     /// # Errors
     /// Shape errors.
-    pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (batch, seq) = ids.dims2()?;
-        let device = ids.device();
+    pub fn forward(&self, packed: &Packed) -> candle_core::Result<Tensor> {
+        let ids = Tensor::new(packed.ids.as_slice(), &candle_core::Device::Cpu)?;
         let scale = (self.hidden as f32).sqrt();
-        let mut x = (self.embed.forward(ids)? * f64::from(scale))?;
-        // Key padding: [batch, 1, 1, seq]; the window, for sliding layers: [1, 1, seq, seq].
-        let keys = ((mask.ones_like()? - mask)? * -1e9)?.reshape((batch, 1, 1, seq))?;
-        let reach = self.c.sliding_window / 2 + 1;
-        let window: Vec<f32> = (0..seq * seq)
-            .map(|n| {
-                if (n / seq).abs_diff(n % seq) < reach {
-                    0.0
-                } else {
-                    -1e9
-                }
-            })
-            .collect();
-        let window = Tensor::from_vec(window, (1, 1, seq, seq), device)?;
-        let sliding_bias = keys.broadcast_add(&window)?;
-        let local = rope_tables(seq, self.c.head_dim, self.c.rope_local_base_freq, device)?;
-        let global = rope_tables(seq, self.c.head_dim, self.c.rope_theta, device)?;
+        let mut x = (self.embed.forward(&ids)? * f64::from(scale))?;
+        let positions: Vec<usize> = packed.positions.iter().map(|&p| p as usize).collect();
+        let local = self.local.tables(&positions);
+        let global = self.global.tables(&positions);
         for l in &self.layers {
-            let (bias, rope) = if l.sliding {
-                (&sliding_bias, &local)
+            let rope = if l.sliding {
+                (&self.local, &local)
             } else {
-                (&keys, &global)
+                (&self.global, &global)
             };
-            x = self.layer(l, &x, bias, rope)?;
+            x = self.layer(l, &x, &packed.spans, rope)?;
         }
         rms(&x, &self.final_norm, self.c.rms_norm_eps)
     }
@@ -165,41 +172,57 @@ impl GemmaEncoder {
         &self,
         l: &Layer,
         x: &Tensor,
-        bias: &Tensor,
-        (cos, sin): &(Tensor, Tensor),
+        spans: &[Range<usize>],
+        (rope, (cos, sin)): (&Rope, &(Vec<f32>, Vec<f32>)),
     ) -> candle_core::Result<Tensor> {
         let c = &self.c;
-        let (batch, seq, _) = x.dims3()?;
+        let tokens = x.dim(0)?;
         let (heads, kv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let eps = c.rms_norm_eps;
-        let normed = rms(x, &l.input_norm, eps)?;
-        let split = |t: Tensor, n: usize, w: &Tensor| -> candle_core::Result<Tensor> {
-            let t = rms(&t.reshape((batch, seq, n, hd))?, w, eps)?;
-            t.transpose(1, 2)?.contiguous()
+        let qkv = l.qkv.forward(&rms(x, &l.input_norm, eps)?)?;
+        // Per-head RMSNorm, then RoPE at each token's position within its input.
+        let head_part = |at: usize, n: usize, w: &Tensor| -> candle_core::Result<Vec<f32>> {
+            let part = qkv.narrow(1, at * hd, n * hd)?.reshape((tokens * n, hd))?;
+            let mut out = rms(&part, w, eps)?.flatten_all()?.to_vec1::<f32>()?;
+            rope.apply(&mut out, n, cos, sin);
+            Ok(out)
         };
-        let q = split(l.q.forward(&normed)?, heads, &l.q_norm)?;
-        let k = split(l.k.forward(&normed)?, kv, &l.k_norm)?;
-        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
-        let v =
-            l.v.forward(&normed)?
-                .reshape((batch, seq, kv, hd))?
-                .transpose(1, 2)?;
-        // Grouped-query attention: each key/value head serves `heads / kv` query heads.
-        let group = heads / kv;
-        let expand = |t: Tensor| -> candle_core::Result<Tensor> {
-            t.unsqueeze(2)?
-                .broadcast_as((batch, kv, group, seq, hd))?
-                .reshape((batch, heads, seq, hd))
+        let q = head_part(0, heads, &l.q_norm)?;
+        let k = head_part(heads, kv, &l.k_norm)?;
+        let v = qkv
+            .narrow(1, (heads + kv) * hd, kv * hd)?
+            .contiguous()?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let rows = |data| Rows {
+            data,
+            stride: 0,
+            offset: 0,
         };
-        let (k, v) = (expand(k)?, expand(v)?);
-        let scores =
-            (q.matmul(&k.t()?)? * c.query_pre_attn_scalar.powf(-0.5))?.broadcast_add(bias)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let attended = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .reshape((batch, seq, heads * hd))?;
+        let shape = SpanShape {
+            heads,
+            kv_heads: kv,
+            head_dim: hd,
+            scale: c.query_pre_attn_scalar.powf(-0.5) as f32,
+            reach: l.sliding.then_some(c.sliding_window / 2 + 1),
+        };
+        let attended = attend(
+            Rows {
+                stride: heads * hd,
+                ..rows(&q)
+            },
+            Rows {
+                stride: kv * hd,
+                ..rows(&k)
+            },
+            Rows {
+                stride: kv * hd,
+                ..rows(&v)
+            },
+            spans,
+            shape,
+        );
+        let attended = Tensor::from_vec(attended, (tokens, heads * hd), x.device())?;
         let h = (x + rms(&l.o.forward(&attended)?, &l.post_attention_norm, eps)?)?;
         let inner = rms(&h, &l.pre_ffn_norm, eps)?;
         let gated = (l.gate.forward(&inner)?.gelu()? * l.up.forward(&inner)?)?;
@@ -210,23 +233,4 @@ impl GemmaEncoder {
 /// RMSNorm over the last dimension with the multiplier `w` (already `1 + weight`).
 fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
-}
-
-/// RoPE's cos and sin tables, `[seq, head_dim / 2]`, for positions `0..seq` and `base`.
-fn rope_tables(
-    seq: usize,
-    head_dim: usize,
-    base: f64,
-    device: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| (1.0 / base.powf((2 * i) as f64 / head_dim as f64)) as f32)
-        .collect();
-    let inv = Tensor::from_vec(inv, (1, half), device)?;
-    let pos = Tensor::arange(0u32, seq as u32, device)?
-        .to_dtype(DType::F32)?
-        .reshape((seq, 1))?;
-    let freqs = pos.broadcast_mul(&inv)?;
-    Ok((freqs.cos()?, freqs.sin()?))
 }

@@ -8,6 +8,7 @@
 //! Owns: loading, tokenizing with the model's limit, batching, pooling. May use: candle,
 //! `tokenizers`. Never: HTTP, money.
 
+mod attention;
 pub mod bert;
 pub mod gemma;
 mod service;
@@ -15,31 +16,25 @@ mod service;
 pub use service::Embedder;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
-use candle_core::{DType, Device, Module, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use bert::{Bert, BertConfig};
 use gemma::{GemmaConfig, GemmaEncoder};
-
-/// Inputs run in one forward at most; longer lists run in several. Inputs are sorted by
-/// length first so a batch pads little.
-pub const BATCH: usize = 32;
 
 /// Bytes of text per token past which an input is refused before it is tokenized: no text a
 /// model can read whole comes near it (English runs at about 4 bytes a token, a run of
 /// spaces is the only way past it), and tokenizing a 4 MB input would take hundreds of MB.
 pub const MAX_BYTES_PER_TOKEN: usize = 64;
 
-/// Padded tokens (rows times the longest row) of one forward at most: bounds the attention
-/// scores of a batch (`rows * heads * longest^2` floats: 100 MB for EmbeddingGemma's 2048-token
-/// inputs, 2 to a batch, 50 MB for 16 of MiniLM's 256-token inputs).
+/// Tokens of one forward at most (inputs are packed end to end, without padding; an input
+/// longer than this runs alone). Bounds a forward's activations: `T` times the widest layer
+/// (MiniLM's 1,536 floats, EmbeddingGemma's two of 1,152): about 40 MB at 4,096 tokens.
+/// Attention never holds more than one score row per (token, head) task.
 pub const MAX_BATCH_TOKENS: usize = 4096;
-
-/// Padding tokens a batch may always have, however few its real tokens (below this, a smaller
-/// batch saves less than its own overhead).
-const MAX_PADDING: usize = 64;
 
 /// Why an embedding request could not run.
 #[derive(Debug, thiserror::Error)]
@@ -105,11 +100,9 @@ pub struct EmbeddingModel {
     /// The task prompts of `config_sentence_transformers.json` by name (EmbeddingGemma's
     /// `query`, `document`, ...): text put before an input, pooled with it.
     pub prompts: BTreeMap<String, String>,
-    pad_id: u32,
     /// What the tokenizer puts around a text (`[CLS]`/`[SEP]`, `<bos>`/`<eos>`): put around
     /// token-id inputs.
     wrap: (u32, u32),
-    device: Device,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, EmbedError> {
@@ -178,20 +171,16 @@ impl EmbeddingModel {
         let vb = mmap(&dir.join("model.safetensors"), &device)?;
         let load = |e: candle_core::Error| EmbedError::Load(e.to_string());
         let parse = |e: serde_json::Error| EmbedError::Load(format!("config.json: {e}"));
-        let (encoder, wrap, pad_id) = match config["model_type"].as_str() {
+        let (encoder, wrap) = match config["model_type"].as_str() {
             Some("bert") => {
                 let c: BertConfig = serde_json::from_value(config).map_err(parse)?;
                 let e = Bert::load(&vb, &c).map_err(load)?;
-                (Encoder::Bert(e), (id("[CLS]")?, id("[SEP]")?), id("[PAD]")?)
+                (Encoder::Bert(e), (id("[CLS]")?, id("[SEP]")?))
             }
             Some("gemma3_text") => {
                 let c: GemmaConfig = serde_json::from_value(config).map_err(parse)?;
                 let e = GemmaEncoder::load(&vb, &c).map_err(load)?;
-                (
-                    Encoder::Gemma(e),
-                    (id("<bos>")?, id("<eos>")?),
-                    id("<pad>")?,
-                )
+                (Encoder::Gemma(e), (id("<bos>")?, id("<eos>")?))
             }
             other => {
                 return Err(EmbedError::Load(format!(
@@ -214,9 +203,7 @@ impl EmbeddingModel {
             encoder,
             dense,
             prompts: st.prompts,
-            pad_id,
             wrap,
-            device,
         })
     }
 
@@ -285,34 +272,28 @@ impl EmbeddingModel {
     }
 
     /// The unit-length vector of each token-id row (`tokenize`), in order, `dimensions` long.
-    /// Rows run in batches (`BATCH`, `MAX_BATCH_TOKENS`) of similar length. CPU-bound
-    /// (milliseconds per input): call from a blocking task or the `Embedder`.
+    /// Rows run packed (`Packed`), `MAX_BATCH_TOKENS` to a forward. CPU-bound (about a
+    /// millisecond per input on two cores): call from a blocking task or the `Embedder`.
     ///
     /// # Errors
     /// `Forward` (a row longer than the encoder's positions).
     pub fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by_key(|&i| rows[i].len());
-        let mut out = vec![Vec::new(); rows.len()];
-        for chunk in batches(&order, |i| rows[i].len()) {
-            let batch: Vec<&[u32]> = chunk.iter().map(|&i| rows[i].as_slice()).collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for batch in batches(rows, MAX_BATCH_TOKENS) {
             let vectors = self
-                .run(&batch)
+                .run(&Packed::new(batch))
                 .map_err(|e| EmbedError::Forward(e.to_string()))?;
-            for (&i, v) in chunk.iter().zip(vectors) {
-                out[i] = v;
-            }
+            out.extend(vectors);
         }
         Ok(out)
     }
 
-    fn run(&self, batch: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let (ids, mask) = padded(batch, self.pad_id, &self.device)?;
+    fn run(&self, packed: &Packed) -> candle_core::Result<Vec<Vec<f32>>> {
         let hidden = match &self.encoder {
-            Encoder::Bert(b) => b.forward(&ids, &mask)?,
-            Encoder::Gemma(g) => g.forward(&ids, &mask)?,
+            Encoder::Bert(b) => b.forward(packed)?,
+            Encoder::Gemma(g) => g.forward(packed)?,
         };
-        let mut x = mean_pool(&hidden, &mask)?;
+        let mut x = mean_pool(&hidden, &packed.spans)?;
         for d in &self.dense {
             x = d.forward(&x)?;
         }
@@ -320,27 +301,49 @@ impl EmbeddingModel {
     }
 }
 
-/// `order` (indices sorted by ascending length) cut into batches of at most `BATCH` rows and
-/// `MAX_BATCH_TOKENS` padded tokens (a row longer than that runs alone), cut early where
-/// padding would pass a quarter of the batch's tokens (and `MAX_PADDING`): a padded token
-/// costs what a real one does, and a request's lengths vary (one word to a page).
-fn batches(order: &[usize], len: impl Fn(usize) -> usize) -> Vec<&[usize]> {
-    let mut out = Vec::new();
-    let (mut start, mut real) = (0, 0);
-    for end in 1..=order.len() {
-        // Sorted ascending: the row at `end - 1` is the batch's longest.
-        let rows = end - start;
-        let padded = rows * len(order[end - 1]);
-        real += len(order[end - 1]);
-        let wasteful = padded - real > (real / 4).max(MAX_PADDING);
-        if rows > 1 && (rows > BATCH || padded > MAX_BATCH_TOKENS || wasteful) {
-            out.push(&order[start..end - 1]);
-            start = end - 1;
-            real = len(order[start]);
+/// Several inputs' token ids laid end to end: what the encoders' forwards take. Linear layers
+/// run on all `T` tokens at once; attention and pooling stay within each input's span.
+pub struct Packed {
+    /// `[T]` token ids.
+    pub ids: Vec<u32>,
+    /// `[T]` each token's position within its input (0 at its first token).
+    pub positions: Vec<u32>,
+    /// Each input's rows in `0..T`, in order.
+    pub spans: Vec<Range<usize>>,
+}
+
+impl Packed {
+    /// Pack `rows` in order.
+    pub fn new(rows: &[Vec<u32>]) -> Self {
+        let total = rows.iter().map(Vec::len).sum();
+        let mut p = Self {
+            ids: Vec::with_capacity(total),
+            positions: Vec::with_capacity(total),
+            spans: Vec::with_capacity(rows.len()),
+        };
+        for r in rows {
+            let start = p.ids.len();
+            p.ids.extend_from_slice(r);
+            p.positions.extend(0..r.len() as u32);
+            p.spans.push(start..p.ids.len());
         }
+        p
     }
-    if start < order.len() {
-        out.push(&order[start..]);
+}
+
+/// `rows` cut, in order, into runs of at most `max_tokens` tokens (a longer row runs alone).
+fn batches(rows: &[Vec<u32>], max_tokens: usize) -> Vec<&[Vec<u32>]> {
+    let mut out = Vec::new();
+    let (mut start, mut tokens) = (0, 0);
+    for (i, r) in rows.iter().enumerate() {
+        if i > start && tokens + r.len() > max_tokens {
+            out.push(&rows[start..i]);
+            (start, tokens) = (i, 0);
+        }
+        tokens += r.len();
+    }
+    if start < rows.len() {
+        out.push(&rows[start..]);
     }
     out
 }
@@ -425,13 +428,20 @@ fn dense_layers(dir: &Path, device: &Device) -> Result<Vec<Linear>, EmbedError> 
         .collect()
 }
 
-/// Mean of the token rows of `hidden` `[batch, seq, width]` under `mask` `[batch, seq]` (1 for
-/// a token): `[batch, width]` (sentence-transformers' `Pooling`, mean mode).
-fn mean_pool(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-    let m = mask.unsqueeze(D::Minus1)?;
-    let sum = hidden.broadcast_mul(&m)?.sum(1)?;
-    let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
-    sum.broadcast_div(&count)
+/// Mean of each span's rows of `hidden` `[T, width]`: `[spans, width]` (sentence-transformers'
+/// `Pooling`, mean mode).
+fn mean_pool(hidden: &Tensor, spans: &[Range<usize>]) -> candle_core::Result<Tensor> {
+    let width = hidden.dim(1)?;
+    let all = hidden.flatten_all()?.to_vec1::<f32>()?;
+    let mut out = vec![0f32; spans.len() * width];
+    for (o, span) in out.chunks_exact_mut(width).zip(spans) {
+        for row in all[span.start * width..span.end * width].chunks_exact(width) {
+            o.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+        }
+        let n = span.len().max(1) as f32;
+        o.iter_mut().for_each(|a| *a /= n);
+    }
+    Tensor::from_vec(out, (spans.len(), width), hidden.device())
 }
 
 /// Each row of `x` `[batch, width]` scaled to unit L2 norm (sentence-transformers' `Normalize`).
@@ -440,53 +450,34 @@ fn normalize(x: &Tensor) -> candle_core::Result<Tensor> {
     x.broadcast_div(&norm)
 }
 
-/// A padded batch of token-id rows: `ids` `[batch, longest]` (u32, padded with `pad`) and
-/// `mask` `[batch, longest]` (f32).
-fn padded(rows: &[&[u32]], pad: u32, device: &Device) -> candle_core::Result<(Tensor, Tensor)> {
-    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let mut ids = Vec::with_capacity(rows.len() * longest);
-    let mut mask = Vec::with_capacity(rows.len() * longest);
-    for r in rows {
-        ids.extend_from_slice(r);
-        ids.extend(std::iter::repeat_n(pad, longest - r.len()));
-        mask.extend(std::iter::repeat_n(1f32, r.len()));
-        mask.extend(std::iter::repeat_n(0f32, longest - r.len()));
-    }
-    Ok((
-        Tensor::from_vec(ids, (rows.len(), longest), device)?,
-        Tensor::from_vec(mask, (rows.len(), longest), device)?,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn batches_keep_rows_and_padded_tokens_under_their_limits() {
-        let lens = [
-            3usize, 3, 5, 300, 300, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 9000,
-        ];
-        let order: Vec<usize> = (0..lens.len()).collect();
-        let cut = batches(&order, |i| lens[i]);
-        let flat: Vec<usize> = cut.iter().flat_map(|b| b.iter().copied()).collect();
-        assert_eq!(flat, order, "every row once, in order");
-        for b in &cut {
-            let longest = b.iter().map(|&i| lens[i]).max().unwrap();
-            let real: usize = b.iter().map(|&i| lens[i]).sum();
-            assert!(b.len() == 1 || (b.len() <= BATCH && b.len() * longest <= MAX_BATCH_TOKENS));
-            assert!(b.len() * longest - real <= (real / 4).max(MAX_PADDING));
-        }
+    fn batches_keep_rows_in_order_under_the_token_limit() {
+        let rows: Vec<Vec<u32>> = [3usize, 3, 5, 300, 300, 1000, 9000, 2]
+            .iter()
+            .map(|&n| vec![7; n])
+            .collect();
+        let cut = batches(&rows, 1000);
+        let lens: Vec<Vec<usize>> = cut
+            .iter()
+            .map(|b| b.iter().map(Vec::len).collect())
+            .collect();
         assert_eq!(
-            cut.last().unwrap(),
-            &[14],
-            "a row past the limit runs alone"
+            lens,
+            [vec![3, 3, 5, 300, 300], vec![1000], vec![9000], vec![2]]
         );
-        // 3, 3, 5 share a batch (little padding); 5 and 300 do not.
-        assert_eq!(cut[0], &[0, 1, 2]);
-        let many: Vec<usize> = (0..70).collect();
-        let sizes: Vec<usize> = batches(&many, |_| 10).iter().map(|b| b.len()).collect();
-        assert_eq!(sizes, [32, 32, 6]);
+        assert!(batches(&[], 1000).is_empty());
+    }
+
+    #[test]
+    fn packing_lays_inputs_end_to_end_with_their_own_positions() {
+        let p = Packed::new(&[vec![5, 6, 7], vec![8], vec![9, 10]]);
+        assert_eq!(p.ids, [5, 6, 7, 8, 9, 10]);
+        assert_eq!(p.positions, [0, 1, 2, 0, 0, 1]);
+        assert_eq!(p.spans, [0..3, 3..4, 4..6]);
     }
 
     #[test]

@@ -1,16 +1,16 @@
 //! `Embedder`: the worker that serves embedding requests. Models load on first use and stay
 //! loaded (memory-mapped weights); requests queue to one worker thread, which runs the queued
 //! requests of one model together, so many small requests share forward passes the way many
-//! inputs of one request do (`EmbeddingModel::embed` sorts the rows by length and pads each
-//! batch to its longest).
+//! inputs of one request do (`EmbeddingModel::embed` packs the rows end to end, without
+//! padding).
 //!
 //! Owns: the model cache, the queue and its thread. May use: `EmbeddingModel`, tokio's oneshot
 //! channels. Never: HTTP, money.
 //!
 //! Sharing the CPU: candle runs each forward on rayon's global pool, as the text engine does,
 //! so an embedding batch and a text generation step share the cores at the same priority.
-//! One batch is at most `super::BATCH` rows and `super::MAX_BATCH_TOKENS` padded tokens, so a text step waits
-//! at most one batch (tens to hundreds of milliseconds).
+//! One forward is at most `super::MAX_BATCH_TOKENS` tokens, so a text step waits at most one
+//! forward (tens to hundreds of milliseconds).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -204,7 +204,7 @@ impl GroupJob<'_> {
 
 /// `o[e] += Σ_i w[i] * row(i)[e]`, adding in order of `i` (a product, then an add).
 #[inline(always)]
-fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+pub(crate) fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
     for (i, &wi) in w.iter().enumerate() {
         for (a, b) in o.iter_mut().zip(row(i)) {
             *a += wi * b;
@@ -219,7 +219,11 @@ fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32])
 /// The CPU must support AVX; every `row(i)` must hold at least `o.len()` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn weighted_rows_avx2<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+pub(crate) unsafe fn weighted_rows_avx2<'v>(
+    w: &[f32],
+    row: impl Fn(usize) -> &'v [f32],
+    o: &mut [f32],
+) {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
         _mm256_storeu_ps,
@@ -259,7 +263,7 @@ unsafe fn weighted_rows_avx2<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o:
 /// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`: independent chains instead of one serial sum. The order depends only on the length, never on the batch; `dot8_avx2` is the
 /// same arithmetic in AVX registers.
 #[inline(always)]
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     // Two sets of lanes: 8-element chunk `c` goes to set `c % 2` (two independent add chains).
     let mut acc = [[0.0f32; 8]; 2];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -284,7 +288,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU must support AVX (the caller is compiled with it enabled).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps};
     let n = a.len().min(b.len());
     let full = n / 8 * 8;
@@ -332,7 +336,7 @@ unsafe fn reduce8(acc: std::arch::x86_64::__m256) -> f32 {
 /// The CPU must support AVX-512 F (the caller is compiled with it enabled).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm512_add_ps,
         _mm512_castps512_ps256, _mm512_castps_pd, _mm512_extractf64x4_pd, _mm512_loadu_ps,
@@ -371,7 +375,11 @@ unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU must support AVX-512 F; every `row(i)` must hold at least `o.len()` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn weighted_rows_avx512<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+pub(crate) unsafe fn weighted_rows_avx512<'v>(
+    w: &[f32],
+    row: impl Fn(usize) -> &'v [f32],
+    o: &mut [f32],
+) {
     let d = o.len();
     let mut c = 0;
     while c + 128 <= d {
