@@ -11,11 +11,10 @@
 use std::ops::Range;
 
 use candle_core::{Module, Tensor};
-use candle_nn::{
-    embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormConfig, Linear, VarBuilder,
-};
+use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormConfig, VarBuilder};
 
 use super::attention::{attend, Rows, SpanShape};
+use super::ops::{gelu_erf, Proj};
 use super::Packed;
 
 /// `config.json` of a BERT checkpoint (the fields the forward reads).
@@ -35,11 +34,11 @@ pub struct BertConfig {
 
 struct Layer {
     /// Query, key and value in one product: `[T, hidden] -> [T, 3 * hidden]`.
-    qkv: Linear,
-    attention_out: Linear,
+    qkv: Proj,
+    attention_out: Proj,
     attention_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
+    intermediate: Proj,
+    output: Proj,
     output_norm: LayerNorm,
 }
 
@@ -80,15 +79,19 @@ impl Bert {
                 let l = vb.pp(format!("encoder.layer.{i}"));
                 let a = l.pp("attention");
                 Ok(Layer {
-                    qkv: fused(&[
+                    qkv: Proj::fused(&[
                         linear(h, h, a.pp("self.query"))?,
                         linear(h, h, a.pp("self.key"))?,
                         linear(h, h, a.pp("self.value"))?,
                     ])?,
-                    attention_out: linear(h, h, a.pp("output.dense"))?,
+                    attention_out: Proj::new(linear(h, h, a.pp("output.dense"))?)?,
                     attention_norm: norm(a.pp("output.LayerNorm"))?,
-                    intermediate: linear(h, c.intermediate_size, l.pp("intermediate.dense"))?,
-                    output: linear(c.intermediate_size, h, l.pp("output.dense"))?,
+                    intermediate: Proj::new(linear(
+                        h,
+                        c.intermediate_size,
+                        l.pp("intermediate.dense"),
+                    )?)?,
+                    output: Proj::new(linear(c.intermediate_size, h, l.pp("output.dense"))?)?,
                     output_norm: norm(l.pp("output.LayerNorm"))?,
                 })
             })
@@ -148,17 +151,7 @@ impl Bert {
         let x = l
             .attention_norm
             .forward(&(l.attention_out.forward(&context)? + x)?)?;
-        let inner = l.intermediate.forward(&x)?.gelu_erf()?;
+        let inner = gelu_erf(&l.intermediate.forward(&x)?)?;
         l.output_norm.forward(&(l.output.forward(&inner)? + x)?)
     }
-}
-
-/// Linear layers with the same input as one: weights stacked by output, biases likewise.
-pub(super) fn fused(parts: &[Linear]) -> candle_core::Result<Linear> {
-    let weights: Vec<&Tensor> = parts.iter().map(Linear::weight).collect();
-    let biases: Option<Vec<&Tensor>> = parts.iter().map(Linear::bias).collect();
-    Ok(Linear::new(
-        Tensor::cat(&weights, 0)?,
-        biases.map(|b| Tensor::cat(&b, 0)).transpose()?,
-    ))
 }

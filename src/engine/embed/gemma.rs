@@ -16,7 +16,7 @@ use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
 use super::attention::{attend, Rows, SpanShape};
-use super::bert::fused;
+use super::ops::{gelu_tanh_glu, Proj};
 use super::Packed;
 use crate::engine::model::attention::{Rope, RopeStyle};
 
@@ -47,17 +47,17 @@ pub struct GemmaConfig {
 struct Layer {
     /// Query, key and value in one product: `[T, hidden] -> [T, (heads + 2 * kv_heads) *
     /// head_dim]`.
-    qkv: Linear,
-    o: Linear,
+    qkv: Proj,
+    o: Proj,
     q_norm: Tensor,
     k_norm: Tensor,
     input_norm: Tensor,
     post_attention_norm: Tensor,
     pre_ffn_norm: Tensor,
     post_ffn_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    /// The gate and up projections in one product: `[T, hidden] -> [T, 2 * intermediate]`.
+    gate_up: Proj,
+    down: Proj,
     sliding: bool,
 }
 
@@ -105,21 +105,23 @@ impl GemmaEncoder {
                 let a = l.pp("self_attn");
                 let m = l.pp("mlp");
                 Ok(Layer {
-                    qkv: fused(&[
+                    qkv: Proj::fused(&[
                         linear(&a, "q_proj", h, c.num_attention_heads * hd)?,
                         linear(&a, "k_proj", h, c.num_key_value_heads * hd)?,
                         linear(&a, "v_proj", h, c.num_key_value_heads * hd)?,
                     ])?,
-                    o: linear(&a, "o_proj", c.num_attention_heads * hd, h)?,
+                    o: Proj::new(linear(&a, "o_proj", c.num_attention_heads * hd, h)?)?,
                     q_norm: norm_weight(&a, "q_norm.weight", hd)?,
                     k_norm: norm_weight(&a, "k_norm.weight", hd)?,
                     input_norm: norm_weight(&l, "input_layernorm.weight", h)?,
                     post_attention_norm: norm_weight(&l, "post_attention_layernorm.weight", h)?,
                     pre_ffn_norm: norm_weight(&l, "pre_feedforward_layernorm.weight", h)?,
                     post_ffn_norm: norm_weight(&l, "post_feedforward_layernorm.weight", h)?,
-                    gate: linear(&m, "gate_proj", h, c.intermediate_size)?,
-                    up: linear(&m, "up_proj", h, c.intermediate_size)?,
-                    down: linear(&m, "down_proj", c.intermediate_size, h)?,
+                    gate_up: Proj::fused(&[
+                        linear(&m, "gate_proj", h, c.intermediate_size)?,
+                        linear(&m, "up_proj", h, c.intermediate_size)?,
+                    ])?,
+                    down: Proj::new(linear(&m, "down_proj", c.intermediate_size, h)?)?,
                     sliding: c
                         .layer_types
                         .get(i)
@@ -225,7 +227,7 @@ impl GemmaEncoder {
         let attended = Tensor::from_vec(attended, (tokens, heads * hd), x.device())?;
         let h = (x + rms(&l.o.forward(&attended)?, &l.post_attention_norm, eps)?)?;
         let inner = rms(&h, &l.pre_ffn_norm, eps)?;
-        let gated = (l.gate.forward(&inner)?.gelu()? * l.up.forward(&inner)?)?;
+        let gated = gelu_tanh_glu(&l.gate_up.forward(&inner)?)?;
         h + rms(&l.down.forward(&gated)?, &l.post_ffn_norm, eps)?
     }
 }

@@ -11,6 +11,7 @@
 mod attention;
 pub mod bert;
 pub mod gemma;
+mod ops;
 mod service;
 
 pub use service::Embedder;

@@ -42,7 +42,7 @@ const P: [f32; 6] = [
 
 /// `exp(x)` (see the module doc for the method and its accuracy).
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     let x = x.clamp(EXP_LO, EXP_HI);
     let n = (x * LOG2E).round_ties_even();
     let r = (x - n * C1) - n * C2;

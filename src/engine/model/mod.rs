@@ -24,7 +24,7 @@ mod family_shapes;
 mod family_tests;
 #[cfg(test)]
 mod family_tests_hf;
-mod glu;
+pub(crate) mod glu;
 pub mod kv_cache;
 pub mod linear;
 mod load;
