@@ -32,9 +32,10 @@ use gemma::{GemmaConfig, GemmaEncoder};
 pub const MAX_BYTES_PER_TOKEN: usize = 64;
 
 /// Tokens of one forward at most (inputs are packed end to end, without padding; an input
-/// longer than this runs alone). Bounds a forward's activations: `T` times the widest layer
-/// (MiniLM's 1,536 floats, EmbeddingGemma's two of 1,152): about 40 MB at 4,096 tokens.
-/// Attention never holds more than one score row per (token, head) task.
+/// longer than this runs alone). Bounds a forward's activations, `T` times a layer's width:
+/// the widest, EmbeddingGemma's fused gate/up projection (2,304 floats a token), is 38 MB at
+/// 4,096 tokens, and a layer holds a few such at once. Attention holds one score row per
+/// (token, head) task, never a `T x T` matrix.
 pub const MAX_BATCH_TOKENS: usize = 4096;
 
 /// Why an embedding request could not run.
