@@ -15,7 +15,7 @@ use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormCo
 
 use super::attention::{attend, Rows, SpanShape};
 use super::ops::{gelu_erf, Proj};
-use super::Packed;
+use super::packed::Packed;
 
 /// `config.json` of a BERT checkpoint (the fields the forward reads).
 #[derive(Debug, Clone, serde::Deserialize)]

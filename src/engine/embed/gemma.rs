@@ -17,7 +17,7 @@ use candle_nn::{Embedding, Linear, VarBuilder};
 
 use super::attention::{attend, Rows, SpanShape};
 use super::ops::{gelu_tanh_glu, Proj};
-use super::Packed;
+use super::packed::Packed;
 use crate::engine::model::attention::{Rope, RopeStyle};
 
 /// `config.json` of a `gemma3_text` checkpoint (the fields the forward reads).
