@@ -15,6 +15,7 @@ pub mod model;
 pub mod perplexity;
 pub mod runtime;
 pub mod text;
+pub mod vision;
 pub mod weights;
 
 pub use runtime::candle_engine::{CandleEngine, EngineConfig};

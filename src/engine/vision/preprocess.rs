@@ -1,0 +1,234 @@
+//! Each vision family's image preprocessing, as `transformers`' Pillow image processors compute
+//! it: Gemma 3 stretches the image to the encoder's square (`Gemma3ImageProcessorPil`,
+//! bilinear); Idefics3 and SmolVLM resize to a longest edge, round up to whole tiles, and cut
+//! the image into tiles plus a downscaled global image (`Idefics3ImageProcessorPil`, Lanczos).
+//! Every resize is Pillow's on 8-bit pixels (`super::resize`); then each value is rescaled to
+//! [0, 1] and normalised, `(x / 255 - mean) / std`, in the same float steps.
+//!
+//! Owns: the geometry and the normalisation. May use: `super::resize`, std. Never: candle,
+//! decoding, HTTP.
+
+use super::resize::{resize, Filter, Rgb8};
+
+/// The normalisation of a family (`image_mean`, `image_std`), per channel.
+#[derive(Debug, Clone, Copy)]
+pub struct Normalize {
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+/// Pixels as the encoder takes them: `[3, height, width]` (channel-major) f32.
+pub fn to_chw(img: &Rgb8, n: &Normalize) -> Vec<f32> {
+    let plane = img.width * img.height;
+    let mut out = vec![0f32; 3 * plane];
+    for (i, px) in img.data.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            // transformers rescales in f64 and stores f32, then normalises in f32.
+            let x = (f64::from(px[c]) * (1.0 / 255.0)) as f32;
+            out[c * plane + i] = (x - n.mean[c]) / n.std[c];
+        }
+    }
+    out
+}
+
+/// Gemma 3: the image stretched to `size x size` (no aspect kept), bilinear.
+pub fn gemma3(img: &Rgb8, size: usize, n: &Normalize) -> Vec<f32> {
+    to_chw(&resize(img, size, size, Filter::Bilinear), n)
+}
+
+/// An image cut for Idefics3/SmolVLM: tiles row-major, then the global image; `rows` and `cols`
+/// are 0 when the image fits one tile (then `tiles` holds it alone).
+#[derive(Debug, Clone)]
+pub struct Tiled {
+    /// Each `[3, tile, tile]`.
+    pub tiles: Vec<Vec<f32>>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// The side lengths after scaling the longer side to `longest`, the other by the aspect
+/// ratio, rounded down then up to even (`_resize_output_size_rescale_to_max_len`), then capped
+/// at 4,096 a side (`_resize_output_size_scale_below_upper_bound`). Returns `(width, height)`.
+fn longest_edge_size(width: usize, height: usize, longest: usize) -> (usize, usize) {
+    let aspect = width as f64 / height as f64;
+    let (mut w, mut h) = if width >= height {
+        let h = (longest as f64 / aspect) as usize;
+        (longest, h + h % 2)
+    } else {
+        let w = (longest as f64 * aspect) as usize;
+        (w + w % 2, longest)
+    };
+    (w, h) = (w.max(1), h.max(1));
+    const CAP: usize = 4096;
+    let aspect = w as f64 / h as f64;
+    if w >= h && w > CAP {
+        (w, h) = (CAP, (CAP as f64 / aspect) as usize);
+    } else if h > w && h > CAP {
+        (w, h) = ((CAP as f64 * aspect) as usize, CAP);
+    }
+    (w.max(1), h.max(1))
+}
+
+/// The sides rounded up to whole tiles, the second derived from the first by the aspect ratio
+/// (`resize_for_vision_encoder`). Returns `(width, height)`.
+fn whole_tiles_size(width: usize, height: usize, tile: usize) -> (usize, usize) {
+    let aspect = width as f64 / height as f64;
+    if width >= height {
+        let w = width.div_ceil(tile) * tile;
+        let h = ((w as f64 / aspect) as usize).div_ceil(tile) * tile;
+        (w, h)
+    } else {
+        let h = height.div_ceil(tile) * tile;
+        let w = ((h as f64 * aspect) as usize).div_ceil(tile) * tile;
+        (w, h)
+    }
+}
+
+/// Idefics3/SmolVLM: resize to `longest` on the longer side, round up to whole `tile`s, cut
+/// into tiles and add the global image (all Lanczos).
+pub fn idefics3(img: &Rgb8, longest: usize, tile: usize, n: &Normalize) -> Tiled {
+    let (w, h) = longest_edge_size(img.width, img.height, longest);
+    let img = resize(img, w, h, Filter::Lanczos);
+    let (w, h) = whole_tiles_size(img.width, img.height, tile);
+    let img = resize(&img, w, h, Filter::Lanczos);
+    if img.width <= tile && img.height <= tile {
+        return Tiled {
+            tiles: vec![to_chw(&img, n)],
+            rows: 0,
+            cols: 0,
+        };
+    }
+    let (rows, cols) = (
+        (img.height - tile) / tile + 1,
+        (img.width - tile) / tile + 1,
+    );
+    let mut tiles = Vec::with_capacity(rows * cols + 1);
+    for r in 0..rows {
+        for c in 0..cols {
+            let mut data = Vec::with_capacity(tile * tile * 3);
+            for y in r * tile..(r + 1) * tile {
+                let at = (y * img.width + c * tile) * 3;
+                data.extend_from_slice(&img.data[at..at + tile * 3]);
+            }
+            let crop = Rgb8 {
+                width: tile,
+                height: tile,
+                data,
+            };
+            tiles.push(to_chw(&crop, n));
+        }
+    }
+    tiles.push(to_chw(&resize(&img, tile, tile, Filter::Lanczos), n));
+    Tiled { tiles, rows, cols }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HALF: Normalize = Normalize {
+        mean: [0.5; 3],
+        std: [0.5; 3],
+    };
+
+    fn fixture(family: &str) -> (std::path::PathBuf, serde_json::Value) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/vision")
+            .join(family);
+        let text = std::fs::read_to_string(dir.join("reference.json")).expect("fixture");
+        (dir, serde_json::from_str(&text).expect("json"))
+    }
+
+    fn floats(path: &std::path::Path) -> Vec<f32> {
+        std::fs::read(path)
+            .expect("bin")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    fn image(dir: &std::path::Path, item: &serde_json::Value) -> Rgb8 {
+        let bytes = std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("png");
+        super::super::decode(&bytes, &super::super::ImageLimits::default()).expect("decode")
+    }
+
+    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let worst = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-6, "{what}: worst difference {worst}");
+    }
+
+    /// Gemma 3's pixel values for the three fixture images (square, landscape, portrait) are
+    /// transformers' (`scripts/vision-fixtures.py`): exactly for the square and landscape ones;
+    /// the portrait one (wider and shorter at once) within one 8-bit step in under 5% of its
+    /// values, because Pillow 13 ran its vertical pass first there (see `super::resize`).
+    #[test]
+    fn gemma3_pixels_match_transformers() {
+        let (dir, reference) = fixture("gemma3");
+        let step = 2.0 / 255.0 + 1e-6;
+        for item in reference["images"].as_array().expect("images") {
+            let name = item["name"].as_str().unwrap_or("?");
+            let got = gemma3(&image(&dir, item), 64, &HALF);
+            let want = floats(&dir.join(item["pixel_values"]["file"].as_str().expect("file")));
+            if name != "portrait" {
+                assert_close(&got, &want, name);
+                continue;
+            }
+            assert_eq!(got.len(), want.len());
+            let off: Vec<f32> = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).collect();
+            assert!(off.iter().all(|&d| d <= step), "{name}: more than one step");
+            let differ = off.iter().filter(|&&d| d > 1e-6).count();
+            assert!(differ * 20 < off.len(), "{name}: {differ} values differ");
+        }
+    }
+
+    /// Idefics3's tiles, grid and global image for the three fixture images are transformers'.
+    #[test]
+    fn idefics3_tiles_match_transformers() {
+        let (dir, reference) = fixture("smolvlm");
+        for item in reference["images"].as_array().expect("images") {
+            let name = item["name"].as_str().unwrap_or("?");
+            let got = idefics3(&image(&dir, item), 128, 64, &HALF);
+            assert_eq!(
+                got.rows as u64,
+                item["rows"].as_u64().expect("rows"),
+                "{name}"
+            );
+            assert_eq!(
+                got.cols as u64,
+                item["cols"].as_u64().expect("cols"),
+                "{name}"
+            );
+            assert_eq!(
+                got.tiles.len() as u64,
+                item["tiles"].as_u64().expect("n"),
+                "{name}"
+            );
+            let want = floats(&dir.join(item["pixel_values"]["file"].as_str().expect("file")));
+            assert_close(&got.tiles.concat(), &want, name);
+        }
+    }
+
+    /// The size rules on their own: even rounding, the 4,096 cap, whole tiles, and an image
+    /// that fits one tile staying whole.
+    #[test]
+    fn idefics3_geometry() {
+        assert_eq!(longest_edge_size(120, 48, 128), (128, 52));
+        assert_eq!(longest_edge_size(50, 130, 128), (50, 128));
+        assert_eq!(longest_edge_size(3, 9000, 10_000), (1, 4096));
+        assert_eq!(whole_tiles_size(128, 52, 64), (128, 64));
+        let small = Rgb8 {
+            width: 40,
+            height: 30,
+            data: vec![128; 40 * 30 * 3],
+        };
+        let t = idefics3(&small, 64, 64, &HALF);
+        assert_eq!((t.rows, t.cols, t.tiles.len()), (0, 0, 1));
+        // 40x30 becomes 64x48, then one whole 64x64 tile.
+        assert_eq!(t.tiles[0].len(), 3 * 64 * 64);
+    }
+}
