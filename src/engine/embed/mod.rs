@@ -8,10 +8,10 @@
 //! Owns: loading, tokenizing with the model's limit, batching, pooling. May use: candle,
 //! `tokenizers`. Never: HTTP, money.
 
-mod attention;
+pub(crate) mod attention;
 pub mod bert;
 pub mod gemma;
-mod ops;
+pub(crate) mod ops;
 pub mod packed;
 mod service;
 

@@ -1,6 +1,7 @@
-//! The encoders' projections and activations: `Proj`, a linear layer (or several with one
-//! input, fused) with its weight kept transposed for the packed forward's `[T, in] x [in, out]`
-//! products; `gelu_erf` (BERT) and `gelu_tanh_glu` (Gemma's gated MLP) as one parallel pass
+//! The encoders' projections and activations (the text encoders here, and the vision encoders
+//! of `engine::vision`): `Proj`, a linear layer (or several with one input, fused) with its
+//! weight kept transposed for the packed forward's `[T, in] x [in, out]` products; `gelu_erf`
+//! (BERT), `gelu_tanh` (SigLIP) and `gelu_tanh_glu` (Gemma's gated MLP) as one parallel pass
 //! each, vectorised with the decoder's polynomial `exp` (`engine::model::glu`) instead of
 //! candle's scalar libm calls (about a tenth of MiniLM's time before).
 //!
@@ -43,6 +44,11 @@ impl Proj {
     /// None in practice (candle's copy).
     pub fn new(layer: Linear) -> candle_core::Result<Self> {
         Self::fused(&[layer])
+    }
+
+    /// The output width (`out`).
+    pub fn out_width(&self) -> usize {
+        self.wt.dims()[1]
     }
 
     /// `[T, in]` to `[T, out]`.
@@ -106,11 +112,12 @@ fn zip_map(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
     }
 }
 
-/// The activation applied to one run of values: `Erf` elementwise over `x` (`y` unused),
+/// The activation applied to one run of values: `Erf` and `Tanh` elementwise over `x` (`y` unused),
 /// `TanhGlu` as `gelu_tanh(x) * y`.
 #[derive(Clone, Copy)]
 enum Act {
     Erf,
+    Tanh,
     TanhGlu,
 }
 
@@ -119,6 +126,7 @@ impl Act {
     fn run(self, x: &[f32], y: &[f32], out: &mut [f32]) {
         match self {
             Self::Erf => zip_map(x, x, out, |a, _| gelu_erf1(a)),
+            Self::Tanh => zip_map(x, x, out, |a, _| gelu_tanh1(a)),
             Self::TanhGlu => zip_map(x, y, out, |g, u| gelu_tanh1(g) * u),
         }
     }
@@ -150,7 +158,7 @@ impl Act {
     }
 }
 
-/// `Act` as a candle op on a contiguous `[T, width]` f32 tensor: `Erf` keeps the width,
+/// `Act` as a candle op on a contiguous `[T, width]` f32 tensor: `Erf` and `Tanh` keep the width,
 /// `TanhGlu` halves it (gate in the first half of each row, up in the second).
 struct ActOp(Act);
 
@@ -158,6 +166,7 @@ impl CustomOp1 for ActOp {
     fn name(&self) -> &'static str {
         match self.0 {
             Act::Erf => "gelu-erf",
+            Act::Tanh => "gelu-tanh",
             Act::TanhGlu => "gelu-tanh-glu",
         }
     }
@@ -173,7 +182,7 @@ impl CustomOp1 for ActOp {
         };
         let x = &storage.as_slice::<f32>()?[start..end];
         let n = match self.0 {
-            Act::Erf => width,
+            Act::Erf | Act::Tanh => width,
             Act::TanhGlu if width % 2 == 0 => width / 2,
             Act::TanhGlu => candle_core::bail!("gelu-tanh-glu: odd width {width}"),
         };
@@ -187,7 +196,7 @@ impl CustomOp1 for ActOp {
                 let base = row * width + col;
                 let (head, rest) = dst.split_at_mut(len);
                 let up = match self.0 {
-                    Act::Erf => &x[base..base + len],
+                    Act::Erf | Act::Tanh => &x[base..base + len],
                     Act::TanhGlu => &x[base + n..base + n + len],
                 };
                 self.0.dispatch(&x[base..base + len], up, head);
@@ -205,6 +214,15 @@ impl CustomOp1 for ActOp {
 /// A tensor that is not 2-D f32 on the CPU.
 pub fn gelu_erf(x: &Tensor) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op1_no_bwd(&ActOp(Act::Erf))
+}
+
+/// GELU with tanh (`gelu_pytorch_tanh`, SigLIP's MLP) of `x` `[T, width]` (f32, CPU): one
+/// parallel, vectorised pass.
+///
+/// # Errors
+/// A tensor that is not 2-D f32 on the CPU.
+pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&ActOp(Act::Tanh))
 }
 
 /// Gemma's gated MLP activation `gelu_tanh(y[:, ..n]) * y[:, n..]` of a fused gate/up output
@@ -247,6 +265,7 @@ mod tests {
         check(gelu_erf(&y).unwrap(), y.gelu_erf().unwrap(), &|i| {
             v[i].abs()
         });
+        check(gelu_tanh(&y).unwrap(), y.gelu().unwrap(), &|i| v[i].abs());
         let n = w / 2;
         let want =
             (y.narrow(1, 0, n).unwrap().gelu().unwrap() * y.narrow(1, n, n).unwrap()).unwrap();
@@ -263,7 +282,7 @@ mod tests {
     #[test]
     fn simd_paths_equal_the_portable_one() {
         let (x, y) = (values(1001), values(1006)[5..].to_vec());
-        for act in [Act::Erf, Act::TanhGlu] {
+        for act in [Act::Erf, Act::Tanh, Act::TanhGlu] {
             let mut want = vec![0f32; 1001];
             act.run(&x, &y, &mut want);
             for isa in [

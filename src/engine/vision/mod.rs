@@ -1,16 +1,22 @@
-//! Image input for the models that read images. So far: decoding a request's image with its
-//! size bounded before any pixel is decoded (`decode`), resampling exactly as Pillow does
-//! (`resize`), and each family's preprocessing to the encoder's pixel values (`preprocess`:
-//! Gemma 3, Idefics3/SmolVLM), all checked against `transformers`' Pillow image processors
-//! (`tests/data/vision/`, `scripts/vision-fixtures.py`). The vision encoders and projectors
-//! build on these.
+//! Image input for the models that read images: decoding a request's image with its size
+//! bounded before any pixel is decoded (`decode`), resampling exactly as Pillow does
+//! (`resize`), each family's preprocessing to the encoder's pixel values (`preprocess`: Gemma 3,
+//! Idefics3/SmolVLM), the SigLIP encoder (`encoder`) and the projectors (`projector`), put
+//! together from llama.cpp's `mmproj` GGUF in `model::VisionModel`. All of it is checked
+//! against `transformers` on tiny models of each family (`tests/data/vision/`,
+//! `scripts/vision-fixtures.py`).
 //!
-//! Owns: images from bytes to pixel values. May use: the `image` crate, std. Never: HTTP, money,
+//! Owns: images from bytes to the text model's input rows. May use: the `image` crate, candle,
+//! the text encoders' ops (`engine::embed`), the weights' GGUF reader, std. Never: HTTP, money,
 //! tokenizers.
 
 pub mod decode;
+pub mod encoder;
+pub mod model;
 pub mod preprocess;
+pub mod projector;
 pub mod resize;
 
 pub use decode::{decode, ImageError, ImageLimits};
+pub use model::{Grid, Layout, VisionModel};
 pub use resize::{resize, Filter, Rgb8};
