@@ -116,6 +116,7 @@ pub fn perplexity(
                 StepSeq {
                     cache: &mut cache,
                     tokens: &chunk,
+                    inputs: &[],
                 },
                 first,
             )

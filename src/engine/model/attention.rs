@@ -30,6 +30,24 @@ pub struct AttnShape {
 /// Token `j` of a sequence with `n` new tokens sits at position `cache.len - n + j` and attends
 /// to positions `..=` its own (bottom-right causal). Returns `[T][n_heads][head_dim]`.
 pub fn attend(q: &[f32], seqs: &[(LayerView<'_>, usize, usize)], shape: AttnShape) -> Vec<f32> {
+    attend_blocks(q, seqs, shape, &[])
+}
+
+/// `attend` where some tokens also see a block of positions both ways: `blocks` is empty, or
+/// has one entry per packed token, the absolute positions of the block the token is in (an
+/// image's tokens in Gemma 3, which attend to each other bidirectionally: `transformers`'
+/// `token_type_ids_mask_function` in `modeling_gemma3.py`, llama.cpp's
+/// `mtmd_decode_use_non_causal`). Such a token sees its causal (windowed) range joined with its
+/// block; the block's keys must all be in the cache, so a block is never split across steps.
+///
+/// # Panics
+/// A block that reaches past a sequence's cached positions (a caller's bug).
+pub fn attend_blocks(
+    q: &[f32],
+    seqs: &[(LayerView<'_>, usize, usize)],
+    shape: AttnShape,
+    blocks: &[Option<std::ops::Range<usize>>],
+) -> Vec<f32> {
     let AttnShape {
         n_heads,
         n_kv_heads,
@@ -65,12 +83,19 @@ pub fn attend(q: &[f32], seqs: &[(LayerView<'_>, usize, usize)], shape: AttnShap
             let g = h0 / group;
             let (s, pos) = token_map[t];
             let at = (t * n_heads + h0) * d;
+            let mut start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let mut last = pos;
+            if let Some(Some(block)) = blocks.get(t) {
+                assert!(block.end <= seqs[s].2, "a block past the cache");
+                start = start.min(block.start);
+                last = last.max(block.end - 1);
+            }
             let job = GroupJob {
                 q: &q[at..at + per_task * d],
                 cache: seqs[s].0,
                 kv_head: g,
-                start: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
-                pos,
+                start,
+                last,
                 shape,
             };
             #[cfg(target_arch = "x86_64")]
@@ -96,14 +121,14 @@ const AVX2: u8 = 1;
 #[cfg(target_arch = "x86_64")]
 const AVX512: u8 = 2;
 
-/// The query heads of one token that share KV head `kv_head`, attending to `start..=pos`.
+/// The query heads of one token that share KV head `kv_head`, attending to `start..=last`.
 struct GroupJob<'a> {
     /// `[group][head_dim]`.
     q: &'a [f32],
     cache: LayerView<'a>,
     kv_head: usize,
     start: usize,
-    pos: usize,
+    last: usize,
     shape: AttnShape,
 }
 
@@ -138,13 +163,13 @@ impl GroupJob<'_> {
             ..
         } = self.shape;
         let group = self.q.len() / d;
-        let len = self.pos + 1 - self.start;
+        let len = self.last + 1 - self.start;
         scores.clear();
         scores.resize(group * len, 0.0);
         let mut max = [f32::NEG_INFINITY; 16];
         let max = &mut max[..group.min(16)];
         let row_at = |p: usize| (p * n_kv_heads + self.kv_head) * d;
-        for (i, p) in (self.start..=self.pos).enumerate() {
+        for (i, p) in (self.start..=self.last).enumerate() {
             let (rows, p) = self.cache.locate(p);
             let kv = &rows.k[row_at(p)..row_at(p) + d];
             for (j, qj) in self.q.chunks_exact(d).enumerate() {

@@ -219,6 +219,7 @@ fn check_format(f: Fam, hf: bool) {
             .forward(&mut [StepSeq {
                 cache: &mut c,
                 tokens: &ids,
+                inputs: &[],
             }])
             .unwrap()[0],
         &want,
@@ -230,6 +231,7 @@ fn check_format(f: Fam, hf: bool) {
         .forward(&mut [StepSeq {
             cache: &mut c,
             tokens: &ids[..5],
+            inputs: &[],
         }])
         .unwrap();
     for end in 6..=ids.len() {
@@ -237,6 +239,7 @@ fn check_format(f: Fam, hf: bool) {
             .forward(&mut [StepSeq {
                 cache: &mut c,
                 tokens: &ids[end - 1..end],
+                inputs: &[],
             }])
             .unwrap();
         close(
@@ -252,10 +255,12 @@ fn check_format(f: Fam, hf: bool) {
             StepSeq {
                 cache: &mut a,
                 tokens: &other,
+                inputs: &[],
             },
             StepSeq {
                 cache: &mut b,
                 tokens: &ids,
+                inputs: &[],
             },
         ])
         .unwrap();

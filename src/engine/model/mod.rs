@@ -32,12 +32,14 @@ mod moe;
 mod rope;
 mod warm;
 
+use std::ops::Range;
+
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
 
 use linear::Matmul;
 
-use self::attention::{attend, AttnShape, Rope, SeqCache};
+use self::attention::{attend_blocks, AttnShape, Rope, SeqCache};
 
 /// Architecture variants that change the forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,10 +155,56 @@ pub struct Transformer {
 }
 
 /// One sequence's part of a step: its cache and the tokens to feed (a prefill chunk or one
-/// decode token).
+/// decode token), and rows that replace some of those tokens' embeddings (an image's).
 pub struct StepSeq<'a> {
     pub cache: &'a mut SeqCache,
     pub tokens: &'a [u32],
+    /// In `tokens` order, not overlapping, each within `tokens`.
+    pub inputs: &'a [InputRows<'a>],
+}
+
+impl<'a> StepSeq<'a> {
+    /// Tokens only.
+    pub fn new(cache: &'a mut SeqCache, tokens: &'a [u32]) -> Self {
+        Self {
+            cache,
+            tokens,
+            inputs: &[],
+        }
+    }
+}
+
+/// Input rows in place of token embeddings: an image's projected features at its image tokens
+/// (LLaVA-style models: `transformers`' `masked_scatter` of image features into
+/// `inputs_embeds`). They go in after the embedding scale (Gemma multiplies token embeddings
+/// only).
+#[derive(Debug, Clone, Copy)]
+pub struct InputRows<'a> {
+    /// Index in `StepSeq::tokens` of the first token replaced.
+    pub at: usize,
+    /// `[n][hidden]` f32: replaces tokens `at..at + n`.
+    pub rows: &'a [f32],
+    /// The `n` tokens attend to each other both ways (Gemma 3's image blocks), not causally.
+    pub bidirectional: bool,
+}
+
+/// Per packed token of the step, the absolute positions of the bidirectional block it is in
+/// (`attention::attend_blocks`), for rows `hidden` wide.
+fn bidirectional_blocks(seqs: &[StepSeq<'_>], hidden: usize) -> Vec<Option<Range<usize>>> {
+    let mut blocks = Vec::new();
+    for s in seqs {
+        let base = blocks.len();
+        blocks.resize(base + s.tokens.len(), None);
+        for input in s.inputs.iter().filter(|i| i.bidirectional) {
+            let n = input.rows.len() / hidden.max(1);
+            let first = s.cache.len + input.at;
+            for b in &mut blocks[base + input.at..(base + input.at + n).min(base + s.tokens.len())]
+            {
+                *b = Some(first..first + n);
+            }
+        }
+    }
+    blocks
 }
 
 fn rms(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
@@ -248,6 +296,12 @@ impl Transformer {
         if let Some(s) = c.embed_scale {
             x = (x * s)?;
         }
+        let blocks = if seqs.iter().any(|s| !s.inputs.is_empty()) {
+            x = self.place_inputs(&x, seqs)?;
+            bidirectional_blocks(seqs, c.hidden)
+        } else {
+            Vec::new()
+        };
         let residual = |x: &Tensor, y: Tensor| -> candle_core::Result<Tensor> {
             match c.residual_scale {
                 Some(s) => x + (y * s)?,
@@ -260,7 +314,8 @@ impl Transformer {
                 None => x.clone(),
             };
             let (cos, sin) = &tables[layer.rope];
-            let mut o = self.attention(layer, li, &h, seqs, (cos.as_slice(), sin.as_slice()))?;
+            let rope = (cos.as_slice(), sin.as_slice());
+            let mut o = self.attention(layer, li, &h, seqs, rope, &blocks)?;
             if let Some(w) = &layer.post_attn_norm {
                 o = self.norm(&o, w)?;
             }
@@ -300,6 +355,7 @@ impl Transformer {
         h: &Tensor,
         seqs: &mut [StepSeq<'_>],
         (cos, sin): (&[f32], &[f32]),
+        blocks: &[Option<Range<usize>>],
     ) -> candle_core::Result<Tensor> {
         let c = &self.config;
         let (hq, hk, d) = (c.n_heads, c.n_kv_heads, c.head_dim);
@@ -354,8 +410,41 @@ impl Transformer {
             window: layer.window,
             softcap: c.attn_softcap,
         };
-        let att = Tensor::from_vec(attend(&qv, &views, shape), (t, hq * d), &self.device)?;
+        let att = attend_blocks(&qv, &views, shape, blocks);
+        let att = Tensor::from_vec(att, (t, hq * d), &self.device)?;
         layer.o.forward(&att)
+    }
+
+    /// `x` (`[t][hidden]`, the step's token embeddings) with each sequence's input rows in
+    /// place of their tokens' rows.
+    ///
+    /// # Errors
+    /// Rows that do not fit their sequence's tokens or the hidden width (a caller's bug).
+    fn place_inputs(&self, x: &Tensor, seqs: &[StepSeq<'_>]) -> candle_core::Result<Tensor> {
+        let hidden = self.config.hidden;
+        let (t, width) = x.dims2()?;
+        let mut data = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut off = 0;
+        for s in seqs {
+            for input in s.inputs {
+                let n = input.rows.len() / hidden;
+                if width != hidden
+                    || input.rows.len() % hidden != 0
+                    || input.at + n > s.tokens.len()
+                {
+                    candle_core::bail!(
+                        "input rows of {} values at token {} do not fit {} tokens of width {hidden}",
+                        input.rows.len(),
+                        input.at,
+                        s.tokens.len()
+                    );
+                }
+                let at = (off + input.at) * hidden;
+                data[at..at + input.rows.len()].copy_from_slice(input.rows);
+            }
+            off += s.tokens.len();
+        }
+        Tensor::from_vec(data, (t, width), &self.device)
     }
 
     /// Layer `layer`'s feed-forward block on `h` (`[t][hidden]`, normed): the experts, or
@@ -455,6 +544,7 @@ mod tests {
             .forward(&mut [StepSeq {
                 cache: &mut full,
                 tokens: &ids,
+                inputs: &[],
             }])
             .unwrap();
         for chunk in [1, 5, 16] {
@@ -465,6 +555,7 @@ mod tests {
                     .forward(&mut [StepSeq {
                         cache: &mut cache,
                         tokens: part,
+                        inputs: &[],
                     }])
                     .unwrap();
             }
@@ -478,6 +569,7 @@ mod tests {
             .forward(&mut [StepSeq {
                 cache: &mut alone,
                 tokens: &other,
+                inputs: &[],
             }])
             .unwrap();
         let (mut a, mut b) = (
@@ -489,10 +581,12 @@ mod tests {
                 StepSeq {
                     cache: &mut a,
                     tokens: &ids,
+                    inputs: &[],
                 },
                 StepSeq {
                     cache: &mut b,
                     tokens: &other,
+                    inputs: &[],
                 },
             ])
             .unwrap();

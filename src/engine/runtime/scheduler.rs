@@ -462,6 +462,7 @@ fn forward_plan(
         refs.push(StepSeq {
             cache: &mut cur.cache,
             tokens: toks,
+            inputs: &[],
         });
         rest = tail;
         base = i + 1;
