@@ -3,13 +3,21 @@
 //! logits with the image features in place of the image tokens, and the first greedy tokens,
 //! for three images of different sizes and aspect ratios.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
 use candle_core::Device;
+use common::*;
+use serde_json::{json, Value};
+use tollgate::catalog::Catalog;
 use tollgate::engine::model::attention::SeqCache;
 use tollgate::engine::model::{InputRows, StepSeq, Transformer};
 use tollgate::engine::vision::{decode, ImageLimits, VisionModel};
 use tollgate::engine::weights::gguf::GgufFile;
+use tollgate::engine::{CandleEngine, EngineConfig};
 
 fn dir(family: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -60,6 +68,7 @@ fn run(
         inputs.push(InputRows {
             at: first,
             rows: &features[used * hidden..(used + len) * hidden],
+            before: 0,
             bidirectional,
         });
         used += len;
@@ -163,4 +172,166 @@ fn gemma3_image_blocks_are_bidirectional() {
         diff / scale
     );
     assert!(diff / scale > 1e-3);
+}
+
+/// The tiny models as catalogue entries reading images, weights under `tests/data/vision`.
+fn vision_catalog() -> Catalog {
+    let entry = |id: &str, family: &str, image: bool| {
+        let (modalities, mmproj) = if image {
+            (
+                "\"text\", \"image\"",
+                format!("mmproj = [{{ path = \"{family}/mmproj.gguf\" }}]\n"),
+            )
+        } else {
+            ("\"text\"", String::new())
+        };
+        format!(
+            "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"Test Maker\"\nfamily = \"{family}\"\n\
+             parameters = \"1M\"\ncontext_length = 512\nquantization = \"F32\"\nlicense = \"MIT\"\n\
+             license_url = \"https://example.invalid\"\ncommercial_use = true\n\
+             input_modalities = [{modalities}]\ncreated = 1700000000\n\
+             pricing = {{ input = \"0.5\", output = \"1.5\" }}\n\
+             sources = [{{ path = \"{family}/model.gguf\" }}]\n{mmproj}\n"
+        )
+    };
+    let text = entry("gemma3", "gemma3", true)
+        + &entry("smolvlm", "smolvlm", true)
+        + &entry("text-only", "gemma3", false);
+    Catalog::parse(&text).expect("catalogue")
+}
+
+fn vision_server() -> TestServer {
+    let catalog = vision_catalog();
+    let engine = CandleEngine::start(EngineConfig {
+        models: vec![],
+        device: Device::Cpu,
+        queue_depth: 8,
+        limits_max_batch: 4,
+        // Small steps, so prompts are prefilled in several chunks around the image runs.
+        limits_step_tokens: 24,
+        on_demand: Some((Arc::new(catalog.clone()), dir(""))),
+        memory_budget: 0,
+        kv_cache_budget: 0,
+        prefix_cache_budget: 1 << 20,
+    })
+    .expect("engine starts");
+    serve_tweaked(Arc::new(engine), catalog, |state| {
+        state.models.weights_dir = Arc::new(dir(""));
+    })
+}
+
+fn data_url(path: &Path) -> String {
+    let bytes = std::fs::read(path).expect("image");
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+fn image_chat(model: &str, url: &str) -> String {
+    json!({
+        "model": model,
+        "max_tokens": 5,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url, "detail": "auto"}},
+            {"type": "text", "text": "Describe this."}
+        ]}]
+    })
+    .to_string()
+}
+
+fn balance(s: &TestServer) -> i64 {
+    s.ledger.account(s.account).unwrap().balance_micros.0
+}
+
+/// Through the HTTP API, for both families and the three images: a chat request with a
+/// `data:` URL image returns 200, `prompt_tokens` is the reference prompt's (image tokens
+/// included), the 5 tokens are the reference's greedy ones, and the charge is exactly the
+/// catalogue price of those tokens; the same image sent twice is served from the prefix cache
+/// and answered the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_with_an_image_is_answered_and_billed() {
+    let s = vision_server();
+    for family in ["gemma3", "smolvlm"] {
+        let dir = dir(family);
+        let text = std::fs::read_to_string(dir.join("reference.json")).expect("json");
+        let reference: Value = serde_json::from_str(&text).expect("json");
+        for item in reference["images"].as_array().expect("images") {
+            let name = format!("{family}/{}", item["name"].as_str().unwrap_or("?"));
+            let url = data_url(&dir.join(item["file"].as_str().expect("file")));
+            let mut answers = Vec::new();
+            for _ in 0..2 {
+                let before = balance(&s);
+                let (status, _, v) = s
+                    .post("/v1/chat/completions", &image_chat(family, &url), &[])
+                    .await;
+                assert_eq!(status, 200, "{name}: {v}");
+                let usage = &v["usage"];
+                assert_eq!(usage["prompt_tokens"], item["n_tokens"], "{name}: {usage}");
+                assert_eq!(usage["completion_tokens"], 5, "{name}");
+                let cached = usage["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .unwrap_or(0);
+                let pricing = s.state.models.catalog.get(family).unwrap().pricing;
+                let want = tollgate::billing::cost_micros(
+                    &pricing,
+                    usage["prompt_tokens"].as_u64().unwrap(),
+                    cached,
+                    5,
+                );
+                assert_eq!(before - balance(&s), want.0, "{name}: charge");
+                answers.push((v["choices"][0]["message"]["content"].clone(), cached));
+            }
+            let pieces: String = item["greedy_pieces"]
+                .as_array()
+                .expect("pieces")
+                .iter()
+                .map(|p| p.as_str().unwrap_or(""))
+                // Special tokens (`<row_6_col_1>`) are not written into the text.
+                .filter(|p| !(p.starts_with('<') && p.ends_with('>')))
+                .map(|p| p.replace('\u{2581}', " "))
+                .collect();
+            assert_eq!(
+                answers[0].0, answers[1].0,
+                "{name}: the cached prompt answers the same"
+            );
+            assert_eq!(
+                answers[0].0.as_str().unwrap_or("").trim_start(),
+                pieces.trim_start(),
+                "{name}"
+            );
+            assert!(
+                answers[1].1 > 0,
+                "{name}: the second request reuses the prefix cache"
+            );
+        }
+    }
+}
+
+/// Images are refused by name: to a text-only model (`image_not_supported`), as a remote URL
+/// (`image_url_not_allowed`), unreadable (`invalid_image`); and no balance moves.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_images_are_refused_by_part_and_cost_nothing() {
+    let s = vision_server();
+    let png = data_url(&dir("images").join("square.png"));
+    let before = balance(&s);
+    let cases = [
+        ("text-only", png.as_str(), "image_not_supported"),
+        (
+            "gemma3",
+            "https://127.0.0.1/cat.png",
+            "image_url_not_allowed",
+        ),
+        ("gemma3", "data:image/png;base64,aGVsbG8=", "invalid_image"),
+    ];
+    for (model, url, code) in cases {
+        let (status, _, v) = s
+            .post("/v1/chat/completions", &image_chat(model, url), &[])
+            .await;
+        assert_eq!(status, 400, "{model} {url}: {v}");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(v["error"]["param"], "messages[0].content[0]", "{v}");
+    }
+    assert_eq!(balance(&s), before);
 }

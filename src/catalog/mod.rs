@@ -157,6 +157,10 @@ pub struct ModelEntry {
     pub tokenizer: Option<String>,
     /// Weight sources, most preferred first.
     pub sources: Vec<WeightSource>,
+    /// Sources of the vision part (llama.cpp's `mmproj` GGUF: encoder and projector), most
+    /// preferred first; required when `input_modalities` has `image`.
+    #[serde(default)]
+    pub mmproj: Vec<WeightSource>,
 }
 
 impl ModelEntry {
@@ -213,9 +217,15 @@ impl Catalog {
             if m.sources.is_empty() {
                 return Err(format!("model `{}` has no weight source", m.id));
             }
-            for src in &m.sources {
+            for src in m.sources.iter().chain(&m.mmproj) {
                 src.validate()
                     .map_err(|e| format!("model `{}`: {e}", m.id))?;
+            }
+            if m.reads_images() && m.mmproj.is_empty() {
+                return Err(format!(
+                    "model `{}` reads images but has no `mmproj` source (its vision part)",
+                    m.id
+                ));
             }
             if let Some(t) = m.chat_template.as_deref() {
                 if !BUILTIN_TEMPLATES.contains(&t) {

@@ -22,7 +22,8 @@ pub use runtime::candle_engine::{CandleEngine, EngineConfig};
 pub use runtime::choices::ChoiceEvents;
 pub use runtime::sampler::{SamplingParams, TokenLogprob};
 pub use text::chat::{
-    ChatInput, ChatMessage, OutputConstraint, Role, TextPrompt, ToolCall, ToolChoice, ToolSpec,
+    ChatInput, ChatMessage, ContentPart, InputImage, OutputConstraint, Role, TextPrompt, ToolCall,
+    ToolChoice, ToolSpec,
 };
 pub use text::tokenizer::TokenText;
 
@@ -48,6 +49,52 @@ pub struct Prompt {
     pub vocab_size: Option<usize>,
     /// How the generation thinks (`text::reasoning`); `None` when it does not.
     pub reasoning: Option<text::reasoning::Reasoning>,
+    /// The image rows that replace runs of `token_ids` (one entry per run, in order).
+    pub images: Vec<PromptImage>,
+}
+
+/// A run of image tokens in a prompt and the rows that replace their embeddings.
+#[derive(Debug, Clone)]
+pub struct PromptImage {
+    /// Index in `Prompt::token_ids` of the run's first token.
+    pub at: usize,
+    /// The run's tokens.
+    pub len: usize,
+    /// `[len][hidden]` f32.
+    pub rows: Arc<[f32]>,
+    /// The run's tokens attend to each other both ways (Gemma 3).
+    pub bidirectional: bool,
+    /// A hash of the image's rows, so the prefix cache never takes one image's KV rows for
+    /// another's (`Prompt::cache_key`).
+    pub hash: u64,
+}
+
+impl PromptImage {
+    /// The run's positions in the prompt.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.at..self.at + self.len
+    }
+}
+
+impl Prompt {
+    /// The ids the prefix cache keys this prompt by: `token_ids`, with each image token
+    /// replaced by an id above any vocabulary's (bit 31 set) drawn from its image's hash and
+    /// its place in the run, so equal images share cached KV rows and different ones do not.
+    pub fn cache_key(&self) -> std::borrow::Cow<'_, [u32]> {
+        if self.images.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.token_ids);
+        }
+        let mut key = self.token_ids.clone();
+        for image in &self.images {
+            for (i, k) in image.range().enumerate() {
+                if let Some(slot) = key.get_mut(k) {
+                    let mixed = image.hash ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    *slot = 0x8000_0000 | ((mixed ^ (mixed >> 32)) as u32 & 0x7FFF_FFFF);
+                }
+            }
+        }
+        std::borrow::Cow::Owned(key)
+    }
 }
 
 impl Prompt {
@@ -62,6 +109,7 @@ impl Prompt {
             tool_syntax: None,
             vocab_size: None,
             reasoning: None,
+            images: Vec::new(),
         }
     }
 }
@@ -197,6 +245,18 @@ pub enum EngineError {
     /// vocabulary).
     #[error("the model does not think")]
     NoReasoning,
+    /// Image `index` of the request (`ChatInput::images`) cannot be read or is too large.
+    #[error("image {index}: {message}")]
+    Image {
+        index: usize,
+        message: String,
+        /// Over the size limits (rather than unreadable).
+        too_large: bool,
+    },
+    /// Images sent to a model without a vision part (the catalogue lets only image models
+    /// through, so this is a model whose vision part is missing).
+    #[error("the model does not read images")]
+    NoVision,
     #[error("failed to load model `{model}`: {message}")]
     Load { model: String, message: String },
     #[error("cannot load a model of {needed} bytes: the memory budget of {budget} bytes is held by busy models")]
@@ -223,7 +283,8 @@ pub trait Engine: Send + Sync + 'static {
     ///
     /// # Errors
     /// `ModelNotLoaded`, `Template`, `NoFim`, `NoReasoning`, `PromptTooLong` (at least the model's context: refused
-    /// before the rest is tokenized), `Tokenize`, `Grammar`.
+    /// before the rest is tokenized), `Tokenize`, `Grammar`, `Image` (an image that cannot be
+    /// read or is too large), `NoVision`.
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError>;
     /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is
     /// loaded now: never loads a model and does not count as a use (for cost estimates).

@@ -4,7 +4,8 @@
 //! `state` (what handlers share), `error` (the `/v1` envelope and its table), `schema` (wire
 //! shapes and their OpenAPI schemas), `limits` (every rate limit), `session` (session cookies
 //! and the same-site rule), `access` (who pays), `paid` (the opening of every paid request,
-//! around `metering`), `request` (parsing and bounding request bodies), `completion` (chat
+//! around `metering`), `request` (parsing and bounding request bodies), `images` (a request's
+//! images from its `data:` URLs), `completion` (chat
 //! completion wire shapes, also rendered by the Responses API), `sse` (the framing every
 //! streamed answer shares), `headers`, `cors`, `server` and `connections` (the HTTP layer's
 //! limits).
@@ -17,6 +18,7 @@ pub(crate) mod connections;
 pub(crate) mod cors;
 pub mod error;
 pub(crate) mod headers;
+pub(crate) mod images;
 pub mod limits;
 pub(crate) mod paid;
 pub mod request;

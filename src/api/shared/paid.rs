@@ -242,7 +242,12 @@ fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
 /// # Errors
 /// 404 `model_not_available` (no weights found after all), 502 `model_unavailable` (cannot
 /// load), 400 `invalid_messages` (the template refuses them), 503 `model_capacity`, 500.
-pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result<Prompt, ApiError> {
+pub async fn prepare(
+    state: &AppState,
+    model: &str,
+    input: &ChatInput,
+    image_params: &[String],
+) -> Result<Prompt, ApiError> {
     let engine = state.models.engine.clone();
     let (id, model, input) = (model, model.to_owned(), input.clone());
     let grammar_param = match input.constraint {
@@ -283,6 +288,16 @@ pub async fn prepare(state: &AppState, model: &str, input: &ChatInput) -> Result
             param: Some("messages".into()),
             code: Code::ContextLengthExceeded,
             message: format!("This model's maximum context length is {} tokens. However, your messages have more than {limit} tokens (counting stopped at {counted}). Please reduce the length of the messages.", limit + 1),
+        },
+        (EngineError::Image { index, message, too_large }, _) => ApiError::BadRequest {
+            param: image_params.get(index).cloned(),
+            code: if too_large { Code::ImageTooLarge } else { Code::InvalidImage },
+            message: format!("The image cannot be used: {message}."),
+        },
+        (EngineError::NoVision, _) => ApiError::BadRequest {
+            param: image_params.first().cloned(),
+            code: Code::ImageNotSupported,
+            message: format!("The model `{id}` was loaded without its vision part, so it cannot read images."),
         },
         (EngineError::Grammar(g), _) => ApiError::BadRequest {
             param: Some(grammar_param.into()),

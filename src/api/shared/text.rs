@@ -4,11 +4,12 @@
 //! the prompt is rendered and tokenized, the completion's token budget is fitted to the
 //! context, and the `PaidRequest` for `metering` is built. Only the field names in errors
 //! differ between the two surfaces (`Surface`).
-//! May use: `paid`, `call`, `request`, `error`, `state`, `engine`, `metering`.
+//! May use: `paid`, `call`, `request`, `images`, `error`, `state`, `engine`, `metering`.
 
 use super::call::Caller;
 use super::codes::Code;
 use super::error::{ApiError, Remedy};
+use super::images;
 use super::paid;
 use super::request::{self, ChatRequest, ImagePart};
 use super::state::AppState;
@@ -106,7 +107,8 @@ impl Surface {
 ///
 /// # Errors
 /// 404 `model_not_found` / `model_not_available`, 403 `model_license_forbids_commercial_use`,
-/// 400 `image_not_supported`, the errors of `paid::prepare`, 400 `context_length_exceeded`
+/// 400 `image_not_supported`, the errors of `images::input_images` and `paid::prepare`, 400
+/// `context_length_exceeded`
 /// (in `surface`'s field names).
 pub async fn paid_request(
     state: &AppState,
@@ -124,7 +126,10 @@ pub async fn paid_request(
             message: format!("The model `{}` does not read images.", chat.model),
         });
     }
-    let prompt = paid::prepare(state, &chat.model, &chat.input)
+    let image_params: Vec<String> = chat.images.iter().map(|i| surface.image_param(i)).collect();
+    let mut chat = chat;
+    chat.input.images = images::input_images(&chat.images, &|i| surface.image_param(i))?;
+    let prompt = paid::prepare(state, &chat.model, &chat.input, &image_params)
         .await
         .map_err(|e| surface.in_its_terms(e))?;
     if let Some(vocab) = prompt.vocab_size {

@@ -184,6 +184,9 @@ pub struct InputRows<'a> {
     pub at: usize,
     /// `[n][hidden]` f32: replaces tokens `at..at + n`.
     pub rows: &'a [f32],
+    /// Tokens of the same run already in the cache before `at` (a prefix-cache hit ended
+    /// inside it); a bidirectional run's block starts that far back.
+    pub before: usize,
     /// The `n` tokens attend to each other both ways (Gemma 3's image blocks), not causally.
     pub bidirectional: bool,
 }
@@ -200,7 +203,7 @@ fn bidirectional_blocks(seqs: &[StepSeq<'_>], hidden: usize) -> Vec<Option<Range
             let first = s.cache.len + input.at;
             for b in &mut blocks[base + input.at..(base + input.at + n).min(base + s.tokens.len())]
             {
-                *b = Some(first..first + n);
+                *b = Some(first - input.before..first + n);
             }
         }
     }

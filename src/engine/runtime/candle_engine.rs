@@ -26,6 +26,7 @@ use crate::engine::text::chat::{ChatInput, OutputConstraint, ToolChoice};
 use crate::engine::text::prompt::PromptFormat;
 use crate::engine::text::template::ChatTemplate;
 use crate::engine::text::tokenizer::ModelTokenizer;
+use crate::engine::vision::{ImageError, ImageLimits, Images, PlaceError, VisionModel};
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::hf_files;
 use crate::engine::weights::resolve;
@@ -72,6 +73,8 @@ struct Front {
     last_used: AtomicU64,
     /// The vocabulary's token trie for constrained decoding, built on first use.
     grammar_env: OnceLock<Result<GrammarEnv, String>>,
+    /// The vision encoder and projector, for a model that reads images.
+    vision: Option<Arc<VisionModel>>,
 }
 
 /// Real inference with candle.
@@ -103,9 +106,13 @@ impl CandleEngine {
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();
         for (id, path, ctx) in &config.models {
-            let builtin = config.on_demand.as_ref().and_then(|(c, _)| c.get(id));
-            let builtin = builtin.and_then(|e| e.chat_template.as_deref());
-            let (rt, front) = load(id, path, *ctx, builtin, &config.device)?;
+            let entry = config.on_demand.as_ref().and_then(|(c, _)| c.get(id));
+            let builtin = entry.and_then(|e| e.chat_template.as_deref());
+            let mmproj = match (entry, &config.on_demand) {
+                (Some(entry), Some((_, dir))) => vision_part(entry, dir)?,
+                _ => None,
+            };
+            let (rt, front) = load(id, path, *ctx, builtin, mmproj.as_deref(), &config.device)?;
             runtimes.push(rt);
             fronts.push(Some(Arc::new(front)));
         }
@@ -224,13 +231,16 @@ impl CandleEngine {
                 }
             };
             found = true;
-            self.make_room(weights_bytes(&path))?;
+            let mmproj = vision_part(entry, weights_dir)?;
+            let vision_bytes = mmproj.as_deref().map_or(0, weights_bytes);
+            self.make_room(weights_bytes(&path) + vision_bytes)?;
             let builtin = entry.chat_template.as_deref();
             match load(
                 &entry.id,
                 &path,
                 entry.context_length,
                 builtin,
+                mmproj.as_deref(),
                 &self.device,
             ) {
                 Ok(loaded) => return Ok(loaded),
@@ -260,14 +270,41 @@ impl CandleEngine {
 /// prompt leaves room for at least one generated token in the model's context.
 fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
     let limit = f.context_length.saturating_sub(1);
-    let (ids, reasoning) = crate::engine::text::prompt::rendered_prompt(
+    let images = match (input.images.is_empty(), &f.vision) {
+        (true, _) => None,
+        (false, None) => return Err(EngineError::NoVision),
+        (false, Some(vision)) => Some((
+            vision,
+            Images::read(vision, &input.images, &ImageLimits::default()).map_err(place_error)?,
+        )),
+    };
+    let expand = |text: String| match &images {
+        None => Ok(text),
+        Some((vision, images)) => images.expand(vision, &text).map_err(place_error),
+    };
+    let (ids, reasoning) = crate::engine::text::prompt::rendered_prompt_with(
         &f.id,
         &f.tokenizer,
         &f.template,
         input,
         limit,
+        &expand,
     )?;
+    let placed = match &images {
+        None => Vec::new(),
+        Some((vision, images)) => {
+            let token = f
+                .tokenizer
+                .tokenizer
+                .token_to_id(vision.image_token())
+                .ok_or_else(|| {
+                    EngineError::Tokenize(format!("no `{}` token", vision.image_token()))
+                })?;
+            images.place(vision, &ids, token).map_err(place_error)?
+        }
+    };
     let mut prompt = Prompt::plain(model, ids, f.context_length);
+    prompt.images = placed;
     prompt.reasoning = reasoning;
     prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
     let env = || {
@@ -310,6 +347,55 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
     Ok(prompt)
 }
 
+/// The vision part (`mmproj`) of a model that reads images: the first of its sources present
+/// or fetchable; `None` for a text model.
+///
+/// # Errors
+/// `Load` naming every source tried, when the model reads images and none is found: such a
+/// model is refused, never served with its images dropped.
+fn vision_part(
+    entry: &crate::catalog::ModelEntry,
+    weights_dir: &std::path::Path,
+) -> Result<Option<PathBuf>, EngineError> {
+    if !entry.reads_images() {
+        return Ok(None);
+    }
+    let mut tried = Vec::new();
+    for src in &entry.mmproj {
+        match resolve::try_source(src, weights_dir) {
+            Ok(path) => return Ok(Some(path)),
+            Err(why) => tried.push(format!("{}: {why}", src.describe())),
+        }
+    }
+    Err(EngineError::Load {
+        model: entry.id.clone(),
+        message: format!(
+            "the model reads images, but its vision part (mmproj) was not found; tried: {}",
+            if tried.is_empty() {
+                "no source".to_owned()
+            } else {
+                tried.join("; ")
+            }
+        ),
+    })
+}
+
+/// A request's images that do not fit its prompt, as the engine's error.
+fn place_error(e: PlaceError) -> EngineError {
+    match e {
+        PlaceError::Image { index, error } => EngineError::Image {
+            index,
+            message: error.to_string(),
+            too_large: matches!(
+                error,
+                ImageError::TooLarge { .. } | ImageError::TooManyBytes { .. }
+            ),
+        },
+        PlaceError::Count { .. } => EngineError::Template(e.to_string()),
+        other => EngineError::Tokenize(other.to_string()),
+    }
+}
+
 /// Load one model: weights, tokenizer and chat template (the file's, else the built-in
 /// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens.
 fn load(
@@ -317,6 +403,7 @@ fn load(
     path: &std::path::Path,
     catalog_ctx: usize,
     builtin: Option<&str>,
+    mmproj: Option<&std::path::Path>,
     device: &Device,
 ) -> Result<(Runtime, Front), EngineError> {
     let err = |e: anyhow::Error| EngineError::Load {
@@ -353,6 +440,21 @@ fn load(
     let context_length = file_ctx.min(catalog_ctx.max(1));
     let model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;
     let context_length = model.config.context_length.min(context_length);
+    let vision = match mmproj {
+        None => None,
+        Some(p) => {
+            let v = VisionModel::open(p).map_err(err)?;
+            if v.text_width() != model.config.hidden {
+                return Err(err(anyhow::anyhow!(
+                    "the vision part `{}` writes rows of {} values, the model takes {}",
+                    p.display(),
+                    v.text_width(),
+                    model.config.hidden
+                )));
+            }
+            Some(Arc::new(v))
+        }
+    };
     tracing::info!(
         model = id, arch = %arch, layers = model.config.n_layers, context_length,
         template = %template.source,
@@ -369,6 +471,7 @@ fn load(
         bytes: weights_bytes(path),
         last_used: AtomicU64::new(0),
         grammar_env: OnceLock::new(),
+        vision,
     };
     Ok((Runtime::new(id, Box::new(model), tokenizer, counts), front))
 }

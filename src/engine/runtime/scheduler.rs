@@ -40,9 +40,9 @@ use super::prefix_cache::{Prefix, PrefixCache};
 use super::sequence::{sample_and_emit, started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
 use crate::engine::model::attention::{SeqCache, BLOCK};
-use crate::engine::model::{StepSeq, Transformer};
+use crate::engine::model::{InputRows, StepSeq, Transformer};
 use crate::engine::text::tokenizer::ModelTokenizer;
-use crate::engine::FinishReason;
+use crate::engine::{FinishReason, PromptImage};
 
 /// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
 /// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
@@ -302,7 +302,7 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     // from there.
     let (layers, row) = rt.model.kv_shape();
     let prompt = &job.request.prompt.token_ids;
-    let found = reuse_prefix(rt, prompt);
+    let found = reuse_prefix(rt, &job.request.prompt.cache_key());
     let cached = found.tokens();
     let rest = prompt.len() + job.request.max_new_tokens - cached;
     let mut cache = SeqCache::after_blocks(found.blocks, layers, rest.min(KV_PREALLOC), row);
@@ -366,7 +366,7 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
     let (_, row) = rt.model.kv_shape();
     let room = s.job.request.max_new_tokens.min(KV_PREALLOC);
     s.cache.freeze(room, row);
-    cache.insert(&s.job.request.prompt.token_ids, &s.cache.blocks);
+    cache.insert(&s.job.request.prompt.cache_key(), &s.cache.blocks);
     metrics::gauge!("tollgate_prefix_cache_bytes", "model" => rt.id.clone())
         .set(cache.bytes() as f64);
     rt.counts.started(pending.len());
@@ -436,12 +436,53 @@ fn plan_step(seqs: &[Seq], step_tokens: usize) -> Vec<(usize, Vec<u32>)> {
         let prompt = &s.job.request.prompt.token_ids;
         if s.pending.is_none() && s.fed < prompt.len() && budget > 0 {
             let n = (prompt.len() - s.fed).min(budget);
+            let n = whole_runs(&s.job.request.prompt.images, s.fed, n);
             plan.push((i, prompt[s.fed..s.fed + n].to_vec()));
-            budget -= n;
+            budget = budget.saturating_sub(n);
         }
     }
     plan.sort_by_key(|p| p.0);
     plan
+}
+
+/// A prefill chunk of `n` tokens from `fed` adjusted so no image run is split across steps (a
+/// Gemma 3 image attends to all of itself, so all its keys must be in the cache together): a
+/// chunk that would end inside a run ends before it, or, when the run starts the chunk, takes
+/// all of it (past the step's budget).
+fn whole_runs(images: &[PromptImage], fed: usize, n: usize) -> usize {
+    let end = fed + n;
+    for image in images {
+        let run = image.range();
+        if run.start < end && end < run.end {
+            return if run.start > fed {
+                run.start - fed
+            } else {
+                run.end - fed
+            };
+        }
+    }
+    n
+}
+
+/// The image rows of the prefill chunk `fed..fed + n` of a prompt with `images`, as the
+/// forward takes them (`InputRows`, `at` relative to the chunk).
+fn chunk_inputs(images: &[PromptImage], fed: usize, n: usize) -> Vec<InputRows<'_>> {
+    let mut out = Vec::new();
+    for image in images {
+        let run = image.range();
+        let (from, to) = (run.start.max(fed), run.end.min(fed + n));
+        if from >= to {
+            continue;
+        }
+        let hidden = image.rows.len() / image.len.max(1);
+        out.push(InputRows {
+            at: from - fed,
+            rows: &image.rows[(from - run.start) * hidden..(to - run.start) * hidden],
+            before: from - run.start,
+            bidirectional: image.bidirectional,
+        });
+    }
+    out
 }
 
 /// Run the model on the planned sequences (`plan` in index order); one logits row per entry.
@@ -453,20 +494,29 @@ fn forward_plan(
     seqs: &mut [Seq],
     plan: &[(usize, Vec<u32>)],
 ) -> candle_core::Result<Vec<Vec<f32>>> {
-    let mut refs: Vec<StepSeq<'_>> = Vec::with_capacity(plan.len());
+    let mut parts = Vec::with_capacity(plan.len());
     let mut rest: &mut [Seq] = seqs;
     let mut base = 0;
     for (i, toks) in plan {
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
         let (cur, tail) = tail.split_first_mut().expect("planned index is in range");
-        refs.push(StepSeq {
-            cache: &mut cur.cache,
-            tokens: toks,
-            inputs: &[],
-        });
+        // A prefill chunk's image rows (none for a decode token).
+        let inputs = match cur.pending {
+            None => chunk_inputs(&cur.job.request.prompt.images, cur.fed, toks.len()),
+            Some(_) => Vec::new(),
+        };
+        parts.push((&mut cur.cache, toks, inputs));
         rest = tail;
         base = i + 1;
     }
+    let mut refs: Vec<StepSeq<'_>> = parts
+        .iter_mut()
+        .map(|(cache, tokens, inputs)| StepSeq {
+            cache,
+            tokens,
+            inputs,
+        })
+        .collect();
     // Audio work waits for this step to end, and the step for audio's (`cpu_turns`).
     crate::cpu_turns::TURNS.engine_step(|| rt.model.forward(&mut refs))
 }

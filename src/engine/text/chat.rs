@@ -32,12 +32,23 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// One part of a message's content, where the order of text and images matters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentPart {
+    Text(String),
+    /// The next of `ChatInput::images`, in message then part order.
+    Image,
+}
+
 /// One chat message with its text content (text parts already joined with `\n`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMessage {
     pub role: Role,
     /// Text; empty for an assistant message that only calls tools.
     pub content: String,
+    /// The content as parts when it has images (text and images in the client's order);
+    /// empty otherwise, when `content` is all of it.
+    pub parts: Vec<ContentPart>,
     /// Calls made by an assistant message, in order.
     pub tool_calls: Vec<ToolCall>,
     /// For `Role::Tool`: the call this message answers.
@@ -54,6 +65,7 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            parts: Vec::new(),
             tool_calls: Vec::new(),
             tool_call_id: None,
             reasoning_content: None,
@@ -63,13 +75,32 @@ impl ChatMessage {
 
 impl Serialize for ChatMessage {
     /// `{"role", "content", "tool_calls"?, "tool_call_id"?}` as chat templates read it:
-    /// `content` is always a string, `""` for an assistant message that only calls tools
-    /// (clients send `null` there; Qwen3's template tests `'</think>' in message.content`, which
-    /// fails on `null` in transformers too).
+    /// `content` is a string, `""` for an assistant message that only calls tools (clients
+    /// send `null` there; Qwen3's template tests `'</think>' in message.content`, which fails on
+    /// `null` in transformers too); a message with images has the list `transformers'`
+    /// processors pass, `[{"type": "image"}, {"type": "text", "text": ...}]`.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("role", &self.role)?;
-        m.serialize_entry("content", &self.content)?;
+        if self.parts.is_empty() {
+            m.serialize_entry("content", &self.content)?;
+        } else {
+            let parts: Vec<TemplatePart<'_>> = self
+                .parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text(text) => TemplatePart {
+                        kind: "text",
+                        text: Some(text),
+                    },
+                    ContentPart::Image => TemplatePart {
+                        kind: "image",
+                        text: None,
+                    },
+                })
+                .collect();
+            m.serialize_entry("content", &parts)?;
+        }
         if !self.tool_calls.is_empty() {
             let calls: Vec<Value> = self
                 .tool_calls
@@ -89,6 +120,22 @@ impl Serialize for ChatMessage {
         }
         m.end()
     }
+}
+
+/// A content part as chat templates read it.
+#[derive(Serialize)]
+struct TemplatePart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+}
+
+/// An image of the request, as the client sent it (encoded: PNG, JPEG, WebP or GIF); decoded
+/// and bounded by the engine (`engine::vision::decode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputImage {
+    pub bytes: std::sync::Arc<[u8]>,
 }
 
 /// A function the model may call (OpenAI `tools[i].function`).
@@ -188,6 +235,8 @@ pub struct ChatInput {
     /// default (it thinks). Ignored for a constrained output that starts at the first token
     /// (`OutputConstraint::from_first_token`): the thinking is then switched off.
     pub thinking: Option<bool>,
+    /// The images of `messages`' `ContentPart::Image` parts, in order.
+    pub images: Vec<InputImage>,
 }
 
 impl ChatInput {

@@ -55,7 +55,24 @@ pub fn rendered_prompt(
     input: &ChatInput,
     limit: usize,
 ) -> Result<(Vec<u32>, Option<Reasoning>), EngineError> {
+    rendered_prompt_with(id, tokenizer, template, input, limit, &|text| Ok(text))
+}
+
+/// [`rendered_prompt`] with the rendered text passed through `expand` before it is tokenized
+/// (images: each placeholder the template wrote becomes the image's tokens).
+///
+/// # Errors
+/// As [`rendered_prompt`], and `expand`'s.
+pub fn rendered_prompt_with(
+    id: &str,
+    tokenizer: &ModelTokenizer,
+    template: &ChatTemplate,
+    input: &ChatInput,
+    limit: usize,
+    expand: &dyn Fn(String) -> Result<String, EngineError>,
+) -> Result<(Vec<u32>, Option<Reasoning>), EngineError> {
     let (text, reasoning) = prompt_text(id, tokenizer, template, input)?;
+    let text = expand(text)?;
     let bos = tokenizer.bos_id.filter(|_| tokenizer.add_bos);
     let room = limit.saturating_sub(usize::from(bos.is_some()));
     let mut ids = tokenizer.encode_within(&text, room).map_err(|e| match e {

@@ -138,6 +138,57 @@ impl VisionModel {
         self.grid(width, height).tiles() * self.tokens_per_tile()
     }
 
+    /// What the family's chat template writes for an image part; `expansion` replaces it.
+    pub fn placeholder(&self) -> &'static str {
+        match self.layout {
+            Layout::Stretch => "<start_of_image>",
+            Layout::Tiles { .. } => "<image>",
+        }
+    }
+
+    /// The token whose positions the image's rows fill.
+    pub fn image_token(&self) -> &'static str {
+        match self.layout {
+            Layout::Stretch => "<image_soft_token>",
+            Layout::Tiles { .. } => "<image>",
+        }
+    }
+
+    /// Whether an image's tokens attend to each other both ways (Gemma 3) or causally.
+    pub fn bidirectional(&self) -> bool {
+        self.layout == Layout::Stretch
+    }
+
+    /// The prompt text an image of `grid` takes in place of `placeholder`, as `transformers`'
+    /// processors write it: Gemma 3's `\n\n<start_of_image>`, the image tokens and
+    /// `<end_of_image>\n\n` (`Gemma3Processor`); Idefics3's tiles row by row, each
+    /// `<fake_token_around_image><row_R_col_C>` and its image tokens, a newline after each row,
+    /// then the global image (`Idefics3Processor`, `get_image_prompt_string`).
+    pub fn expansion(&self, grid: Grid) -> String {
+        let n = self.tokens_per_tile();
+        let tokens = self.image_token().repeat(n);
+        match self.layout {
+            Layout::Stretch => format!("\n\n<start_of_image>{tokens}<end_of_image>\n\n"),
+            Layout::Tiles { .. } => {
+                const FAKE: &str = "<fake_token_around_image>";
+                let global = format!("{FAKE}<global-img>{tokens}{FAKE}");
+                if grid.rows == 0 {
+                    return global;
+                }
+                let mut text = String::new();
+                for r in 1..=grid.rows {
+                    for c in 1..=grid.cols {
+                        text.push_str(&format!("{FAKE}<row_{r}_col_{c}>{tokens}"));
+                    }
+                    text.push('\n');
+                }
+                text.push('\n');
+                text.push_str(&global);
+                text
+            }
+        }
+    }
+
     /// The family's pixel values for `image`: each tile `[3, S, S]`.
     pub fn preprocess(&self, image: &Rgb8) -> Tiled {
         match self.layout {

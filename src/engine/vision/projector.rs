@@ -57,7 +57,7 @@ impl Projector {
             "gemma3" => {
                 let pool = store.usize_or("clip.vision.projector.scale_factor", 4);
                 anyhow::ensure!(
-                    pool > 0 && side % pool == 0,
+                    pool > 0 && side.is_multiple_of(pool),
                     "mmproj: a {side}x{side} patch grid does not pool by {pool}"
                 );
                 let projection = store.tensor_f32("mm.input_projection.weight")?;
@@ -76,7 +76,7 @@ impl Projector {
             "idefics3" => {
                 let scale = store.usize_or("clip.vision.projector.scale_factor", 2);
                 anyhow::ensure!(
-                    scale > 0 && side % scale == 0,
+                    scale > 0 && side.is_multiple_of(scale),
                     "mmproj: a {side}x{side} patch grid does not shuffle by {scale}"
                 );
                 let weight = store.tensor_f32("mm.model.fc.weight")?;

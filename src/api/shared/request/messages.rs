@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use super::validator::{ImagePart, Validator};
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
-use crate::engine::{ChatMessage, Role, ToolCall};
+use crate::engine::{ChatMessage, ContentPart, Role, ToolCall};
 
 impl Validator<'_> {
     /// The conversation and the positions of its image parts; field errors go to `errors`.
@@ -89,9 +89,9 @@ impl Validator<'_> {
             }
         };
         let content = match get("content") {
-            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::String(s)) => Some((s.clone(), Vec::new())),
             Some(Value::Array(parts)) => self.parts(at, parts, i, images),
-            None if role == Some(Role::Assistant) => Some(String::new()),
+            None if role == Some(Role::Assistant) => Some((String::new(), Vec::new())),
             None => {
                 self.err(&format!("{at}.content"), "is required");
                 None
@@ -138,9 +138,11 @@ impl Validator<'_> {
                 .map(str::to_owned),
             _ => None,
         };
+        let (content, parts) = content?;
         Some(ChatMessage {
             role: role?,
-            content: content?,
+            content,
+            parts,
             tool_calls,
             tool_call_id,
             reasoning_content,
@@ -235,26 +237,57 @@ impl Validator<'_> {
         out
     }
 
+    /// A message's content parts: the text parts joined with `\n`, and the parts in order when
+    /// there is an image among them (empty otherwise). Each image's URL is kept in `images`.
     fn parts(
         &mut self,
         at: &str,
         parts: &[Value],
         i: usize,
         images: &mut Vec<ImagePart>,
-    ) -> Option<String> {
+    ) -> Option<(String, Vec<ContentPart>)> {
         let mut texts: Vec<&str> = Vec::new();
+        let mut ordered = Vec::new();
         let before = self.errors.len();
         for (j, p) in parts.iter().enumerate() {
             let pat = format!("{at}.content[{j}]");
             match p.get("type").and_then(Value::as_str) {
                 Some("text") => match p.get("text").and_then(Value::as_str) {
-                    Some(t) => texts.push(t),
+                    Some(t) => {
+                        texts.push(t);
+                        ordered.push(ContentPart::Text(t.to_owned()));
+                    }
                     None => self.err(&format!("{pat}.text"), "is required and must be a string"),
                 },
-                Some("image_url") => images.push(ImagePart {
-                    message: i,
-                    part: j,
-                }),
+                Some("image_url") => {
+                    // `image_url` is `{"url", "detail"?}`; a bare string is accepted too.
+                    let field = p.get("image_url");
+                    let url = field
+                        .and_then(|v| v.get("url").or(Some(v)))
+                        .and_then(Value::as_str);
+                    if let Some(d) = field.and_then(|v| v.get("detail")) {
+                        if !matches!(d.as_str(), Some("auto" | "low" | "high")) {
+                            self.err(
+                                &format!("{pat}.image_url.detail"),
+                                "must be `auto`, `low` or `high`",
+                            );
+                        }
+                    }
+                    match url {
+                        Some(url) => {
+                            images.push(ImagePart {
+                                message: i,
+                                part: j,
+                                url: url.to_owned(),
+                            });
+                            ordered.push(ContentPart::Image);
+                        }
+                        None => self.err(
+                            &format!("{pat}.image_url.url"),
+                            "is required and must be a string",
+                        ),
+                    }
+                }
                 Some(other) if self.refused.is_none() => {
                     self.refused = Some(ApiError::bad(
                         format!("{pat}.type"),
@@ -266,7 +299,10 @@ impl Validator<'_> {
                 None => self.err(&format!("{pat}.type"), "must be `text` or `image_url`"),
             }
         }
-        (self.errors.len() == before).then(|| texts.join("\n"))
+        if !ordered.contains(&ContentPart::Image) {
+            ordered.clear();
+        }
+        (self.errors.len() == before).then(|| (texts.join("\n"), ordered))
     }
 }
 

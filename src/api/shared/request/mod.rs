@@ -180,6 +180,8 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             tools,
             constraint,
             thinking,
+            // Filled from `images` once the model is known to read them (`text::paid_request`).
+            images: Vec::new(),
         },
         images,
         stream,
@@ -223,8 +225,18 @@ mod tests {
             r.images,
             vec![ImagePart {
                 message: 0,
-                part: 1
+                part: 1,
+                url: "x".into(),
             }]
+        );
+        use crate::engine::ContentPart;
+        assert_eq!(
+            r.input.messages[0].parts,
+            [
+                ContentPart::Text("a".into()),
+                ContentPart::Image,
+                ContentPart::Text("b".into())
+            ]
         );
     }
 

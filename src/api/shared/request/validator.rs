@@ -5,11 +5,13 @@ use serde_json::{Map, Value};
 
 use crate::api::shared::error::{ApiError, FieldError};
 
-/// A content part that is an image, by position, to be checked against the model.
+/// A content part that is an image, by position, to be checked against the model, with its
+/// URL (`data:` or remote) as the client sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImagePart {
     pub message: usize,
     pub part: usize,
+    pub url: String,
 }
 
 /// A body's top-level object, with every non-null field outside `accepted` refused.
