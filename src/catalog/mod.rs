@@ -328,6 +328,17 @@ sources = [{ path = "m.gguf" }]
         assert_eq!(c.models[0].pricing.output, PricePerMTok(200_000));
     }
 
+    /// A model that reads images needs its vision part: without an `mmproj` source the
+    /// catalogue is refused, never served with images dropped.
+    #[test]
+    fn an_image_model_without_mmproj_is_refused() {
+        let image = ENTRY.replace(r#"["text"]"#, r#"["text", "image"]"#);
+        let e = Catalog::parse(&image).unwrap_err();
+        assert!(e.contains("mmproj"), "{e}");
+        let with = format!("{image}mmproj = [{{ path = \"mmproj.gguf\" }}]\n");
+        assert!(Catalog::parse(&with).unwrap().models[0].reads_images());
+    }
+
     #[test]
     fn unknown_key_is_an_error_with_its_line() {
         let text = ENTRY.replace("created = 0", "created = 0\ncolour = \"red\"");

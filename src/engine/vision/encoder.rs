@@ -91,7 +91,10 @@ impl Siglip {
         };
         let (p, h) = (shape.patch_size, shape.hidden);
         anyhow::ensure!(
-            p > 0 && shape.image_size.is_multiple_of(p) && shape.heads > 0 && h.is_multiple_of(shape.heads),
+            p > 0
+                && shape.image_size.is_multiple_of(p)
+                && shape.heads > 0
+                && h.is_multiple_of(shape.heads),
             "mmproj: image size {}, patch size {p}, {} heads for width {h} do not fit",
             shape.image_size,
             shape.heads
