@@ -174,30 +174,10 @@ fn gemma3_image_blocks_are_bidirectional() {
     assert!(diff / scale > 1e-3);
 }
 
-/// The tiny models as catalogue entries reading images, weights under `tests/data/vision`.
+/// The tiny models as catalogue entries (`tests/data/vision/models.toml`): `gemma3` and
+/// `smolvlm` read images, `text-only` is the Gemma 3 model without its vision part.
 fn vision_catalog() -> Catalog {
-    let entry = |id: &str, family: &str, image: bool| {
-        let (modalities, mmproj) = if image {
-            (
-                "\"text\", \"image\"",
-                format!("mmproj = [{{ path = \"{family}/mmproj.gguf\" }}]\n"),
-            )
-        } else {
-            ("\"text\"", String::new())
-        };
-        format!(
-            "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"Test Maker\"\nfamily = \"{family}\"\n\
-             parameters = \"1M\"\ncontext_length = 512\nquantization = \"F32\"\nlicense = \"MIT\"\n\
-             license_url = \"https://example.invalid\"\ncommercial_use = true\n\
-             input_modalities = [{modalities}]\ncreated = 1700000000\n\
-             pricing = {{ input = \"0.5\", output = \"1.5\" }}\n\
-             sources = [{{ path = \"{family}/model.gguf\" }}]\n{mmproj}\n"
-        )
-    };
-    let text = entry("gemma3", "gemma3", true)
-        + &entry("smolvlm", "smolvlm", true)
-        + &entry("text-only", "gemma3", false);
-    Catalog::parse(&text).expect("catalogue")
+    Catalog::load(&dir("models.toml")).expect("catalogue")
 }
 
 fn vision_server() -> TestServer {
