@@ -66,6 +66,8 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
     /// Connection and request-size limits.
     pub http: api::shared::server::HttpLimits,
+    /// Whether remote image URLs are fetched.
+    pub image_urls: api::shared::image_fetch::ImageUrls,
 }
 
 /// Start the engine for `cfg` and return the application state.
@@ -171,6 +173,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
         mail,
         http: cfg.http,
         data_dir: cfg.data_dir.clone(),
+        image_urls: cfg.image_urls,
     };
     Ok(assemble(engine, catalog, ledger, settings))
 }
@@ -240,6 +243,8 @@ pub struct ApiSettings {
     pub data_dir: PathBuf,
     /// Connection and request-size limits.
     pub http: api::shared::server::HttpLimits,
+    /// Whether remote image URLs are fetched.
+    pub image_urls: api::shared::image_fetch::ImageUrls,
 }
 
 impl Default for ApiSettings {
@@ -255,6 +260,7 @@ impl Default for ApiSettings {
             oidc: None,
             mail: crate::mail::Outbox::default(),
             http: api::shared::server::HttpLimits::default(),
+            image_urls: api::shared::image_fetch::ImageUrls::default(),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
         }
     }
@@ -293,6 +299,7 @@ pub fn assemble(
                 .with_pacer(pacer),
             ),
             embedder: crate::engine::embed::Embedder::new(),
+            image_urls: s.image_urls,
         },
         accounts: Accounts {
             service: Arc::new(crate::accounts::AccountService::new(ledger, auth.clone())),

@@ -12,6 +12,7 @@ use base64::Engine as _;
 use candle_core::Device;
 use common::*;
 use serde_json::{json, Value};
+use tollgate::api::shared::image_fetch::ImageUrls;
 use tollgate::catalog::Catalog;
 use tollgate::engine::model::attention::SeqCache;
 use tollgate::engine::model::{InputRows, StepSeq, Transformer};
@@ -181,6 +182,10 @@ fn vision_catalog() -> Catalog {
 }
 
 fn vision_server() -> TestServer {
+    vision_server_with(ImageUrls::default())
+}
+
+fn vision_server_with(image_urls: ImageUrls) -> TestServer {
     let catalog = vision_catalog();
     let engine = CandleEngine::start(EngineConfig {
         models: vec![],
@@ -197,6 +202,7 @@ fn vision_server() -> TestServer {
     .expect("engine starts");
     serve_tweaked(Arc::new(engine), catalog, |state| {
         state.models.weights_dir = Arc::new(dir(""));
+        state.models.image_urls = image_urls;
     })
 }
 
@@ -376,4 +382,81 @@ async fn real_smolvlm_256m_reads_an_image() {
     let answer = v["choices"][0]["message"]["content"].as_str().unwrap_or("");
     eprintln!("SmolVLM-256M: {answer:?}");
     assert!(!answer.trim().is_empty());
+}
+
+/// An HTTP server on loopback that answers every request with `body` as `image/png`.
+fn png_server(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    format!("http://{addr}/square.png")
+}
+
+/// Remote image URLs: refused unless the operator allows them; allowed, a URL on a loopback
+/// or private address is still refused (and costs nothing); with private addresses allowed too,
+/// the image is fetched and read as its `data:` URL is.
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_image_urls_follow_the_operator_settings() {
+    let png = std::fs::read(dir("images").join("square.png")).expect("png");
+    let url = png_server(png);
+    let off = vision_server();
+    let (status, _, v) = off
+        .post("/v1/chat/completions", &image_chat("gemma3", &url), &[])
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("image_url_not_allowed")),
+        "{v}"
+    );
+
+    let public_only = vision_server_with(ImageUrls {
+        allow: true,
+        allow_private: false,
+    });
+    let before = balance(&public_only);
+    for internal in [
+        url.as_str(),
+        "http://10.0.0.1/cat.png",
+        "http://[::1]:9/cat.png",
+        "http://169.254.169.254/latest",
+    ] {
+        let (status, _, v) = public_only
+            .post("/v1/chat/completions", &image_chat("gemma3", internal), &[])
+            .await;
+        assert_eq!(status, 400, "{internal}: {v}");
+        assert_eq!(
+            v["error"]["code"], "image_url_not_allowed",
+            "{internal}: {v}"
+        );
+        assert_eq!(v["error"]["param"], "messages[0].content[0]", "{v}");
+    }
+    assert_eq!(balance(&public_only), before);
+
+    let private = vision_server_with(ImageUrls {
+        allow: true,
+        allow_private: true,
+    });
+    let (status, _, v) = private
+        .post("/v1/chat/completions", &image_chat("gemma3", &url), &[])
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let text = std::fs::read_to_string(dir("gemma3").join("reference.json")).expect("json");
+    let reference: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        v["usage"]["prompt_tokens"], reference["images"][0]["n_tokens"],
+        "{v}"
+    );
 }

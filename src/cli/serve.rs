@@ -64,6 +64,19 @@ pub struct ServeArgs {
     /// Leave `Secure` off the dashboard's session cookie, for plain-HTTP local use only.
     #[arg(long, env = "TOLLGATE_INSECURE_COOKIES")]
     pub insecure_cookies: bool,
+    /// Fetch `http(s)` image URLs in requests (off: only `data:` URLs are accepted). Fetches
+    /// take at most 10 s and 20 MiB each, follow at most 3 redirects, and never reach
+    /// loopback, private or other internal addresses.
+    #[arg(long, env = "TOLLGATE_ALLOW_IMAGE_URLS")]
+    pub allow_image_urls: bool,
+    /// With `--allow-image-urls`, also fetch from loopback, private and other internal
+    /// addresses (images on an internal network; exposes them to every API key).
+    #[arg(
+        long,
+        env = "TOLLGATE_ALLOW_PRIVATE_IMAGE_URLS",
+        requires = "allow_image_urls"
+    )]
+    pub allow_private_image_urls: bool,
     /// Base URL of the server as users reach it (for links in e-mails), e.g.
     /// `https://llm.example.com`; default: `http://` + the request's Host.
     #[arg(long, env = "TOLLGATE_PUBLIC_URL")]
@@ -205,6 +218,10 @@ impl ServeArgs {
             public_rpm: self.public_rpm,
             cors_origins: self.cors_origins.clone(),
             http: self.http.limits(),
+            image_urls: crate::api::shared::image_fetch::ImageUrls {
+                allow: self.allow_image_urls,
+                allow_private: self.allow_private_image_urls,
+            },
             mcp: crate::mcp::McpSettings {
                 allowed_hosts: mcp_hosts(self.public_url.as_deref(), &self.mcp_allowed_hosts),
                 tokenizers_dir: self

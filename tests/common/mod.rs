@@ -341,13 +341,19 @@ pub fn chat_body(model: &str, system: Option<&str>, user: &str, extra: &str) -> 
     }
 }
 
-/// A catalogue entry for tests (prices 0.5 / 1.5 USD per 1M tokens).
+/// A catalogue entry for tests (prices 0.5 / 1.5 USD per 1M tokens); one that reads images
+/// names an `mmproj` file beside its weights.
 pub fn entry(id: &str, ctx: usize, modalities: &str, commercial: bool) -> String {
+    let mmproj = if modalities.contains("image") {
+        format!("mmproj = [{{ path = \"{id}.mmproj.gguf\" }}]\n")
+    } else {
+        String::new()
+    };
     format!(
         "[[model]]\nid = \"{id}\"\nname = \"{id}\"\nmaker = \"Test Maker\"\nfamily = \"llama\"\nparameters = \"1M\"\n\
          context_length = {ctx}\nquantization = \"Q8_0\"\nlicense = \"MIT\"\nlicense_url = \"https://example.invalid\"\n\
          commercial_use = {commercial}\ninput_modalities = [{modalities}]\ncreated = 1700000000\n\
-         pricing = {{ input = \"0.5\", output = \"1.5\" }}\nsources = [{{ path = \"{id}.gguf\" }}]\n\n"
+         pricing = {{ input = \"0.5\", output = \"1.5\" }}\nsources = [{{ path = \"{id}.gguf\" }}]\n{mmproj}\n"
     )
 }
 

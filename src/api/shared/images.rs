@@ -1,16 +1,19 @@
 //! A request's images from the URLs of its `image_url` / `input_image` parts: `data:` URLs
-//! (base64 PNG, JPEG, WebP or GIF) decoded to bytes, with the count and size bounded before any
-//! pixel is decoded (`engine::vision::decode` bounds the rest). Remote `http(s)` URLs are
-//! refused: this server does not fetch images. Every failure is a 400 naming the part.
+//! (base64 PNG, JPEG, WebP or GIF) decoded to bytes, and `http(s)` URLs fetched only when the
+//! operator allows it (`image_fetch`), with the count and size bounded before any pixel is
+//! decoded (`engine::vision::decode` bounds the rest). Every failure is a 400 naming the part.
 //!
-//! May use: `request`, `error`, `codes`, `engine`, `base64`. Never: the ledger, handlers.
+//! May use: `request`, `error`, `codes`, `image_fetch`, `engine`, `base64`. Never: the ledger,
+//! handlers.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
 use super::codes::Code;
 use super::error::ApiError;
+use super::image_fetch::{self, FetchError, ImageUrls};
 use super::request::ImagePart;
 use crate::engine::vision::ImageLimits;
 use crate::engine::InputImage;
@@ -27,15 +30,21 @@ const TYPES: [&str; 5] = [
     "image/gif",
 ];
 
-/// The bytes of each part's image, in order. `param` names a part in the surface's terms.
+/// Most seconds all of a request's remote images may take to fetch together.
+const FETCH_BUDGET: Duration = Duration::from_secs(30);
+
+/// The bytes of each part's image, in order. `param` names a part in the surface's terms;
+/// `urls` says whether remote URLs are fetched.
 ///
 /// # Errors
-/// 400 `too_many_images` (more than `MAX_IMAGES`), `image_url_not_allowed` (a remote URL),
-/// `invalid_image` (not a base64 `data:` URL of a supported type), `image_too_large` (over the
+/// 400 `too_many_images` (more than `MAX_IMAGES`), `image_url_not_allowed` (a remote URL when
+/// they are off, or one that reaches an internal address), `invalid_image` (not a base64
+/// `data:` URL of a supported type; a fetch that fails), `image_too_large` (over the
 /// encoded-size limit).
-pub fn input_images(
+pub async fn input_images(
     parts: &[ImagePart],
-    param: &dyn Fn(&ImagePart) -> String,
+    param: &(dyn Fn(&ImagePart) -> String + Sync),
+    urls: ImageUrls,
 ) -> Result<Vec<InputImage>, ApiError> {
     if let Some(extra) = parts.get(MAX_IMAGES) {
         return Err(ApiError::bad(
@@ -44,23 +53,67 @@ pub fn input_images(
             format!("A request may have at most {MAX_IMAGES} images."),
         ));
     }
-    parts
-        .iter()
-        .map(|part| {
-            data_url(&part.url).map_err(|(code, message)| ApiError::bad(param(part), code, message))
-        })
-        .collect()
+    let started = Instant::now();
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts {
+        let image = if is_remote(&part.url) {
+            remote(&part.url, urls, started).await
+        } else {
+            data_url(&part.url)
+        };
+        out.push(image.map_err(|(code, message)| ApiError::bad(param(part), code, message))?);
+    }
+    Ok(out)
 }
 
-/// The image of one URL.
-fn data_url(url: &str) -> Result<InputImage, (Code, String)> {
+fn is_remote(url: &str) -> bool {
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    if lower.starts_with("http://") || lower.starts_with("https://") {
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// A remote image, when `urls` allows it, fetched on a blocking thread within what is left of
+/// the request's `FETCH_BUDGET`.
+async fn remote(
+    url: &str,
+    urls: ImageUrls,
+    started: Instant,
+) -> Result<InputImage, (Code, String)> {
+    if !urls.allow {
         return Err((
             Code::ImageUrlNotAllowed,
             "This server does not fetch images from URLs; send the image inline as a `data:` URL (for example `data:image/png;base64,...`).".into(),
         ));
     }
+    if started.elapsed() >= FETCH_BUDGET {
+        return Err((
+            Code::InvalidImage,
+            format!(
+                "The request's images took more than {} s to fetch.",
+                FETCH_BUDGET.as_secs()
+            ),
+        ));
+    }
+    let limit = ImageLimits::default().max_bytes;
+    let url = url.to_owned();
+    let fetched =
+        tokio::task::spawn_blocking(move || image_fetch::fetch(&url, limit, urls.allow_private))
+            .await
+            .unwrap_or_else(|e| Err(FetchError::Failed(e.to_string())));
+    match fetched {
+        Ok(bytes) => Ok(InputImage {
+            bytes: Arc::from(bytes),
+        }),
+        Err(FetchError::Internal) => Err((
+            Code::ImageUrlNotAllowed,
+            format!("The image URL is refused: {}.", FetchError::Internal),
+        )),
+        Err(FetchError::TooLarge(_)) => Err(too_large(limit + 1, limit)),
+        Err(e @ FetchError::Failed(_)) => Err((Code::InvalidImage, format!("{e}."))),
+    }
+}
+
+/// The image of one URL.
+fn data_url(url: &str) -> Result<InputImage, (Code, String)> {
     let invalid = |what: &str| {
         (
             Code::InvalidImage,
@@ -116,8 +169,12 @@ mod tests {
         }
     }
 
-    fn code(url: &str) -> Code {
-        match input_images(&[part(url)], &|p| format!("m[{}].c[{}]", p.message, p.part)) {
+    fn named(p: &ImagePart) -> String {
+        format!("m[{}].c[{}]", p.message, p.part)
+    }
+
+    async fn code_with(url: &str, urls: ImageUrls) -> Code {
+        match input_images(&[part(url)], &named, urls).await {
             Err(ApiError::BadRequest { code, param, .. }) => {
                 assert_eq!(param.as_deref(), Some("m[0].c[1]"));
                 code
@@ -126,33 +183,50 @@ mod tests {
         }
     }
 
-    #[test]
-    fn data_urls_decode_and_the_rest_is_refused_by_name() {
-        let ok = input_images(&[part("data:image/png;base64,iVBORw0KGgo=")], &|_| {
-            String::new()
-        })
-        .expect("png");
+    async fn code(url: &str) -> Code {
+        code_with(url, ImageUrls::default()).await
+    }
+
+    #[tokio::test]
+    async fn data_urls_decode_and_the_rest_is_refused_by_name() {
+        let png = [part("data:image/png;base64,iVBORw0KGgo=")];
+        let ok = input_images(&png, &named, ImageUrls::default())
+            .await
+            .expect("png");
         assert_eq!(&ok[0].bytes[..4], b"\x89PNG");
         assert_eq!(
-            code("https://example.com/cat.png"),
+            code("https://example.com/cat.png").await,
             Code::ImageUrlNotAllowed
         );
-        assert_eq!(code("HTTP://example.com/cat.png"), Code::ImageUrlNotAllowed);
-        assert_eq!(code("file:///etc/passwd"), Code::InvalidImage);
-        assert_eq!(code("data:text/plain;base64,aGk="), Code::InvalidImage);
-        assert_eq!(code("data:image/png,rawbytes"), Code::InvalidImage);
-        assert_eq!(code("data:image/png;base64,***"), Code::InvalidImage);
+        assert_eq!(
+            code("HTTP://example.com/cat.png").await,
+            Code::ImageUrlNotAllowed
+        );
+        assert_eq!(code("file:///etc/passwd").await, Code::InvalidImage);
+        assert_eq!(
+            code("data:text/plain;base64,aGk=").await,
+            Code::InvalidImage
+        );
+        assert_eq!(code("data:image/png,rawbytes").await, Code::InvalidImage);
+        assert_eq!(code("data:image/png;base64,***").await, Code::InvalidImage);
         let huge = format!("data:image/png;base64,{}", "A".repeat(28 * 1024 * 1024));
-        assert_eq!(code(&huge), Code::ImageTooLarge);
+        assert_eq!(code(&huge).await, Code::ImageTooLarge);
         let many: Vec<ImagePart> = (0..=MAX_IMAGES)
             .map(|_| part("data:image/png;base64,AA=="))
             .collect();
         assert!(matches!(
-            input_images(&many, &|_| String::new()),
+            input_images(&many, &named, ImageUrls::default()).await,
             Err(ApiError::BadRequest {
                 code: Code::TooManyImages,
                 ..
             })
         ));
+        // Allowed, a loopback URL is still refused, before anything connects.
+        let allowed = ImageUrls {
+            allow: true,
+            allow_private: false,
+        };
+        let loopback = code_with("http://127.0.0.1:9/cat.png", allowed).await;
+        assert_eq!(loopback, Code::ImageUrlNotAllowed);
     }
 }

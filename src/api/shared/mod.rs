@@ -5,7 +5,7 @@
 //! shapes and their OpenAPI schemas), `limits` (every rate limit), `session` (session cookies
 //! and the same-site rule), `access` (who pays), `paid` (the opening of every paid request,
 //! around `metering`), `request` (parsing and bounding request bodies), `images` (a request's
-//! images from its `data:` URLs), `completion` (chat
+//! images from its `data:` URLs), `image_fetch` (remote images, when the operator allows them), `completion` (chat
 //! completion wire shapes, also rendered by the Responses API), `sse` (the framing every
 //! streamed answer shares), `headers`, `cors`, `server` and `connections` (the HTTP layer's
 //! limits).
@@ -18,6 +18,7 @@ pub(crate) mod connections;
 pub(crate) mod cors;
 pub mod error;
 pub(crate) mod headers;
+pub mod image_fetch;
 pub(crate) mod images;
 pub mod limits;
 pub(crate) mod paid;

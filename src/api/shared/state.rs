@@ -44,6 +44,8 @@ pub struct Models {
     pub speech: crate::audio::SharedAudio,
     /// Embedding models: loaded on first use, run on their own worker thread.
     pub embedder: crate::engine::embed::Embedder,
+    /// Whether remote image URLs are fetched (`--allow-image-urls`).
+    pub image_urls: super::image_fetch::ImageUrls,
 }
 
 /// Paid requests: the metering service and the request limits of keys and sessions.

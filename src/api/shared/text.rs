@@ -128,7 +128,8 @@ pub async fn paid_request(
     }
     let image_params: Vec<String> = chat.images.iter().map(|i| surface.image_param(i)).collect();
     let mut chat = chat;
-    chat.input.images = images::input_images(&chat.images, &|i| surface.image_param(i))?;
+    let param = |i: &ImagePart| surface.image_param(i);
+    chat.input.images = images::input_images(&chat.images, &param, state.models.image_urls).await?;
     let prompt = paid::prepare(state, &chat.model, &chat.input, &image_params)
         .await
         .map_err(|e| surface.in_its_terms(e))?;
