@@ -80,12 +80,17 @@ fn public_v4(ip: Ipv4Addr) -> bool {
         || a >= 240) // reserved 240/4
 }
 
-/// Fetch `url` (blocking), refusing internal addresses unless `allow_private`, and bodies over
-/// `max_bytes`.
+/// Fetch `url` (blocking) within `timeout` (at most `FETCH_TIMEOUT`), refusing internal
+/// addresses unless `allow_private`, and bodies over `max_bytes`.
 ///
 /// # Errors
 /// `Internal`, `TooLarge`, `Failed` (scheme, connection, status, time).
-pub fn fetch(url: &str, max_bytes: usize, allow_private: bool) -> Result<Vec<u8>, FetchError> {
+pub fn fetch(
+    url: &str,
+    max_bytes: usize,
+    allow_private: bool,
+    timeout: Duration,
+) -> Result<Vec<u8>, FetchError> {
     let refused = Arc::new(AtomicBool::new(false));
     let flag = refused.clone();
     let resolver = move |netloc: &str| -> std::io::Result<Vec<SocketAddr>> {
@@ -103,7 +108,7 @@ pub fn fetch(url: &str, max_bytes: usize, allow_private: bool) -> Result<Vec<u8>
     };
     let agent = ureq::AgentBuilder::new()
         .resolver(resolver)
-        .timeout(FETCH_TIMEOUT)
+        .timeout(timeout.min(FETCH_TIMEOUT))
         .redirects(MAX_REDIRECTS)
         .user_agent("tollgate-image-fetch")
         .build();
@@ -187,10 +192,14 @@ mod tests {
             "http://[::1]:9/x.png",
             "http://localhost:9/x.png",
         ] {
-            assert_eq!(fetch(url, 1024, false), Err(FetchError::Internal), "{url}");
+            assert_eq!(
+                fetch(url, 1024, false, FETCH_TIMEOUT),
+                Err(FetchError::Internal),
+                "{url}"
+            );
         }
         assert!(matches!(
-            fetch("ftp://example.com/x.png", 1024, false),
+            fetch("ftp://example.com/x.png", 1024, false, FETCH_TIMEOUT),
             Err(FetchError::Failed(_))
         ));
     }

@@ -84,7 +84,8 @@ async fn remote(
             "This server does not fetch images from URLs; send the image inline as a `data:` URL (for example `data:image/png;base64,...`).".into(),
         ));
     }
-    if started.elapsed() >= FETCH_BUDGET {
+    let left = FETCH_BUDGET.saturating_sub(started.elapsed());
+    if left.is_zero() {
         return Err((
             Code::InvalidImage,
             format!(
@@ -95,10 +96,11 @@ async fn remote(
     }
     let limit = ImageLimits::default().max_bytes;
     let url = url.to_owned();
-    let fetched =
-        tokio::task::spawn_blocking(move || image_fetch::fetch(&url, limit, urls.allow_private))
-            .await
-            .unwrap_or_else(|e| Err(FetchError::Failed(e.to_string())));
+    let fetched = tokio::task::spawn_blocking(move || {
+        image_fetch::fetch(&url, limit, urls.allow_private, left)
+    })
+    .await
+    .unwrap_or_else(|e| Err(FetchError::Failed(e.to_string())));
     match fetched {
         Ok(bytes) => Ok(InputImage {
             bytes: Arc::from(bytes),
