@@ -101,6 +101,56 @@ fn run(
     (first, greedy)
 }
 
+/// One family's fixture: its vision and text models and `reference.json`.
+struct Fixture {
+    dir: PathBuf,
+    vision: VisionModel,
+    model: Transformer,
+    reference: Value,
+}
+
+impl Fixture {
+    fn open(family: &str) -> Self {
+        let dir = dir(family);
+        let vision = VisionModel::open(&dir.join("mmproj.gguf")).expect("mmproj");
+        let mut file = GgufFile::open(&dir.join("model.gguf"), &Device::Cpu).expect("gguf");
+        let model = Transformer::load(&mut file).expect("text model");
+        let text = std::fs::read_to_string(dir.join("reference.json")).expect("json");
+        let reference = serde_json::from_str(&text).expect("json");
+        Self {
+            dir,
+            vision,
+            model,
+            reference,
+        }
+    }
+
+    /// The reference's prompt ids and image-token positions for `item`, and the features our
+    /// own preprocessing and encoder give its image.
+    fn prompt(&self, item: &Value) -> (Vec<u32>, Vec<usize>, Vec<f32>) {
+        let file = self.dir.join(item["file"].as_str().expect("file"));
+        let image =
+            decode(&std::fs::read(file).expect("png"), &ImageLimits::default()).expect("decode");
+        let tiles = self.vision.preprocess(&image).tiles;
+        let features = self.vision.embed(&tiles).expect("embed");
+        let features = features.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let ids = serde_json::from_value(item["input_ids"].clone()).expect("ids");
+        let positions =
+            serde_json::from_value(item["image_token_positions"].clone()).expect("positions");
+        (ids, positions, features)
+    }
+}
+
+/// The worst difference of `got` from `want`, relative to `want`'s largest magnitude.
+fn relative(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let worst = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    worst / scale
+}
+
 /// For Gemma 3 (bidirectional image blocks, 4 tokens an image) and SmolVLM (Idefics3 tiles
 /// plus a global image, 16 tokens a tile), on the square, landscape and portrait images: the
 /// image features from our own preprocessing and encoder give `transformers`' last-position
@@ -108,34 +158,17 @@ fn run(
 #[test]
 fn logits_and_greedy_tokens_match_transformers() {
     for (family, bidirectional) in [("gemma3", true), ("smolvlm", false)] {
-        let dir = dir(family);
-        let vision = VisionModel::open(&dir.join("mmproj.gguf")).expect("mmproj");
-        let mut file = GgufFile::open(&dir.join("model.gguf"), &Device::Cpu).expect("gguf");
-        let model = Transformer::load(&mut file).expect("text model");
-        let text = std::fs::read_to_string(dir.join("reference.json")).expect("json");
-        let reference: serde_json::Value = serde_json::from_str(&text).expect("json");
-        for item in reference["images"].as_array().expect("images") {
+        let f = Fixture::open(family);
+        for item in f.reference["images"].as_array().expect("images") {
             let name = format!("{family}/{}", item["name"].as_str().unwrap_or("?"));
-            let bytes = std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("png");
-            let image = decode(&bytes, &ImageLimits::default()).expect("decode");
-            let features = vision
-                .embed(&vision.preprocess(&image).tiles)
-                .expect("embed");
-            let features = features.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let ids: Vec<u32> = serde_json::from_value(item["input_ids"].clone()).expect("ids");
-            let positions: Vec<usize> =
-                serde_json::from_value(item["image_token_positions"].clone()).expect("positions");
+            let (ids, positions, features) = f.prompt(item);
             let greedy_want: Vec<u32> =
                 serde_json::from_value(item["greedy"].clone()).expect("greedy");
-            let want = floats(&dir.join(item["logits"]["file"].as_str().expect("logits")));
-            let (got, greedy) = run(&model, &ids, &positions, &features, bidirectional, 5);
-            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let worst = got
-                .iter()
-                .zip(&want)
-                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            eprintln!("{name}: logits relative error {:.2e}", worst / scale);
-            assert!(worst / scale < 1e-4, "{name}: logits off by {worst}");
+            let want = floats(&f.dir.join(item["logits"]["file"].as_str().expect("logits")));
+            let (got, greedy) = run(&f.model, &ids, &positions, &features, bidirectional, 5);
+            let err = relative(&got, &want);
+            eprintln!("{name}: logits relative error {err:.2e}");
+            assert!(err < 1e-4, "{name}: logits off by {err}");
             assert_eq!(greedy, greedy_want, "{name}: greedy tokens");
         }
     }
@@ -145,34 +178,13 @@ fn logits_and_greedy_tokens_match_transformers() {
 /// logits by far more than the tolerance above (so the test above can tell).
 #[test]
 fn gemma3_image_blocks_are_bidirectional() {
-    let dir = dir("gemma3");
-    let vision = VisionModel::open(&dir.join("mmproj.gguf")).expect("mmproj");
-    let mut file = GgufFile::open(&dir.join("model.gguf"), &Device::Cpu).expect("gguf");
-    let model = Transformer::load(&mut file).expect("text model");
-    let text = std::fs::read_to_string(dir.join("reference.json")).expect("json");
-    let reference: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let item = &reference["images"][0];
-    let bytes = std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("png");
-    let image = decode(&bytes, &ImageLimits::default()).expect("decode");
-    let features = vision
-        .embed(&vision.preprocess(&image).tiles)
-        .expect("embed");
-    let features = features.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let ids: Vec<u32> = serde_json::from_value(item["input_ids"].clone()).expect("ids");
-    let positions: Vec<usize> =
-        serde_json::from_value(item["image_token_positions"].clone()).expect("positions");
-    let (both_ways, _) = run(&model, &ids, &positions, &features, true, 0);
-    let (causal, _) = run(&model, &ids, &positions, &features, false, 0);
-    let scale = both_ways.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let diff = both_ways
-        .iter()
-        .zip(&causal)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    eprintln!(
-        "gemma3: causal vs bidirectional image block, relative {:.2e}",
-        diff / scale
-    );
-    assert!(diff / scale > 1e-3);
+    let f = Fixture::open("gemma3");
+    let (ids, positions, features) = f.prompt(&f.reference["images"][0]);
+    let (both_ways, _) = run(&f.model, &ids, &positions, &features, true, 0);
+    let (causal, _) = run(&f.model, &ids, &positions, &features, false, 0);
+    let diff = relative(&causal, &both_ways);
+    eprintln!("gemma3: causal vs bidirectional image block, relative {diff:.2e}");
+    assert!(diff > 1e-3);
 }
 
 /// The tiny models as catalogue entries (`tests/data/vision/models.toml`): `gemma3` and

@@ -7,56 +7,26 @@ tokens per request: a 1.5B model on CI's two cores.
 import json
 import os
 import pathlib
-import socket
 import subprocess
-import tempfile
-import time
-import urllib.request
 
 import openai
 import pydantic
 import pytest
+
+from own_server import own_server
 
 MODEL = "qwen2.5-coder-1.5b-instruct"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WEIGHTS = ROOT / "weights" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
-def run(*args):
-    return subprocess.run([os.environ["TOLLGATE_BIN"], *args], check=True, capture_output=True, text=True)
-
-
 @pytest.fixture(scope="module")
 def qwen():
     assert WEIGHTS.exists(), f"{WEIGHTS} missing: scripts/fetch-weights qwen-coder"
-    with tempfile.TemporaryDirectory() as work:
-        db = os.path.join(work, "ledger.db")
-        run("accounts", "create", "--email", "qwen@example.com", "--starter-balance-usd", "1", "--db", db)
-        key = run("keys", "create", "--account", "qwen@example.com", "--name", "qwen", "--db", db).stdout.strip()
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        log = open(os.path.join(work, "server.log"), "w")
-        server = subprocess.Popen(
-            [os.environ["TOLLGATE_BIN"], "serve", "--bind", f"127.0.0.1:{port}", "--load", MODEL,
-             "--threads", "2", "--db", db],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            for _ in range(240):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                    break
-                except OSError:
-                    assert server.poll() is None, open(os.path.join(work, "server.log")).read()
-                    time.sleep(0.5)
-            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=600)
-            client.tollgate_key = key
-            yield client
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
+    with own_server("qwen@example.com", ["--load", MODEL, "--threads", "2"]) as (base_url, key, _):
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=600)
+        client.tollgate_key = key
+        yield client
 
 
 class City(pydantic.BaseModel):

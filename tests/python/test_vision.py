@@ -11,23 +11,17 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
-import tempfile
-import time
-import urllib.request
 
 import openai
 import pytest
+
+from own_server import own_server, run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "vision"
 # tests/data/vision/models.toml prices every model at 0.5 / 1.5 USD per 1M tokens.
 INPUT_PRICE, OUTPUT_PRICE = 500_000, 1_500_000
-
-
-def run(*args):
-    return subprocess.run([os.environ["TOLLGATE_BIN"], *args], check=True, capture_output=True, text=True)
 
 
 def reference(family):
@@ -41,36 +35,13 @@ def data_url(family, item):
 
 @pytest.fixture(scope="module")
 def vision():
-    with tempfile.TemporaryDirectory() as work:
-        db = os.path.join(work, "ledger.db")
-        run("accounts", "create", "--email", "vision@example.com", "--starter-balance-usd", "1", "--db", db)
-        key = run("keys", "create", "--account", "vision@example.com", "--name", "vision", "--db", db).stdout.strip()
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        log = open(os.path.join(work, "server.log"), "w")
-        server = subprocess.Popen(
-            [os.environ["TOLLGATE_BIN"], "serve", "--bind", f"127.0.0.1:{port}",
-             "--models", str(DATA / "models.toml"), "--weights", str(DATA),
-             "--load", "gemma3,smolvlm,text-only", "--threads", "1", "--db", db],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            for _ in range(240):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                    break
-                except OSError:
-                    assert server.poll() is None, open(os.path.join(work, "server.log")).read()
-                    time.sleep(0.5)
-            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=120)
-            client.tollgate_key = key
-            client.tollgate_db = db
-            yield client
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
+    args = ["--models", str(DATA / "models.toml"), "--weights", str(DATA),
+            "--load", "gemma3,smolvlm,text-only", "--threads", "1"]
+    with own_server("vision@example.com", args) as (base_url, key, db):
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)
+        client.tollgate_key = key
+        client.tollgate_db = db
+        yield client
 
 
 def balance(client):

@@ -24,3 +24,27 @@ pub use decode::{decode, ImageError, ImageLimits};
 pub use model::{Grid, Layout, VisionModel};
 pub use prompt::{Images, PlaceError};
 pub use resize::{resize, Filter, Rgb8};
+
+/// What the unit tests of these modules share: the fixtures of `tests/data/vision/`.
+#[cfg(test)]
+mod fixtures {
+    use std::path::{Path, PathBuf};
+
+    /// `tests/data/vision/<family>` and its parsed `reference.json`.
+    pub fn fixture(family: &str) -> (PathBuf, serde_json::Value) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/vision")
+            .join(family);
+        let text = std::fs::read_to_string(dir.join("reference.json")).expect("fixture");
+        (dir, serde_json::from_str(&text).expect("json"))
+    }
+
+    /// A little-endian f32 array file.
+    pub fn floats(path: &Path) -> Vec<f32> {
+        std::fs::read(path)
+            .expect("bin")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+}

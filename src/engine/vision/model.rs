@@ -218,21 +218,8 @@ impl VisionModel {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{fixture, floats};
     use super::*;
-
-    fn dir(family: &str) -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/vision")
-            .join(family)
-    }
-
-    fn floats(path: &std::path::Path) -> Vec<f32> {
-        std::fs::read(path)
-            .expect("bin")
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    }
 
     /// The worst difference relative to the reference's largest magnitude.
     fn relative(got: &[f32], want: &[f32]) -> f32 {
@@ -252,10 +239,8 @@ mod tests {
     #[test]
     fn features_match_transformers() {
         for family in ["gemma3", "smolvlm"] {
-            let dir = dir(family);
+            let (dir, reference) = fixture(family);
             let model = VisionModel::open(&dir.join("mmproj.gguf")).expect("mmproj");
-            let text = std::fs::read_to_string(dir.join("reference.json")).expect("json");
-            let reference: serde_json::Value = serde_json::from_str(&text).expect("json");
             for item in reference["images"].as_array().expect("images") {
                 let name = format!("{family}/{}", item["name"].as_str().unwrap_or("?"));
                 let want = floats(&dir.join(item["features"]["file"].as_str().expect("f")));

@@ -139,28 +139,13 @@ pub fn idefics3(img: &Rgb8, longest: usize, tile: usize, n: &Normalize) -> Tiled
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{fixture, floats};
     use super::*;
 
     const HALF: Normalize = Normalize {
         mean: [0.5; 3],
         std: [0.5; 3],
     };
-
-    fn fixture(family: &str) -> (std::path::PathBuf, serde_json::Value) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/vision")
-            .join(family);
-        let text = std::fs::read_to_string(dir.join("reference.json")).expect("fixture");
-        (dir, serde_json::from_str(&text).expect("json"))
-    }
-
-    fn floats(path: &std::path::Path) -> Vec<f32> {
-        std::fs::read(path)
-            .expect("bin")
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    }
 
     fn image(dir: &std::path::Path, item: &serde_json::Value) -> Rgb8 {
         let bytes = std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("png");
