@@ -80,6 +80,12 @@ fn public_v4(ip: Ipv4Addr) -> bool {
         || a >= 240) // reserved 240/4
 }
 
+/// Whether `url` is an `http` or `https` URL (the schemes `fetch` reads).
+pub fn is_http(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
 /// Fetch `url` (blocking) within `timeout` (at most `FETCH_TIMEOUT`), refusing internal
 /// addresses unless `allow_private`, and bodies over `max_bytes`.
 ///
@@ -112,8 +118,7 @@ pub fn fetch(
         .redirects(MAX_REDIRECTS)
         .user_agent("tollgate-image-fetch")
         .build();
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+    if !is_http(url) {
         return Err(FetchError::Failed(
             "only http and https URLs are fetched".into(),
         ));

@@ -56,7 +56,7 @@ pub async fn input_images(
     let started = Instant::now();
     let mut out = Vec::with_capacity(parts.len());
     for part in parts {
-        let image = if is_remote(&part.url) {
+        let image = if image_fetch::is_http(&part.url) {
             remote(&part.url, urls, started).await
         } else {
             data_url(&part.url)
@@ -64,11 +64,6 @@ pub async fn input_images(
         out.push(image.map_err(|(code, message)| ApiError::bad(param(part), code, message))?);
     }
     Ok(out)
-}
-
-fn is_remote(url: &str) -> bool {
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
 }
 
 /// A remote image, when `urls` allows it, fetched on a blocking thread within what is left of

@@ -360,13 +360,10 @@ fn vision_part(
     if !entry.reads_images() {
         return Ok(None);
     }
-    let mut tried = Vec::new();
-    for src in &entry.mmproj {
-        match resolve::try_source(src, weights_dir) {
-            Ok(path) => return Ok(Some(path)),
-            Err(why) => tried.push(format!("{}: {why}", src.describe())),
-        }
-    }
+    let tried = match resolve::first_source(&entry.mmproj, weights_dir) {
+        Ok(path) => return Ok(Some(path)),
+        Err(tried) => tried,
+    };
     Err(EngineError::Load {
         model: entry.id.clone(),
         message: format!(

@@ -14,8 +14,16 @@ use crate::catalog::{ModelEntry, WeightSource};
 /// # Errors
 /// Every source failed; the list says what was tried and why each failed.
 pub fn resolve(entry: &ModelEntry, weights_dir: &Path) -> Result<PathBuf, Vec<String>> {
+    first_source(&entry.sources, weights_dir)
+}
+
+/// The first of `sources` found or fetched (a model's weights, or its `mmproj` vision part).
+///
+/// # Errors
+/// Every source failed; the list says what was tried and why each failed (empty: no sources).
+pub fn first_source(sources: &[WeightSource], weights_dir: &Path) -> Result<PathBuf, Vec<String>> {
     let mut tried = Vec::new();
-    for src in &entry.sources {
+    for src in sources {
         match try_source(src, weights_dir) {
             Ok(path) => return Ok(path),
             Err(why) => tried.push(format!("{}: {why}", src.describe())),
