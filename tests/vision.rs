@@ -334,6 +334,33 @@ async fn bad_images_are_refused_by_part_and_cost_nothing() {
     assert_eq!(balance(&s), before);
 }
 
+/// The vision encoder runs only for money already held: an account that cannot pay for an
+/// image request gets 402 and its image is never encoded (the model was loaded to count the
+/// prompt); a paying request's image is encoded exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn images_are_encoded_only_after_the_hold() {
+    let s = vision_server();
+    let (_, poor) = s.account_with("poor@example.com", 0);
+    let png = data_url(&dir("images").join("square.png"));
+    let body = image_chat("gemma3", &png);
+    let auth = format!("Bearer {poor}");
+    let (status, _, v) = s
+        .post("/v1/chat/completions", &body, &[("authorization", &auth)])
+        .await;
+    assert_eq!(status, 402, "{v}");
+    let encoded = |s: &TestServer| {
+        s.engine
+            .stats()
+            .iter()
+            .find(|m| m.model == "gemma3")
+            .map(|m| m.images_encoded)
+    };
+    assert_eq!(encoded(&s), Some(0), "loaded, and nothing encoded");
+    let (status, _, v) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(encoded(&s), Some(1));
+}
+
 /// The Responses API takes the same image as an `input_image` part: 200, the reference
 /// prompt's tokens as `input_tokens`, and the reference's greedy text.
 #[tokio::test(flavor = "multi_thread")]

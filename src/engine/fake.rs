@@ -312,6 +312,11 @@ impl Engine for FakeEngine {
         self.prepare(model, input).ok().map(|p| p.token_ids.len())
     }
 
+    /// The fake's prompts never carry images, so there is nothing to encode.
+    fn encode_images(&self, _prompt: &mut Prompt) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// Every choice (`request.n`) produces the same `FAKE_REPLY`, each on its own thread.
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError> {
         let fault = self.fault();
@@ -330,6 +335,7 @@ impl Engine for FakeEngine {
                 model: m.id.clone(),
                 running: self.running.load(Ordering::Relaxed),
                 waiting: 0,
+                images_encoded: 0,
             })
             .collect()
     }

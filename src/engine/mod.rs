@@ -51,6 +51,9 @@ pub struct Prompt {
     pub reasoning: Option<text::reasoning::Reasoning>,
     /// The image rows that replace runs of `token_ids` (one entry per run, in order).
     pub images: Vec<PromptImage>,
+    /// The images whose rows `images` still waits for: `Engine::encode_images` fills them
+    /// after the hold and clears this; `submit` refuses a prompt that still has any.
+    pub pending_images: Option<vision::PendingImages>,
 }
 
 /// A run of image tokens in a prompt and the rows that replace their embeddings.
@@ -60,7 +63,7 @@ pub struct PromptImage {
     pub at: usize,
     /// The run's tokens.
     pub len: usize,
-    /// `[len][hidden]` f32.
+    /// `[len][hidden]` f32; empty until `Engine::encode_images`.
     pub rows: Arc<[f32]>,
     /// The run's tokens attend to each other both ways (Gemma 3).
     pub bidirectional: bool,
@@ -110,6 +113,7 @@ impl Prompt {
             vocab_size: None,
             reasoning: None,
             images: Vec::new(),
+            pending_images: None,
         }
     }
 }
@@ -209,6 +213,8 @@ pub struct ModelStats {
     pub running: usize,
     /// Sequences admitted but not yet scheduled.
     pub waiting: usize,
+    /// Images encoded since the model was loaded (`Engine::encode_images`).
+    pub images_encoded: u64,
 }
 
 /// What an engine knows of a loaded model.
@@ -263,6 +269,10 @@ pub enum EngineError {
     NoRoom { needed: u64, budget: u64 },
     #[error("no weights could be found or fetched for model `{model}`; tried: {}", tried.join("; "))]
     Unavailable { model: String, tried: Vec<String> },
+    #[error("the prompt's images were not encoded before it was submitted")]
+    Unencoded,
+    #[error("the vision encoder failed: {0}")]
+    Encoder(String),
 }
 
 /// The seam between the HTTP layer and inference. `CandleEngine` runs real models; `FakeEngine`
@@ -290,12 +300,21 @@ pub trait Engine: Send + Sync + 'static {
     /// loaded now: never loads a model and does not count as a use (for cost estimates).
     /// `None` when the model is not loaded or its template fails. CPU-bound like `prepare`.
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize>;
+    /// Run the vision encoder over `prompt`'s pending images (`Prompt::pending_images`) and
+    /// give its image runs their rows; nothing when it has none. The expensive part of an image
+    /// request (seconds for a large image on a CPU), so the caller runs it once the request's
+    /// money is held. Blocking: call from a blocking task.
+    ///
+    /// # Errors
+    /// `ModelNotLoaded` (evicted since `prepare`), `NoVision`, `Encoder`.
+    fn encode_images(&self, prompt: &mut Prompt) -> Result<(), EngineError>;
     /// Queue a generation; never blocks. Returns one handle per choice (`request.n`, at least
     /// one), in choice order; each choice's outcome counts the whole prompt, which was
     /// prefilled once for all of them.
     ///
     /// # Errors
-    /// `Overloaded` when the model's admission queue is full; `ModelNotLoaded`; `ShutDown`.
+    /// `Overloaded` when the model's admission queue is full; `ModelNotLoaded`; `ShutDown`;
+    /// `Unencoded` when the prompt still has pending images.
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError>;
     /// Scheduler counters per model.
     fn stats(&self) -> Vec<ModelStats>;

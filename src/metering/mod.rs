@@ -11,7 +11,9 @@
 //! Protocol of one request (`Meter::admit`):
 //! 1. `ledger.admit_request`: claim + hold in one transaction. A replay, a claim in flight or
 //!    a reused key returns before anything is reserved; a 402 writes nothing.
-//! 2. `engine.submit`. A full queue or a refused request voids the hold (and the claim).
+//! 2. `engine.encode_images` (a blocking task; nothing for a prompt without images), so the
+//!    vision encoder only runs for money already held, then `engine.submit`. A failed encode,
+//!    a full queue or a refused request voids the hold (and the claim).
 //! 3. A settlement task, spawned before `admit` returns, so it runs even when the caller is
 //!    dropped: it waits for the engine's `Outcome`, which resolves exactly once (a dropped
 //!    engine counts as a failure), and then
@@ -189,7 +191,11 @@ impl Meter {
             claim: req.idempotency.map(|c| c.scope),
             units: None,
         };
-        let generations = match self.engine.submit(req.generate) {
+        let submitted = match self.encode_images(req.generate).await {
+            Ok(generate) => self.engine.submit(generate),
+            Err(e) => Err(e),
+        };
+        let generations = match submitted {
             Ok(g) => g,
             Err(e) => {
                 settle::void(&ctx, 0).await;
@@ -216,6 +222,28 @@ impl Meter {
                 Admission::Completing(completion)
             }
         })
+    }
+
+    /// Step 2's encoder run for `generate`'s images, off the async threads; `generate` back
+    /// unchanged when it has none.
+    ///
+    /// # Errors
+    /// As `Engine::encode_images`.
+    async fn encode_images(
+        &self,
+        mut generate: GenerateRequest,
+    ) -> Result<GenerateRequest, EngineError> {
+        if generate.prompt.pending_images.is_none() {
+            return Ok(generate);
+        }
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || {
+            engine
+                .encode_images(&mut generate.prompt)
+                .map(|()| generate)
+        })
+        .await
+        .unwrap_or_else(|e| Err(EngineError::Encoder(format!("encoder task: {e}"))))
     }
 
     /// Step 1 for `req`: claim and hold its worst case. With `fit_to_balance`, a refusal for

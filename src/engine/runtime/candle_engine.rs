@@ -290,8 +290,8 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
         limit,
         &expand,
     )?;
-    let placed = match &images {
-        None => Vec::new(),
+    let placed = match images {
+        None => (Vec::new(), None),
         Some((vision, images)) => {
             let token = f
                 .tokenizer
@@ -300,11 +300,12 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
                 .ok_or_else(|| {
                     EngineError::Tokenize(format!("no `{}` token", vision.image_token()))
                 })?;
-            images.place(vision, &ids, token).map_err(place_error)?
+            let (placed, pending) = images.place(vision, &ids, token).map_err(place_error)?;
+            (placed, Some(pending))
         }
     };
     let mut prompt = Prompt::plain(model, ids, f.context_length);
-    prompt.images = placed;
+    (prompt.images, prompt.pending_images) = placed;
     prompt.reasoning = reasoning;
     prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
     let env = || {
@@ -509,7 +510,28 @@ impl Engine for CandleEngine {
             .map(|ids| ids.len())
     }
 
+    fn encode_images(&self, prompt: &mut Prompt) -> Result<(), EngineError> {
+        let Some(pending) = prompt.pending_images.take() else {
+            return Ok(());
+        };
+        let (_, f) = self
+            .front(&prompt.model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(prompt.model.clone()))?;
+        let vision = f.vision.as_ref().ok_or(EngineError::NoVision)?;
+        let started = Instant::now();
+        pending
+            .encode(vision, &mut prompt.images)
+            .map_err(|e| EngineError::Encoder(e.to_string()))?;
+        f.counts.encoded(pending.len());
+        metrics::histogram!("tollgate_image_encode_seconds", "model" => f.id.clone())
+            .record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError> {
+        if request.prompt.pending_images.is_some() {
+            return Err(EngineError::Unencoded);
+        }
         let (index, f) = self
             .front(&request.prompt.model)
             .ok_or_else(|| EngineError::ModelNotLoaded(request.prompt.model.clone()))?;
@@ -556,6 +578,7 @@ impl Engine for CandleEngine {
                 model: f.id.clone(),
                 running: f.counts.running(),
                 waiting: f.counts.waiting(),
+                images_encoded: f.counts.images_encoded(),
             })
             .collect()
     }

@@ -1,10 +1,11 @@
 //! The running and waiting counts of one loaded model: jobs submitted and not yet running, and
-//! sequences running (a job with `n` choices runs as `n` sequences once its prompt is in). The
+//! sequences running (a job with `n` choices runs as `n` sequences once its prompt is in); and
+//! the images its vision encoder has encoded. The
 //! one place these counts change: `submit` and the scheduler call the event that happened, and
 //! `stats`, `/health` and the metrics read them. Relaxed atomics: they are figures to report,
 //! not synchronisation.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The counts of one model (see the module doc). Shared by its engine front and its
 /// scheduler runtime through an `Arc`.
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct Counters {
     running: AtomicUsize,
     waiting: AtomicUsize,
+    images_encoded: AtomicU64,
 }
 
 impl Counters {
@@ -54,5 +56,15 @@ impl Counters {
     /// Jobs queued and not yet running.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// `n` images went through the vision encoder.
+    pub fn encoded(&self, n: usize) {
+        self.images_encoded.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Images encoded since the model was loaded.
+    pub fn images_encoded(&self) -> u64 {
+        self.images_encoded.load(Ordering::Relaxed)
     }
 }

@@ -22,7 +22,7 @@ pub mod resize;
 
 pub use decode::{decode, ImageError, ImageLimits};
 pub use model::{Grid, Layout, VisionModel};
-pub use prompt::{Images, PlaceError};
+pub use prompt::{Images, PendingImages, PlaceError};
 pub use resize::{resize, Filter, Rgb8};
 
 /// What the unit tests of these modules share: the fixtures of `tests/data/vision/`.

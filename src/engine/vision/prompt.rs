@@ -1,6 +1,7 @@
 //! A request's images in its prompt: decoded with their size bounded (`super::decode`), the
-//! template's placeholders expanded into each image's tokens (`VisionModel::expansion`), and,
-//! once the prompt is tokenized, the encoder's rows for each run of image tokens.
+//! template's placeholders expanded into each image's tokens (`VisionModel::expansion`), the
+//! runs of image tokens found once the prompt is tokenized, and, once the request's money is
+//! held, the encoder's rows for each run (`PendingImages::encode`).
 //!
 //! Owns: matching images to placeholders and runs. May use: `super::{decode, model}`, the
 //! engine's prompt types. Never: tokenizers, HTTP, money.
@@ -89,17 +90,17 @@ impl Images {
         Ok(out)
     }
 
-    /// Encode each image and pair its rows with its runs of `image_token` in `ids`, in order:
-    /// one `PromptImage` per run.
+    /// Pair each image with its runs of `image_token` in `ids`, in order: one `PromptImage` per
+    /// run, its rows left empty, and the images kept for `PendingImages::encode`.
     ///
     /// # Errors
-    /// `PlaceError::Tokens` when the runs do not add up to the images' tokens; `Encoder`.
+    /// `PlaceError::Tokens` when the runs do not add up to the images' tokens.
     pub fn place(
-        &self,
+        self,
         vision: &VisionModel,
         ids: &[u32],
         image_token: u32,
-    ) -> Result<Vec<PromptImage>, PlaceError> {
+    ) -> Result<(Vec<PromptImage>, PendingImages), PlaceError> {
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             if id != image_token {
@@ -116,34 +117,95 @@ impl Images {
         if found != expected {
             return Err(PlaceError::Tokens { found, expected });
         }
-        let width = vision.text_width();
+        let per_image = self.grids.iter().map(|g| g.tiles() * per_tile);
         let mut runs = runs.into_iter();
-        let mut out = Vec::new();
-        for (k, image) in self.decoded.iter().enumerate() {
+        let mut placed = Vec::new();
+        let mut pending = Vec::with_capacity(self.decoded.len());
+        for ((image, hash), tokens) in self.decoded.into_iter().zip(self.hashes).zip(per_image) {
+            let first = placed.len();
+            let mut used = 0;
+            while used < tokens {
+                let Some((at, len)) = runs.next() else {
+                    return Err(PlaceError::Tokens { found, expected });
+                };
+                placed.push(PromptImage {
+                    at,
+                    len,
+                    rows: Arc::from(Vec::new()),
+                    bidirectional: vision.bidirectional(),
+                    hash,
+                });
+                used += len;
+            }
+            if used != tokens {
+                return Err(PlaceError::Tokens { found, expected });
+            }
+            pending.push((image, first..placed.len()));
+        }
+        Ok((placed, PendingImages(Arc::new(pending))))
+    }
+}
+
+/// A prompt's decoded images, waiting for the encoder: each with the indices of its runs in
+/// `Prompt::images`. Kept apart so the encoder, the expensive part (seconds for a large image
+/// on a CPU), runs only once the request's money is held (`Engine::encode_images`).
+#[derive(Clone)]
+pub struct PendingImages(Arc<Vec<(Rgb8, std::ops::Range<usize>)>>);
+
+impl std::fmt::Debug for PendingImages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingImages({} images)", self.0.len())
+    }
+}
+
+impl PendingImages {
+    /// Images still to encode.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is nothing to encode.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Preprocess and encode each image, and give each of its runs in `placed` (the
+    /// `Prompt::images` that `Images::place` returned with these) its `[len][text width]` rows.
+    ///
+    /// # Errors
+    /// `PlaceError::Encoder` when the encoder fails or `placed` is not the list these images
+    /// were placed in.
+    pub fn encode(
+        &self,
+        vision: &VisionModel,
+        placed: &mut [PromptImage],
+    ) -> Result<(), PlaceError> {
+        let width = vision.text_width();
+        for (image, runs) in self.0.iter() {
             let tiles = vision.preprocess(image).tiles;
             let rows = vision
                 .embed(&tiles)
                 .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
                 .map_err(|e| PlaceError::Encoder(e.to_string()))?;
+            let Some(runs) = placed.get_mut(runs.clone()) else {
+                return Err(PlaceError::Encoder(
+                    "the image runs are not the ones these images were placed in".into(),
+                ));
+            };
             let mut used = 0;
-            while used * width < rows.len() {
-                let Some((at, len)) = runs.next() else {
-                    return Err(PlaceError::Tokens { found, expected });
-                };
-                let end = (used + len) * width;
+            for run in runs.iter_mut() {
+                let end = (used + run.len) * width;
                 let Some(slice) = rows.get(used * width..end) else {
-                    return Err(PlaceError::Tokens { found, expected });
+                    return Err(PlaceError::Encoder(format!(
+                        "the encoder gave {} rows for {} tokens",
+                        rows.len() / width.max(1),
+                        end / width.max(1)
+                    )));
                 };
-                out.push(PromptImage {
-                    at,
-                    len,
-                    rows: Arc::from(slice),
-                    bidirectional: vision.bidirectional(),
-                    hash: self.hashes[k],
-                });
-                used += len;
+                run.rows = Arc::from(slice);
+                used += run.len;
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
