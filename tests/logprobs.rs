@@ -91,6 +91,7 @@ async fn logprobs_match_a_reference_forward_and_the_stream_matches_the_whole() {
                 cache: &mut cache,
                 tokens: &ids,
                 inputs: &[],
+                grids: &[],
             }])
             .unwrap()
             .remove(0);

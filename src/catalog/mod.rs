@@ -161,6 +161,11 @@ pub struct ModelEntry {
     /// preferred first; required when `input_modalities` has `image`.
     #[serde(default)]
     pub mmproj: Vec<WeightSource>,
+    /// For a vision family that keeps an image's aspect within a pixel budget (Qwen2.5-VL):
+    /// `[min, max]` pixels an image is scaled to, which bounds its tokens (one per 28x28
+    /// pixels) and encoder time. Default `[3136, 1003520]`: 4 to 1,280 tokens.
+    #[serde(default)]
+    pub image_pixels: Option<[usize; 2]>,
 }
 
 impl ModelEntry {
@@ -220,6 +225,14 @@ impl Catalog {
             for src in m.sources.iter().chain(&m.mmproj) {
                 src.validate()
                     .map_err(|e| format!("model `{}`: {e}", m.id))?;
+            }
+            if let Some([min, max]) = m.image_pixels {
+                if min == 0 || min > max {
+                    return Err(format!(
+                        "model `{}`: image_pixels [{min}, {max}] is not a range of areas",
+                        m.id
+                    ));
+                }
             }
             if m.reads_images() && m.mmproj.is_empty() {
                 return Err(format!(

@@ -67,6 +67,9 @@ pub struct PromptImage {
     pub rows: Arc<[f32]>,
     /// The run's tokens attend to each other both ways (Gemma 3).
     pub bidirectional: bool,
+    /// The run as a grid this many tokens wide, for multimodal RoPE (Qwen2.5-VL:
+    /// `model::mrope_position`); `None` where positions are token indices.
+    pub cols: Option<usize>,
     /// A hash of the image's rows, so the prefix cache never takes one image's KV rows for
     /// another's (`Prompt::cache_key`).
     pub hash: u64,

@@ -117,6 +117,7 @@ pub fn perplexity(
                     cache: &mut cache,
                     tokens: &chunk,
                     inputs: &[],
+                    grids: &[],
                 },
                 first,
             )

@@ -87,7 +87,8 @@ pub enum EmbedInput {
 /// The transformer of an embedding model.
 enum Encoder {
     Bert(Bert),
-    Gemma(GemmaEncoder),
+    /// Boxed: its two rotary tables make it several times a BERT encoder's size.
+    Gemma(Box<GemmaEncoder>),
 }
 
 /// A loaded sentence-transformers embedding model.
@@ -184,7 +185,7 @@ impl EmbeddingModel {
             Some("gemma3_text") => {
                 let c: GemmaConfig = serde_json::from_value(config).map_err(parse)?;
                 let e = GemmaEncoder::load(&vb, &c).map_err(load)?;
-                (Encoder::Gemma(e), (id("<bos>")?, id("<eos>")?))
+                (Encoder::Gemma(Box::new(e)), (id("<bos>")?, id("<eos>")?))
             }
             other => {
                 return Err(EmbedError::Load(format!(

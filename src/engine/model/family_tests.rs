@@ -220,6 +220,7 @@ fn check_format(f: Fam, hf: bool) {
                 cache: &mut c,
                 tokens: &ids,
                 inputs: &[],
+                grids: &[],
             }])
             .unwrap()[0],
         &want,
@@ -232,6 +233,7 @@ fn check_format(f: Fam, hf: bool) {
             cache: &mut c,
             tokens: &ids[..5],
             inputs: &[],
+            grids: &[],
         }])
         .unwrap();
     for end in 6..=ids.len() {
@@ -240,6 +242,7 @@ fn check_format(f: Fam, hf: bool) {
                 cache: &mut c,
                 tokens: &ids[end - 1..end],
                 inputs: &[],
+                grids: &[],
             }])
             .unwrap();
         close(
@@ -256,11 +259,13 @@ fn check_format(f: Fam, hf: bool) {
                 cache: &mut a,
                 tokens: &other,
                 inputs: &[],
+                grids: &[],
             },
             StepSeq {
                 cache: &mut b,
                 tokens: &ids,
                 inputs: &[],
+                grids: &[],
             },
         ])
         .unwrap();

@@ -11,7 +11,7 @@ use crate::engine::weights::store::{RopeLayout, TensorStore};
 
 /// GGUF architectures the engine runs.
 pub const SUPPORTED: &str =
-    "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, olmo2, granite, command-r";
+    "llama, mistral, qwen2, qwen2vl, qwen3, gemma2, gemma3, phi3, olmo2, granite, command-r";
 
 struct Loader<'a> {
     file: &'a mut dyn TensorStore,
@@ -92,7 +92,8 @@ impl Family {
     pub fn of(arch: &str) -> Option<Self> {
         Some(match arch {
             "llama" | "mistral" => Self::Llama,
-            "qwen2" => Self::Qwen2,
+            // Qwen2-VL/Qwen2.5-VL's text model: Qwen2 with multimodal RoPE sections.
+            "qwen2" | "qwen2vl" => Self::Qwen2,
             "qwen3" => Self::Qwen3,
             "gemma2" => Self::Gemma2,
             "gemma3" => Self::Gemma3,
@@ -311,6 +312,20 @@ impl Meta<'_> {
         ];
         if c.family == Family::Gemma3 {
             ropes.push(Rope::new(style, 10_000.0, c.head_dim, None, 1.0));
+        }
+        if let Some(v) = file
+            .get(&key("rope.dimension_sections"))
+            .and_then(crate::engine::weights::gguf::int_array)
+        {
+            let s: Vec<usize> = v.iter().map(|&x| usize::try_from(x).unwrap_or(0)).collect();
+            anyhow::ensure!(
+                s.len() >= 3 && s[..3].iter().sum::<usize>() == rotary_dim / 2,
+                "rope.dimension_sections {v:?} do not split {} frequency pairs",
+                rotary_dim / 2
+            );
+            for rope in &mut ropes {
+                rope.sections = Some([s[0], s[1], s[2]]);
+            }
         }
         Ok(ropes)
     }

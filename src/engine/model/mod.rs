@@ -5,7 +5,8 @@
 //! Families (GGUF `general.architecture`), loaded in `load.rs`:
 //! - `llama`/`mistral` (Llama 2/3, Mistral, SmolLM, TinyLlama, Falcon 3, DeepSeek-R1-Distill-Llama;
 //!   with `expert_count` set, Mixtral's sparse mixture of experts, `moe.rs`);
-//! - `qwen2` (q/k/v biases), `qwen3` (per-head q/k RMSNorm);
+//! - `qwen2` (q/k/v biases; `qwen2vl`, Qwen2.5-VL's text model, adds multimodal RoPE over image
+//!   grids: `mrope_position`), `qwen3` (per-head q/k RMSNorm);
 //! - `gemma2` (tanh-GELU, sandwich norms, attention and final logit soft-capping, sliding window
 //!   on every other layer), `gemma3` (q/k norm, 5:1 local/global layers with their own RoPE bases);
 //! - `phi3` (fused qkv and gate/up projections), `olmo2` (post-sublayer norms, q/k norm over the
@@ -161,6 +162,9 @@ pub struct StepSeq<'a> {
     pub tokens: &'a [u32],
     /// In `tokens` order, not overlapping, each within `tokens`.
     pub inputs: &'a [InputRows<'a>],
+    /// Every image of the sequence's prompt laid out as a grid, in order (for a model with
+    /// multimodal RoPE: `mrope_position`); empty otherwise.
+    pub grids: &'a [ImageGrid],
 }
 
 impl<'a> StepSeq<'a> {
@@ -170,8 +174,44 @@ impl<'a> StepSeq<'a> {
             cache,
             tokens,
             inputs: &[],
+            grids: &[],
         }
     }
+}
+
+/// An image's run of tokens in a sequence as a grid, for multimodal RoPE (Qwen2.5-VL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageGrid {
+    /// Index in the sequence of the run's first token.
+    pub at: usize,
+    /// Tokens in the run: `rows x cols`, row-major.
+    pub len: usize,
+    pub cols: usize,
+}
+
+/// The `(t, row, column)` rotary position of the sequence's token `k` (`transformers`'
+/// `Qwen2_5_VLModel.get_rope_index` for still images): text tokens take one position, all
+/// three equal; an image's tokens share its first position `p` as `t` and take `p + y`,
+/// `p + x` at grid cell `(y, x)`; text after an image continues at `p + max(rows, cols)`, so
+/// past images a position is not the token's index.
+pub fn mrope_position(grids: &[ImageGrid], k: usize) -> [usize; 3] {
+    // Positions saved (or, for a grid wider than its run, added) by the images before `k`.
+    let mut shift: isize = 0;
+    for g in grids {
+        if k < g.at {
+            break;
+        }
+        let start = (g.at as isize + shift) as usize;
+        let cols = g.cols.max(1);
+        let rows = g.len.div_ceil(cols);
+        if k < g.at + g.len {
+            let off = k - g.at;
+            return [start, start + off / cols, start + off % cols];
+        }
+        shift += rows.max(cols) as isize - g.len as isize;
+    }
+    let p = (k as isize + shift).max(0) as usize;
+    [p, p, p]
 }
 
 /// Input rows in place of token embeddings: an image's projected features at its image tokens
@@ -288,12 +328,22 @@ impl Transformer {
     ) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-        let positions: Vec<usize> = seqs
-            .iter()
-            .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
-            .collect();
-        let tables: Vec<(Vec<f32>, Vec<f32>)> =
-            self.ropes.iter().map(|r| r.tables(&positions)).collect();
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = if self.ropes.iter().any(|r| r.sections.is_some()) {
+            let positions: Vec<[usize; 3]> = seqs
+                .iter()
+                .flat_map(|s| {
+                    (s.cache.len..s.cache.len + s.tokens.len())
+                        .map(move |k| mrope_position(s.grids, k))
+                })
+                .collect();
+            self.ropes.iter().map(|r| r.tables_3d(&positions)).collect()
+        } else {
+            let positions: Vec<usize> = seqs
+                .iter()
+                .flat_map(|s| s.cache.len..s.cache.len + s.tokens.len())
+                .collect();
+            self.ropes.iter().map(|r| r.tables(&positions)).collect()
+        };
         let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids_t)?.to_dtype(DType::F32)?;
         if let Some(s) = c.embed_scale {
@@ -548,6 +598,7 @@ mod tests {
                 cache: &mut full,
                 tokens: &ids,
                 inputs: &[],
+                grids: &[],
             }])
             .unwrap();
         for chunk in [1, 5, 16] {
@@ -559,6 +610,7 @@ mod tests {
                         cache: &mut cache,
                         tokens: part,
                         inputs: &[],
+                        grids: &[],
                     }])
                     .unwrap();
             }
@@ -573,6 +625,7 @@ mod tests {
                 cache: &mut alone,
                 tokens: &other,
                 inputs: &[],
+                grids: &[],
             }])
             .unwrap();
         let (mut a, mut b) = (
@@ -585,11 +638,13 @@ mod tests {
                     cache: &mut a,
                     tokens: &ids,
                     inputs: &[],
+                    grids: &[],
                 },
                 StepSeq {
                     cache: &mut b,
                     tokens: &other,
                     inputs: &[],
+                    grids: &[],
                 },
             ])
             .unwrap();

@@ -16,6 +16,11 @@ pub enum RopeStyle {
 /// Rotary embedding parameters for a group of layers.
 #[derive(Debug, Clone)]
 pub struct Rope {
+    /// Multimodal RoPE (Qwen2-VL, Qwen2.5-VL): frequency pairs `0..s0` turn with a token's
+    /// temporal position, the next `s1` with its row, the last `s2` with its column
+    /// (`rope.dimension_sections`; `transformers`' `apply_multimodal_rotary_pos_emb`). `None`:
+    /// one position for every pair.
+    pub sections: Option<[usize; 3]>,
     pub style: RopeStyle,
     /// Inverse frequencies, `rotary_dim / 2` entries (after any scaling).
     pub inv_freq: Vec<f32>,
@@ -46,6 +51,7 @@ impl Rope {
             })
             .collect();
         Self {
+            sections: None,
             style,
             inv_freq,
             head_dim: dim,
@@ -69,6 +75,32 @@ impl Rope {
         for &p in positions {
             for &f in &self.inv_freq {
                 let a = p as f32 * f;
+                cos.push(a.cos() * self.mscale);
+                sin.push(a.sin() * self.mscale);
+            }
+        }
+        (cos, sin)
+    }
+
+    /// cos/sin tables for 3-D positions `(t, row, column)`, each pair taking the component its
+    /// section names (`sections`; the first component when there are none): each
+    /// `positions.len() * head_dim / 2`. For text tokens the three are equal and this is
+    /// `tables`.
+    pub fn tables_3d(&self, positions: &[[usize; 3]]) -> (Vec<f32>, Vec<f32>) {
+        let half = self.inv_freq.len();
+        let component: Vec<usize> = (0..half)
+            .map(|j| match self.sections {
+                Some([s0, _, _]) if j < s0 => 0,
+                Some([s0, s1, _]) if j < s0 + s1 => 1,
+                Some(_) => 2,
+                None => 0,
+            })
+            .collect();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for p in positions {
+            for (&f, &c) in self.inv_freq.iter().zip(&component) {
+                let a = p[c] as f32 * f;
                 cos.push(a.cos() * self.mscale);
                 sin.push(a.sin() * self.mscale);
             }

@@ -112,7 +112,9 @@ impl CandleEngine {
                 (Some(entry), Some((_, dir))) => vision_part(entry, dir)?,
                 _ => None,
             };
-            let (rt, front) = load(id, path, *ctx, builtin, mmproj.as_deref(), &config.device)?;
+            let pixels = entry.and_then(|e| e.image_pixels);
+            let vision = mmproj.as_deref().map(|p| (p, pixels));
+            let (rt, front) = load(id, path, *ctx, builtin, vision, &config.device)?;
             runtimes.push(rt);
             fronts.push(Some(Arc::new(front)));
         }
@@ -240,7 +242,7 @@ impl CandleEngine {
                 &path,
                 entry.context_length,
                 builtin,
-                mmproj.as_deref(),
+                mmproj.as_deref().map(|p| (p, entry.image_pixels)),
                 &self.device,
             ) {
                 Ok(loaded) => return Ok(loaded),
@@ -395,13 +397,14 @@ fn place_error(e: PlaceError) -> EngineError {
 }
 
 /// Load one model: weights, tokenizer and chat template (the file's, else the built-in
-/// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens.
+/// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens; and
+/// its vision part from an `mmproj` file, with the catalogue's `image_pixels` if set.
 fn load(
     id: &str,
     path: &std::path::Path,
     catalog_ctx: usize,
     builtin: Option<&str>,
-    mmproj: Option<&std::path::Path>,
+    mmproj: Option<(&std::path::Path, Option<[usize; 2]>)>,
     device: &Device,
 ) -> Result<(Runtime, Front), EngineError> {
     let err = |e: anyhow::Error| EngineError::Load {
@@ -440,8 +443,11 @@ fn load(
     let context_length = model.config.context_length.min(context_length);
     let vision = match mmproj {
         None => None,
-        Some(p) => {
-            let v = VisionModel::open(p).map_err(err)?;
+        Some((p, pixels)) => {
+            let mut v = VisionModel::open(p).map_err(err)?;
+            if let Some([min, max]) = pixels {
+                v = v.with_pixel_range(min, max);
+            }
             if v.text_width() != model.config.hidden {
                 return Err(err(anyhow::anyhow!(
                     "the vision part `{}` writes rows of {} values, the model takes {}",

@@ -40,7 +40,7 @@ use super::prefix_cache::{Prefix, PrefixCache};
 use super::sequence::{sample_and_emit, started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
 use crate::engine::model::attention::{SeqCache, BLOCK};
-use crate::engine::model::{InputRows, StepSeq, Transformer};
+use crate::engine::model::{ImageGrid, InputRows, StepSeq, Transformer};
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::{FinishReason, PromptImage};
 
@@ -505,16 +505,26 @@ fn forward_plan(
             None => chunk_inputs(&cur.job.request.prompt.images, cur.fed, toks.len()),
             Some(_) => Vec::new(),
         };
-        parts.push((&mut cur.cache, toks, inputs));
+        let grids: Vec<ImageGrid> = (cur.job.request.prompt.images.iter())
+            .filter_map(|i| {
+                i.cols.map(|cols| ImageGrid {
+                    at: i.at,
+                    len: i.len,
+                    cols,
+                })
+            })
+            .collect();
+        parts.push((&mut cur.cache, toks, inputs, grids));
         rest = tail;
         base = i + 1;
     }
     let mut refs: Vec<StepSeq<'_>> = parts
         .iter_mut()
-        .map(|(cache, tokens, inputs)| StepSeq {
+        .map(|(cache, tokens, inputs, grids)| StepSeq {
             cache,
             tokens,
             inputs,
+            grids,
         })
         .collect();
     // Audio work waits for this step to end, and the step for audio's (`cpu_turns`).

@@ -49,6 +49,8 @@ pub enum ImageError {
     UnsupportedFormat,
     #[error("the image could not be decoded: {0}")]
     Unreadable(String),
+    #[error("the image is {width}x{height} pixels: one side is more than 200 times the other")]
+    Shape { width: usize, height: usize },
 }
 
 /// Decode `bytes` to RGB (alpha dropped, as Pillow's `convert("RGB")` does), refusing anything

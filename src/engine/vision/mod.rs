@@ -1,7 +1,8 @@
 //! Image input for the models that read images: decoding a request's image with its size
 //! bounded before any pixel is decoded (`decode`), resampling exactly as Pillow does
 //! (`resize`), each family's preprocessing to the encoder's pixel values (`preprocess`: Gemma 3,
-//! Idefics3/SmolVLM), the SigLIP encoder (`encoder`) and the projectors (`projector`), put
+//! Idefics3/SmolVLM, Qwen2.5-VL), the SigLIP encoder (`encoder`) and the projectors
+//! (`projector`), Qwen2.5-VL's windowed encoder and merger (`qwen`), put
 //! together from llama.cpp's `mmproj` GGUF in `model::VisionModel`, and placed in a prompt
 //! (`prompt`). All of it is checked
 //! against `transformers` on tiny models of each family (`tests/data/vision/`,
@@ -18,6 +19,7 @@ pub mod model;
 pub mod preprocess;
 pub mod projector;
 pub mod prompt;
+pub mod qwen;
 pub mod resize;
 
 pub use decode::{decode, ImageError, ImageLimits};

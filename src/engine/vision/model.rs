@@ -1,18 +1,20 @@
 //! A vision model loaded from llama.cpp's `mmproj` GGUF (`general.architecture = clip`): the
-//! family's preprocessing, the SigLIP encoder and the projector, from an image's pixels to the
-//! rows that replace its image tokens in the text model's input.
+//! family's preprocessing, the encoder (SigLIP, or Qwen2.5-VL's windowed ViT) and the projector,
+//! from an image's pixels to the rows that replace its image tokens in the text model's input.
 //!
 //! Owns: which family an `mmproj` is and how many tokens an image costs in it. May use:
-//! `super::{preprocess, encoder, projector, resize}`, the weights' GGUF reader, candle. Never:
+//! `super::{preprocess, encoder, projector, qwen, resize}`, the weights' GGUF reader, candle. Never:
 //! tokenizers, HTTP, money.
 
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
+use super::decode::ImageError;
 use super::encoder::Siglip;
-use super::preprocess::{gemma3, idefics3, idefics3_grid, Normalize, Tiled};
+use super::preprocess::{gemma3, idefics3, idefics3_grid, qwen2vl, smart_resize, Normalize, Tiled};
 use super::projector::Projector;
+use super::qwen::{QwenVit, MERGE};
 use super::resize::Rgb8;
 use crate::engine::weights::gguf::{f32_array, GgufFile};
 use crate::engine::weights::store::TensorStore;
@@ -28,10 +30,23 @@ pub enum Layout {
         /// `clip.vision.preproc_image_size`, pixels.
         longest: usize,
     },
+    /// Qwen2.5-VL: the aspect kept, each side a multiple of 28 pixels, the area within
+    /// `min_pixels..=max_pixels`; one token per 28x28 pixels.
+    Dynamic {
+        min_pixels: usize,
+        max_pixels: usize,
+    },
 }
 
+/// Qwen2.5-VL's smallest image, pixels (its `preprocessor_config.json`: 4 tokens).
+pub const QWEN_MIN_PIXELS: usize = 56 * 56;
+/// Qwen2.5-VL's largest image, pixels: `Qwen2VLImageProcessor`'s default of 1,280 tokens. The
+/// published configs allow 16,384 tokens (12,845,056 pixels), minutes of encoder time on a CPU
+/// for one image; larger images are scaled down to this, as `smart_resize` does.
+pub const QWEN_MAX_PIXELS: usize = 28 * 28 * 1280;
+
 /// An image's tiles as the text model sees them: `rows x cols` tiles then a global one, or a
-/// single tile when `rows == 0`.
+/// single tile when `rows == 0`. For `Layout::Dynamic`, `rows x cols` 14-pixel patches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grid {
     pub rows: usize,
@@ -49,12 +64,20 @@ impl Grid {
     }
 }
 
+/// The encoder and projector of a family.
+enum Tower {
+    Siglip {
+        encoder: Siglip,
+        projector: Projector,
+    },
+    Qwen(QwenVit),
+}
+
 /// A loaded `mmproj`: preprocessing settings, encoder and projector (f32, CPU).
 pub struct VisionModel {
     pub layout: Layout,
     pub normalize: Normalize,
-    encoder: Siglip,
-    projector: Projector,
+    tower: Tower,
 }
 
 impl VisionModel {
@@ -90,6 +113,16 @@ impl VisionModel {
             mean: channels("clip.vision.image_mean")?,
             std: channels("clip.vision.image_std")?,
         };
+        if store.string("clip.projector_type")? == "qwen2.5vl_merger" {
+            return Ok(Self {
+                layout: Layout::Dynamic {
+                    min_pixels: QWEN_MIN_PIXELS,
+                    max_pixels: QWEN_MAX_PIXELS,
+                },
+                normalize,
+                tower: Tower::Qwen(QwenVit::load(store)?),
+            });
+        }
         let encoder = Siglip::load(store)?;
         let shape = encoder.shape;
         let projector = Projector::load(store, shape.side(), shape.hidden, shape.eps)?;
@@ -102,40 +135,98 @@ impl VisionModel {
         Ok(Self {
             layout,
             normalize,
-            encoder,
-            projector,
+            tower: Tower::Siglip { encoder, projector },
         })
     }
 
-    /// The encoder's square input side, pixels.
-    pub fn tile_size(&self) -> usize {
-        self.encoder.shape.image_size
+    /// This model with another pixel range for `Layout::Dynamic` (nothing for the others): the
+    /// preprocessor's `min_pixels` and `max_pixels`.
+    pub fn with_pixel_range(mut self, min: usize, max: usize) -> Self {
+        if let Layout::Dynamic { .. } = self.layout {
+            self.layout = Layout::Dynamic {
+                min_pixels: min,
+                max_pixels: max,
+            };
+        }
+        self
     }
 
-    /// Tokens each tile becomes in the text model.
+    /// The encoder's square input side, pixels; for `Layout::Dynamic`, the side of the
+    /// 2x2 patches that make one token (28).
+    pub fn tile_size(&self) -> usize {
+        match &self.tower {
+            Tower::Siglip { encoder, .. } => encoder.shape.image_size,
+            Tower::Qwen(vit) => vit.patch_size * MERGE,
+        }
+    }
+
+    /// Tokens each tile becomes in the text model (1 for `Layout::Dynamic`: a token per
+    /// `tile_size` square).
     pub fn tokens_per_tile(&self) -> usize {
-        self.projector.tokens_per_tile(self.encoder.shape.side())
+        match &self.tower {
+            Tower::Siglip { encoder, projector } => projector.tokens_per_tile(encoder.shape.side()),
+            Tower::Qwen(_) => 1,
+        }
     }
 
     /// The text model's embedding width the projector writes.
     pub fn text_width(&self) -> usize {
-        self.projector.text_width()
+        match &self.tower {
+            Tower::Siglip { projector, .. } => projector.text_width(),
+            Tower::Qwen(vit) => vit.text_width(),
+        }
     }
 
     /// The grid a `width x height` image is cut into, from its size alone.
-    pub fn grid(&self, width: usize, height: usize) -> Grid {
-        match self.layout {
+    ///
+    /// # Errors
+    /// `ImageError::Shape` for an image `Layout::Dynamic` cannot take (one side more than
+    /// 200 times the other).
+    pub fn grid(&self, width: usize, height: usize) -> Result<Grid, ImageError> {
+        Ok(match self.layout {
             Layout::Stretch => Grid { rows: 0, cols: 0 },
             Layout::Tiles { longest } => {
                 let (rows, cols) = idefics3_grid(width, height, longest, self.tile_size());
                 Grid { rows, cols }
             }
+            Layout::Dynamic {
+                min_pixels,
+                max_pixels,
+            } => {
+                let (h, w) = smart_resize(height, width, self.tile_size(), min_pixels, max_pixels)
+                    .ok_or(ImageError::Shape { width, height })?;
+                let patch = self.tile_size() / MERGE;
+                Grid {
+                    rows: h / patch,
+                    cols: w / patch,
+                }
+            }
+        })
+    }
+
+    /// Image tokens an image of `grid` costs.
+    pub fn image_tokens(&self, grid: Grid) -> usize {
+        match self.layout {
+            Layout::Dynamic { .. } => grid.rows * grid.cols / (MERGE * MERGE),
+            _ => grid.tiles() * self.tokens_per_tile(),
+        }
+    }
+
+    /// For a family with multimodal RoPE (`Layout::Dynamic`), the width in tokens of an image of
+    /// `grid` (its tokens are one run, row-major); `None` for the others.
+    pub fn token_cols(&self, grid: Grid) -> Option<usize> {
+        match self.layout {
+            Layout::Dynamic { .. } => Some(grid.cols / MERGE),
+            _ => None,
         }
     }
 
     /// Image tokens a `width x height` image costs, from its size alone.
-    pub fn tokens(&self, width: usize, height: usize) -> usize {
-        self.grid(width, height).tiles() * self.tokens_per_tile()
+    ///
+    /// # Errors
+    /// As `grid`.
+    pub fn tokens(&self, width: usize, height: usize) -> Result<usize, ImageError> {
+        Ok(self.image_tokens(self.grid(width, height)?))
     }
 
     /// What the family's chat template writes for an image part; `expansion` replaces it.
@@ -143,6 +234,7 @@ impl VisionModel {
         match self.layout {
             Layout::Stretch => "<start_of_image>",
             Layout::Tiles { .. } => "<image>",
+            Layout::Dynamic { .. } => "<|vision_start|><|image_pad|><|vision_end|>",
         }
     }
 
@@ -151,6 +243,7 @@ impl VisionModel {
         match self.layout {
             Layout::Stretch => "<image_soft_token>",
             Layout::Tiles { .. } => "<image>",
+            Layout::Dynamic { .. } => "<|image_pad|>",
         }
     }
 
@@ -163,11 +256,17 @@ impl VisionModel {
     /// processors write it: Gemma 3's `\n\n<start_of_image>`, the image tokens and
     /// `<end_of_image>\n\n` (`Gemma3Processor`); Idefics3's tiles row by row, each
     /// `<fake_token_around_image><row_R_col_C>` and its image tokens, a newline after each row,
-    /// then the global image (`Idefics3Processor`, `get_image_prompt_string`).
+    /// then the global image (`Idefics3Processor`, `get_image_prompt_string`); Qwen2.5-VL's
+    /// `<|image_pad|>` once per token between `<|vision_start|>` and `<|vision_end|>`
+    /// (`Qwen2_5_VLProcessor`).
     pub fn expansion(&self, grid: Grid) -> String {
         let n = self.tokens_per_tile();
         let tokens = self.image_token().repeat(n);
         match self.layout {
+            Layout::Dynamic { .. } => format!(
+                "<|vision_start|>{}<|vision_end|>",
+                self.image_token().repeat(self.image_tokens(grid))
+            ),
             Layout::Stretch => format!("\n\n<start_of_image>{tokens}<end_of_image>\n\n"),
             Layout::Tiles { .. } => {
                 const FAKE: &str = "<fake_token_around_image>";
@@ -189,9 +288,13 @@ impl VisionModel {
         }
     }
 
-    /// The family's pixel values for `image`: each tile `[3, S, S]`.
-    pub fn preprocess(&self, image: &Rgb8) -> Tiled {
-        match self.layout {
+    /// The family's pixel values for `image`: each tile `[3, S, S]`; for `Layout::Dynamic`
+    /// one `[3, rows·14, cols·14]` image of `rows x cols` patches.
+    ///
+    /// # Errors
+    /// As `grid`.
+    pub fn preprocess(&self, image: &Rgb8) -> Result<Tiled, ImageError> {
+        Ok(match self.layout {
             Layout::Stretch => Tiled {
                 tiles: vec![gemma3(image, self.tile_size(), &self.normalize)],
                 rows: 0,
@@ -200,19 +303,36 @@ impl VisionModel {
             Layout::Tiles { longest } => {
                 idefics3(image, longest, self.tile_size(), &self.normalize)
             }
-        }
+            Layout::Dynamic { .. } => {
+                let Grid { rows, cols } = self.grid(image.width, image.height)?;
+                let patch = self.tile_size() / MERGE;
+                Tiled {
+                    tiles: vec![qwen2vl(image, rows * patch, cols * patch, &self.normalize)],
+                    rows,
+                    cols,
+                }
+            }
+        })
     }
 
-    /// The embeddings of preprocessed tiles: `[tiles · tokens_per_tile, text width]`, in the
-    /// order their image tokens take in the prompt (tiles row-major, then the global image).
+    /// The embeddings of a preprocessed image: `[image tokens, text width]`, in the order its
+    /// image tokens take in the prompt (tiles row-major, then the global image; Qwen2.5-VL's
+    /// tokens row-major).
     ///
     /// # Errors
     /// A tile of the wrong size, or candle's errors.
-    pub fn embed(&self, tiles: &[Vec<f32>]) -> candle_core::Result<Tensor> {
-        let refs: Vec<&[f32]> = tiles.iter().map(Vec::as_slice).collect();
-        let hidden = self.encoder.forward(&refs)?;
-        self.projector
-            .forward(&hidden, tiles.len(), self.encoder.shape.side())
+    pub fn embed(&self, image: &Tiled) -> candle_core::Result<Tensor> {
+        match &self.tower {
+            Tower::Siglip { encoder, projector } => {
+                let refs: Vec<&[f32]> = image.tiles.iter().map(Vec::as_slice).collect();
+                let hidden = encoder.forward(&refs)?;
+                projector.forward(&hidden, refs.len(), encoder.shape.side())
+            }
+            Tower::Qwen(vit) => match image.tiles.as_slice() {
+                [pixels] => vit.forward(pixels, image.rows, image.cols),
+                _ => candle_core::bail!("vision: Qwen2.5-VL takes one image, not tiles"),
+            },
+        }
     }
 }
 
@@ -247,7 +367,12 @@ mod tests {
                 let pixels = floats(&dir.join(item["pixel_values"]["file"].as_str().expect("p")));
                 let per_tile = 3 * model.tile_size() * model.tile_size();
                 let tiles: Vec<Vec<f32>> = pixels.chunks(per_tile).map(<[f32]>::to_vec).collect();
-                let got = model.embed(&tiles).expect("embed");
+                let tiled = Tiled {
+                    tiles,
+                    rows: 0,
+                    cols: 0,
+                };
+                let got = model.embed(&tiled).expect("embed");
                 let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let err = relative(&got, &want);
                 eprintln!("{name}: features from reference pixels, relative error {err:.2e}");
@@ -257,19 +382,68 @@ mod tests {
                     std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("image");
                 let image = super::super::decode(&bytes, &super::super::ImageLimits::default())
                     .expect("decode");
-                let ours = model.preprocess(&image);
-                let tokens = model.tokens(image.width, image.height);
+                let ours = model.preprocess(&image).expect("preprocess");
+                let tokens = model.tokens(image.width, image.height).expect("tokens");
                 assert_eq!(
                     tokens,
                     want.len() / model.text_width(),
                     "{name}: token count"
                 );
-                let got = model.embed(&ours.tiles).expect("embed");
+                let got = model.embed(&ours).expect("embed");
                 let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let err = relative(&got, &want);
                 eprintln!("{name}: features from our pixels, relative error {err:.2e}");
                 assert!(err < 1e-3, "{name}: {err}");
             }
+        }
+    }
+
+    /// Qwen2.5-VL on the three fixture images (`scripts/vision-fixtures-qwen.py`): the grid,
+    /// the resized image (byte for byte, Pillow's bicubic), the window order, and the features
+    /// from our own pixels within 1e-4 of `get_image_features` (f32 throughout).
+    #[test]
+    fn qwen25vl_features_match_transformers() {
+        let (dir, reference) = fixture("qwen25vl");
+        let pre = &reference["model"]["preprocessor"];
+        let range = |k: &str| pre[k].as_u64().expect("pixels") as usize;
+        let model = VisionModel::open(&dir.join("mmproj.gguf"))
+            .expect("mmproj")
+            .with_pixel_range(range("min_pixels"), range("max_pixels"));
+        for item in reference["images"].as_array().expect("images") {
+            let name = item["name"].as_str().unwrap_or("?");
+            let bytes =
+                std::fs::read(dir.join(item["file"].as_str().expect("file"))).expect("image");
+            let image = super::super::decode(&bytes, &super::super::ImageLimits::default())
+                .expect("decode");
+            let grid = model.grid(image.width, image.height).expect("grid");
+            let thw = &item["image_grid_thw"];
+            assert_eq!(
+                [grid.rows as u64, grid.cols as u64],
+                [thw[1].as_u64().unwrap(), thw[2].as_u64().unwrap()],
+                "{name}: grid"
+            );
+            let resized = std::fs::read(dir.join(item["resized"]["file"].as_str().expect("r")))
+                .expect("resized");
+            let ours = super::super::resize(
+                &image,
+                grid.cols * 14,
+                grid.rows * 14,
+                super::super::Filter::Bicubic,
+            );
+            assert!(ours.data == resized, "{name}: resized pixels differ");
+            let order: Vec<usize> =
+                serde_json::from_value(item["window_index"].clone()).expect("order");
+            let (got, _) = super::super::qwen::window_order(grid.rows / 2, grid.cols / 2);
+            assert_eq!(got, order, "{name}: window order");
+            let want = floats(&dir.join(item["features"]["file"].as_str().expect("f")));
+            let tokens = model.tokens(image.width, image.height).expect("tokens");
+            assert_eq!(tokens, want.len() / model.text_width(), "{name}: tokens");
+            let tiled = model.preprocess(&image).expect("preprocess");
+            let got = model.embed(&tiled).expect("embed");
+            let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let err = relative(&got, &want);
+            eprintln!("qwen25vl/{name}: features from our pixels, relative error {err:.2e}");
+            assert!(err < 1e-4, "{name}: {err}");
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Each vision family's image preprocessing, as `transformers`' Pillow image processors compute
 //! it: Gemma 3 stretches the image to the encoder's square (`Gemma3ImageProcessorPil`,
 //! bilinear); Idefics3 and SmolVLM resize to a longest edge, round up to whole tiles, and cut
-//! the image into tiles plus a downscaled global image (`Idefics3ImageProcessorPil`, Lanczos).
+//! the image into tiles plus a downscaled global image (`Idefics3ImageProcessorPil`, Lanczos);
+//! Qwen2.5-VL keeps the aspect at a multiple of 28 pixels a side within a pixel budget
+//! (`Qwen2VLImageProcessorPil`, bicubic).
 //! Every resize is Pillow's on 8-bit pixels (`super::resize`); then each value is rescaled to
 //! [0, 1] and normalised, `(x / 255 - mean) / std`, in the same float steps.
 //!
@@ -37,7 +39,8 @@ pub fn gemma3(img: &Rgb8, size: usize, n: &Normalize) -> Vec<f32> {
 }
 
 /// An image cut for Idefics3/SmolVLM: tiles row-major, then the global image; `rows` and `cols`
-/// are 0 when the image fits one tile (then `tiles` holds it alone).
+/// are 0 when the image fits one tile (then `tiles` holds it alone). For Qwen2.5-VL, one
+/// `[3, rows·14, cols·14]` image of `rows x cols` patches.
 #[derive(Debug, Clone)]
 pub struct Tiled {
     /// Each `[3, tile, tile]`.
@@ -137,6 +140,42 @@ pub fn idefics3(img: &Rgb8, longest: usize, tile: usize, n: &Normalize) -> Tiled
     Tiled { tiles, rows, cols }
 }
 
+/// Qwen2-VL's and Qwen2.5-VL's target size for a `height x width` image (`smart_resize` of
+/// `transformers`' `image_processing_pil_qwen2_vl.py`): each side rounded to a multiple of
+/// `factor` (half to even, as Python's `round`), then scaled down to at most `max_pixels` or up
+/// to at least `min_pixels` keeping the aspect. Returns `(height, width)`, or `None` when one
+/// side is more than 200 times the other (transformers refuses those).
+pub fn smart_resize(
+    height: usize,
+    width: usize,
+    factor: usize,
+    min_pixels: usize,
+    max_pixels: usize,
+) -> Option<(usize, usize)> {
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    if height == 0 || width == 0 || h.max(w) / h.min(w) > 200.0 {
+        return None;
+    }
+    let mut hb = (h / f).round_ties_even() * f;
+    let mut wb = (w / f).round_ties_even() * f;
+    if hb * wb > max_pixels as f64 {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        hb = f.max((h / beta / f).floor() * f);
+        wb = f.max((w / beta / f).floor() * f);
+    } else if hb * wb < min_pixels as f64 {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        hb = (h * beta / f).ceil() * f;
+        wb = (w * beta / f).ceil() * f;
+    }
+    Some((hb as usize, wb as usize))
+}
+
+/// Qwen2.5-VL: the image resized (bicubic) to `height x width` (from `smart_resize`),
+/// normalised, `[3, height, width]`.
+pub fn qwen2vl(img: &Rgb8, height: usize, width: usize, n: &Normalize) -> Vec<f32> {
+    to_chw(&resize(img, width, height, Filter::Bicubic), n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{fixture, floats};
@@ -224,5 +263,28 @@ mod tests {
         assert_eq!((t.rows, t.cols, t.tiles.len()), (0, 0, 1));
         // 40x30 becomes 64x48, then one whole 64x64 tile.
         assert_eq!(t.tiles[0].len(), 3 * 64 * 64);
+    }
+
+    /// `smart_resize` as transformers computes it: ties round to even (70 px is 2.5 units of
+    /// 28: 56, not 84), the pixel budget scales both sides, and extreme aspects are refused.
+    #[test]
+    fn qwen_smart_resize() {
+        assert_eq!(
+            smart_resize(70, 70, 28, 56 * 56, 28 * 28 * 1280),
+            Some((56, 56))
+        );
+        assert_eq!(
+            smart_resize(42, 98, 28, 56 * 56, 28 * 28 * 1280),
+            Some((56, 112))
+        );
+        assert_eq!(smart_resize(64, 64, 28, 19600, 50176), Some((140, 140)));
+        assert_eq!(smart_resize(48, 120, 28, 19600, 50176), Some((112, 224)));
+        // 4000x3000 within 1,280 tokens: both sides scaled by the same factor, floored.
+        assert_eq!(
+            smart_resize(3000, 4000, 28, 3136, 1_003_520),
+            Some((840, 1148))
+        );
+        assert_eq!(smart_resize(10, 2010, 28, 3136, 1_003_520), None);
+        assert_eq!(smart_resize(0, 10, 28, 3136, 1_003_520), None);
     }
 }

@@ -58,7 +58,10 @@ impl Images {
         for (index, image) in images.iter().enumerate() {
             let rgb =
                 decode(&image.bytes, limits).map_err(|error| PlaceError::Image { index, error })?;
-            out.grids.push(vision.grid(rgb.width, rgb.height));
+            let grid = vision
+                .grid(rgb.width, rgb.height)
+                .map_err(|error| PlaceError::Image { index, error })?;
+            out.grids.push(grid);
             let mut h = std::collections::hash_map::DefaultHasher::new();
             image.bytes.hash(&mut h);
             out.hashes.push(h.finish());
@@ -112,16 +115,16 @@ impl Images {
             }
         }
         let found: usize = runs.iter().map(|r| r.1).sum();
-        let per_tile = vision.tokens_per_tile();
-        let expected: usize = self.grids.iter().map(|g| g.tiles() * per_tile).sum();
+        let expected: usize = self.grids.iter().map(|&g| vision.image_tokens(g)).sum();
         if found != expected {
             return Err(PlaceError::Tokens { found, expected });
         }
-        let per_image = self.grids.iter().map(|g| g.tiles() * per_tile);
+        let per_image: Vec<usize> = self.grids.iter().map(|&g| vision.image_tokens(g)).collect();
         let mut runs = runs.into_iter();
         let mut placed = Vec::new();
         let mut pending = Vec::with_capacity(self.decoded.len());
-        for ((image, hash), tokens) in self.decoded.into_iter().zip(self.hashes).zip(per_image) {
+        let images = self.decoded.into_iter().zip(self.hashes);
+        for (((image, hash), tokens), &grid) in images.zip(per_image).zip(&self.grids) {
             let first = placed.len();
             let mut used = 0;
             while used < tokens {
@@ -133,6 +136,7 @@ impl Images {
                     len,
                     rows: Arc::from(Vec::new()),
                     bidirectional: vision.bidirectional(),
+                    cols: vision.token_cols(grid),
                     hash,
                 });
                 used += len;
@@ -182,9 +186,11 @@ impl PendingImages {
     ) -> Result<(), PlaceError> {
         let width = vision.text_width();
         for (image, runs) in self.0.iter() {
-            let tiles = vision.preprocess(image).tiles;
+            let tiled = vision
+                .preprocess(image)
+                .map_err(|e| PlaceError::Encoder(e.to_string()))?;
             let rows = vision
-                .embed(&tiles)
+                .embed(&tiled)
                 .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
                 .map_err(|e| PlaceError::Encoder(e.to_string()))?;
             let Some(runs) = placed.get_mut(runs.clone()) else {
