@@ -44,19 +44,23 @@ this script runs it as its last check.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import runpy
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vision_fixture_tools import (  # noqa: E402
+    DEFAULT_SDIST, SDIST, SDIST_SHA, f32_bin, llama_cpp_tree, log, read_gguf, sha256, write_json,
+)
+
 HERE = Path(__file__).resolve().parent
-LLAMA_CPP = Path("/tmp/llsdist/llama_cpp_python-0.3.36/vendor/llama.cpp")
 IMAGES_SRC = HERE.parent / "tests" / "data" / "vision" / "images"
 SEED = 0
 PROMPT_TEXT = "Describe this."
@@ -115,24 +119,6 @@ TEXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atten
                              "mrope_section": [2, 3, 3]})
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def sha256(path):
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def write_json(path, obj):
-    Path(path).write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-
-
-def f32_bin(path, array):
-    a = np.ascontiguousarray(np.asarray(array, dtype="<f4"))
-    a.tofile(path)
-    return list(a.shape)
-
-
 # ---------------------------------------------------------------------------------------------
 # converter
 
@@ -168,29 +154,6 @@ def convert(llama_cpp, model_dir, outfile, name, mmproj):
     if r.returncode != 0:
         sys.exit(f"converter failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
     return r.stdout + r.stderr
-
-
-def read_gguf(llama_cpp, path):
-    """(metadata dict, {name: (array in torch/row-major shape, ggml type name)})."""
-    gp = str(llama_cpp / "gguf-py")
-    if gp not in sys.path:
-        sys.path.insert(0, gp)
-    import gguf  # noqa: PLC0415
-
-    r = gguf.GGUFReader(str(path))
-    kv = {}
-    for k, f in r.fields.items():
-        if k.startswith("GGUF."):
-            continue
-        try:
-            kv[k] = f.contents()
-        except Exception:  # noqa: BLE001
-            kv[k] = None
-    tensors = {}
-    for t in r.tensors:
-        shape = [int(x) for x in reversed(t.shape)]
-        tensors[t.name] = (np.array(t.data).astype(np.float32).reshape(shape), t.tensor_type.name)
-    return kv, tensors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,15 +430,19 @@ def reference_for(ctx, name, img):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--llama-cpp", default=str(LLAMA_CPP))
+    ap.add_argument("--sdist", default=str(DEFAULT_SDIST))
+    ap.add_argument("--llama-cpp", help="an unpacked llama.cpp tree (or the sdist's root)")
     ap.add_argument("--out", default="/tmp/qvl")
     ap.add_argument("--run-converter", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    llama_cpp = Path(args.llama_cpp).resolve()
     if args.run_converter:
-        run_converter_inplace(llama_cpp, json.loads(args.run_converter))
+        run_converter_inplace(Path(args.llama_cpp), json.loads(args.run_converter))
         return
+    with tempfile.TemporaryDirectory(prefix="vision-fixtures-qwen-") as tmp:
+        generate(args, llama_cpp_tree(args.llama_cpp, args.sdist, tmp))
 
+
+def generate(args, llama_cpp):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import PIL
     import PIL.Image
@@ -573,7 +540,7 @@ def main():
         "generator": "scripts/vision-fixtures-qwen.py",
         "seed": SEED,
         "versions": versions,
-        "converter": {"tree": str(llama_cpp),
+        "converter": {"sdist": SDIST, "sha256": SDIST_SHA,
                       "commands": ["convert_hf_to_gguf.py DIR --outtype f32 (pre-tokenizer "
                                    "hash fallback 'qwen2')",
                                    "convert_hf_to_gguf.py DIR --mmproj --outtype f32"]},
@@ -600,7 +567,8 @@ def main():
     log(f"{out}: {total} bytes")
 
     # the NumPy re-implementation (mmproj.gguf / model.gguf only) must reproduce all of it
-    r = subprocess.run([sys.executable, str(HERE / "vision-qwen-numpy.py"), "--dir", str(out)],
+    r = subprocess.run([sys.executable, str(HERE / "vision-qwen-numpy.py"), "--dir", str(out),
+                        "--llama-cpp", str(llama_cpp)],
                        capture_output=True, text=True)
     log(r.stdout + r.stderr)
     assert r.returncode == 0, "vision-qwen-numpy.py failed"

@@ -71,22 +71,22 @@ alone) and prints the directory's size. Takes about 30 seconds.
 """
 
 import argparse
-import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vision_fixture_tools import (  # noqa: E402
+    DEFAULT_SDIST, SDIST, SDIST_SHA, f32_bin, llama_cpp_tree, log, read_gguf, sha256, write_json,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-SDIST = "llama_cpp_python-0.3.36.tar.gz"
-SDIST_SHA = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 SEED = 0
 PROMPT_TEXT = "Describe this."
 NEW_TOKENS = 5
@@ -163,48 +163,8 @@ IMAGES = [("square", 64, 64), ("landscape", 120, 48), ("portrait", 50, 130)]
 JPEG_OF = "landscape"
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def sha256(path):
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 # ---------------------------------------------------------------------------------------------
 # llama.cpp converter
-
-
-def llama_cpp_tree(args, tmp):
-    """The directory holding convert_hf_to_gguf.py, conversion/ and gguf-py/."""
-    if args.llama_cpp:
-        d = Path(args.llama_cpp).resolve()
-        if (d / "vendor/llama.cpp/convert_hf_to_gguf.py").is_file():
-            d = d / "vendor/llama.cpp"
-        if not (d / "convert_hf_to_gguf.py").is_file():
-            sys.exit(f"{d}: no convert_hf_to_gguf.py")
-        return d
-    tarball = Path(args.sdist).expanduser()
-    if not tarball.is_file():
-        sys.exit(f"{tarball}: not found (run scripts/fetch-weights, or pass --sdist/--llama-cpp)")
-    if sha256(tarball) != SDIST_SHA:
-        sys.exit(f"{tarball}: SHA-256 is not {SDIST_SHA}")
-    out = tmp / "llama.cpp"
-    prefix = "vendor/llama.cpp/"
-    wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
-    with tarfile.open(tarball) as t:
-        for m in t.getmembers():
-            _, _, rel = m.name.partition("/")
-            if not rel.startswith(prefix) or not m.isfile():
-                continue
-            rel = rel[len(prefix):]
-            if not rel.startswith(wanted):
-                continue
-            dst = out / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            with t.extractfile(m) as src, open(dst, "wb") as f:
-                shutil.copyfileobj(src, f)
-    return out
 
 
 def convert(llama_cpp, model_dir, outfile, name, mmproj):
@@ -215,29 +175,6 @@ def convert(llama_cpp, model_dir, outfile, name, mmproj):
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=model_dir.parent)
     if r.returncode != 0:
         sys.exit(f"converter failed: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-
-
-def read_gguf(llama_cpp, path):
-    """(metadata dict, {tensor name: (np array in torch/row-major shape, ggml type name)})."""
-    gp = str(llama_cpp / "gguf-py")
-    if gp not in sys.path:
-        sys.path.insert(0, gp)
-    import gguf  # noqa: PLC0415 (the sdist's copy)
-
-    r = gguf.GGUFReader(str(path))
-    kv = {}
-    for k, f in r.fields.items():
-        if k.startswith("GGUF."):
-            continue
-        try:
-            kv[k] = f.contents()
-        except Exception:  # noqa: BLE001 (arrays of odd types; not needed here)
-            kv[k] = None
-    tensors = {}
-    for t in r.tensors:
-        shape = [int(x) for x in reversed(t.shape)]
-        tensors[t.name] = (np.array(t.data).astype(np.float32).reshape(shape), t.tensor_type.name)
-    return kv, tensors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,16 +470,6 @@ def rename_safetensors(path, rename):
               metadata={"format": "pt"})
 
 
-def write_json(path, obj):
-    Path(path).write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-
-
-def f32_bin(path, array):
-    a = np.ascontiguousarray(np.asarray(array, dtype="<f4"))
-    a.tofile(path)
-    return list(a.shape)
-
-
 # ---------------------------------------------------------------------------------------------
 # References
 
@@ -767,7 +694,7 @@ def run_family(fam, llama_cpp, out_root, images, versions, jpeg):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sdist", default=str(Path.home() / ".cache/tollgate/sdist" / SDIST))
+    ap.add_argument("--sdist", default=str(DEFAULT_SDIST))
     ap.add_argument("--llama-cpp", help="an unpacked llama.cpp tree (or the sdist's root)")
     ap.add_argument("--out", default=str(ROOT / "tests/data/vision"))
     args = ap.parse_args()
@@ -793,7 +720,7 @@ def main():
     out_root = Path(args.out).resolve()
     with tempfile.TemporaryDirectory(prefix="vision-fixtures-") as tmp:
         tmp = Path(tmp)
-        llama_cpp = llama_cpp_tree(args, tmp)
+        llama_cpp = llama_cpp_tree(args.llama_cpp, args.sdist, tmp)
         for sub in ("gemma3", "smolvlm", "images"):
             shutil.rmtree(out_root / sub, ignore_errors=True)
         img_dir = out_root / "images"

@@ -23,11 +23,14 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-LLAMA_CPP = Path("/tmp/llsdist/llama_cpp_python-0.3.36/vendor/llama.cpp")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vision_fixture_tools import DEFAULT_SDIST, llama_cpp_tree, read_gguf  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 MERGE = 2            # spatial_merge_size: not in the GGUF (llama.cpp hard-codes 2, clip.cpp:4948)
 WINDOW = 112         # window_size in pixels: not in the GGUF (llama.cpp default 112, clip.cpp:4957)
@@ -39,21 +42,12 @@ VISION_THETA = 10000.0  # vision rope theta: not in the GGUF (HF default, clip g
 # GGUF
 
 
-def read_gguf(path):
-    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
-    import gguf  # noqa: PLC0415
-
-    r = gguf.GGUFReader(str(path))
-    kv = {}
-    for k, f in r.fields.items():
-        if not k.startswith("GGUF."):
-            kv[k] = f.contents()
-    T = {}
-    for t in r.tensors:
-        assert t.tensor_type.name == "F32", (t.name, t.tensor_type.name)
-        shape = [int(x) for x in reversed(t.shape)]  # ggml ne reversed = torch/row-major shape
-        T[t.name] = np.array(t.data, dtype=np.float32).reshape(shape).astype(np.float64)
-    return kv, T
+def read_f64(llama_cpp, path):
+    """The GGUF's metadata and its tensors as float64 (all must be F32, as the generator writes)."""
+    kv, tensors = read_gguf(llama_cpp, path)
+    for name, (_, kind) in tensors.items():
+        assert kind == "F32", (name, kind)
+    return kv, {name: a.astype(np.float64) for name, (a, _) in tensors.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,11 +307,15 @@ def rel(a, b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=str(HERE.parent / "tests" / "data" / "vision" / "qwen25vl"))
+    ap.add_argument("--sdist", default=str(DEFAULT_SDIST))
+    ap.add_argument("--llama-cpp", help="an unpacked llama.cpp tree (or the sdist's root)")
     args = ap.parse_args()
     d = Path(args.dir)
     ref = json.loads((d / "reference.json").read_text())
-    kv, T = read_gguf(d / "mmproj.gguf")
-    tkv, TT = read_gguf(d / "model.gguf")
+    with tempfile.TemporaryDirectory(prefix="vision-qwen-numpy-") as tmp:
+        llama_cpp = llama_cpp_tree(args.llama_cpp, args.sdist, tmp)
+        kv, T = read_f64(llama_cpp, d / "mmproj.gguf")
+        tkv, TT = read_f64(llama_cpp, d / "model.gguf")
     pre = ref["model"]["preprocessor"]
     image_id = ref["model"]["token_ids"]["<|image_pad|>"]
     ok = True
@@ -347,7 +345,9 @@ def main():
         name = e["name"]
         pv, grid, rgb = preprocess(d / e["file"], kv, pre["min_pixels"], pre["max_pixels"])
         grid = list(grid)
-        pv_ref = load(e, "pixel_values")
+        # transformers' pixel values exist while the generator runs; the committed fixture
+        # keeps only the resized image, which pins them (checked equal below).
+        pv_ref = pv if e["pixel_values"]["file"] is None else load(e, "pixel_values")
         rgb_ref = np.fromfile(d / e["resized"]["file"], dtype=np.uint8).reshape(e["resized"]["shape"])
         feats_ref = load(e, "features").astype(np.float64)
         assert grid == e["image_grid_thw"], (grid, e["image_grid_thw"])
