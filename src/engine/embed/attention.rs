@@ -53,6 +53,30 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// Full multi-head attention (as many KV heads as query heads, scale `1/sqrt(d)`, no window)
+/// read from a fused projection `qkv` laid out `[T][q | k | v]`, each `width` wide in `heads`
+/// heads: `attend` over `spans`, `[T][width]`. The encoders' (BERT, SigLIP, Qwen2.5-VL's ViT)
+/// self-attention.
+///
+/// # Panics
+/// As `attend`.
+pub fn attend_fused(qkv: &[f32], width: usize, heads: usize, spans: &[Range<usize>]) -> Vec<f32> {
+    let rows = |offset| Rows {
+        data: qkv,
+        stride: 3 * width,
+        offset,
+    };
+    let d = width / heads.max(1);
+    let shape = SpanShape {
+        heads,
+        kv_heads: heads,
+        head_dim: d,
+        scale: 1.0 / (d as f32).sqrt(),
+        reach: None,
+    };
+    attend(rows(0), rows(width), rows(2 * width), spans, shape)
+}
+
 /// Attention for packed inputs. `spans` are the inputs' token ranges, in order, covering
 /// `0..T`; `q` has `heads` heads per token, `k` and `v` `kv_heads`. Returns `[T][heads][d]`.
 ///

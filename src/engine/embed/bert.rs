@@ -13,7 +13,7 @@ use std::ops::Range;
 use candle_core::{Module, Tensor};
 use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, LayerNormConfig, VarBuilder};
 
-use super::attention::{attend, Rows, SpanShape};
+use super::attention::attend_fused;
 use super::ops::{gelu_erf, Proj};
 use super::packed::Packed;
 
@@ -132,21 +132,8 @@ impl Bert {
 
     fn layer(&self, l: &Layer, x: &Tensor, spans: &[Range<usize>]) -> candle_core::Result<Tensor> {
         let (tokens, hidden) = x.dims2()?;
-        let d = hidden / self.heads;
         let qkv = l.qkv.forward(x)?.flatten_all()?.to_vec1::<f32>()?;
-        let rows = |offset| Rows {
-            data: &qkv,
-            stride: 3 * hidden,
-            offset,
-        };
-        let shape = SpanShape {
-            heads: self.heads,
-            kv_heads: self.heads,
-            head_dim: d,
-            scale: 1.0 / (d as f32).sqrt(),
-            reach: None,
-        };
-        let context = attend(rows(0), rows(hidden), rows(2 * hidden), spans, shape);
+        let context = attend_fused(&qkv, hidden, self.heads, spans);
         let context = Tensor::from_vec(context, (tokens, hidden), x.device())?;
         let x = l
             .attention_norm

@@ -16,7 +16,7 @@ use std::ops::Range;
 use candle_core::{Module, Tensor};
 use candle_nn::{LayerNorm, Linear};
 
-use crate::engine::embed::attention::{attend, Rows, SpanShape};
+use crate::engine::embed::attention::attend_fused;
 use crate::engine::embed::ops::{gelu_tanh, Proj};
 use crate::engine::weights::store::TensorStore;
 
@@ -202,23 +202,9 @@ impl Siglip {
 
     fn block(&self, b: &Block, x: &Tensor, spans: &[Range<usize>]) -> candle_core::Result<Tensor> {
         let (tokens, hidden) = x.dims2()?;
-        let heads = self.shape.heads;
-        let d = hidden / heads;
         let qkv = b.qkv.forward(&b.norm1.forward(x)?)?;
         let qkv = qkv.flatten_all()?.to_vec1::<f32>()?;
-        let rows = |offset| Rows {
-            data: &qkv,
-            stride: 3 * hidden,
-            offset,
-        };
-        let shape = SpanShape {
-            heads,
-            kv_heads: heads,
-            head_dim: d,
-            scale: 1.0 / (d as f32).sqrt(),
-            reach: None,
-        };
-        let context = attend(rows(0), rows(hidden), rows(2 * hidden), spans, shape);
+        let context = attend_fused(&qkv, hidden, self.shape.heads, spans);
         let context = Tensor::from_vec(context, (tokens, hidden), x.device())?;
         let x = (b.out.forward(&context)? + x)?;
         let inner = gelu_tanh(&b.up.forward(&b.norm2.forward(&x)?)?)?;

@@ -28,7 +28,7 @@ use std::ops::Range;
 use candle_core::{Tensor, D};
 use candle_nn::Linear;
 
-use crate::engine::embed::attention::{attend, Rows, SpanShape};
+use crate::engine::embed::attention::attend_fused;
 use crate::engine::embed::ops::{gelu_erf, Proj};
 use crate::engine::weights::store::TensorStore;
 
@@ -258,19 +258,7 @@ impl QwenVit {
                 }
             }
         }
-        let rows = |offset| Rows {
-            data: &qkv,
-            stride: 3 * hidden,
-            offset,
-        };
-        let shape = SpanShape {
-            heads,
-            kv_heads: heads,
-            head_dim: d,
-            scale: 1.0 / (d as f32).sqrt(),
-            reach: None,
-        };
-        let context = attend(rows(0), rows(hidden), rows(2 * hidden), spans, shape);
+        let context = attend_fused(&qkv, hidden, heads, spans);
         let context = Tensor::from_vec(context, (tokens, hidden), x.device())?;
         let x = (b.out.forward(&context)? + x)?;
         let h = candle_nn::ops::rms_norm(&x, &b.norm2, self.eps)?;
