@@ -63,10 +63,21 @@ pub struct Siglip {
     post_norm: LayerNorm,
 }
 
-fn linear(store: &mut dyn TensorStore, name: &str) -> anyhow::Result<Linear> {
+/// The linear layer `{name}.weight` `[out, in]` with its bias `{name}.bias`, as f32.
+pub(super) fn linear(store: &mut dyn TensorStore, name: &str) -> anyhow::Result<Linear> {
     let weight = store.tensor_f32(&format!("{name}.weight"))?;
     let bias = store.tensor_f32(&format!("{name}.bias"))?;
     Ok(Linear::new(weight, Some(bias)))
+}
+
+/// Block `{block}`'s `attn_q`, `attn_k` and `attn_v` (with biases) as one projection,
+/// `[hidden] -> [q | k | v]`.
+pub(super) fn fused_qkv(store: &mut dyn TensorStore, block: &str) -> anyhow::Result<Proj> {
+    Ok(Proj::fused(&[
+        linear(store, &format!("{block}.attn_q"))?,
+        linear(store, &format!("{block}.attn_k"))?,
+        linear(store, &format!("{block}.attn_v"))?,
+    ])?)
 }
 
 fn layer_norm(store: &mut dyn TensorStore, name: &str, eps: f64) -> anyhow::Result<LayerNorm> {
@@ -122,11 +133,7 @@ impl Siglip {
             let b = format!("v.blk.{i}");
             blocks.push(Block {
                 norm1: layer_norm(store, &format!("{b}.ln1"), shape.eps)?,
-                qkv: Proj::fused(&[
-                    linear(store, &format!("{b}.attn_q"))?,
-                    linear(store, &format!("{b}.attn_k"))?,
-                    linear(store, &format!("{b}.attn_v"))?,
-                ])?,
+                qkv: fused_qkv(store, &b)?,
                 out: Proj::new(linear(store, &format!("{b}.attn_out"))?)?,
                 norm2: layer_norm(store, &format!("{b}.ln2"), shape.eps)?,
                 up: Proj::new(linear(store, &format!("{b}.ffn_up"))?)?,

@@ -21,13 +21,15 @@
 //! merge 2, rotary base 10000.
 //!
 //! Owns: the encoder's weights and forward. May use: candle, the text encoders' `Proj`,
-//! `attend` and activations, `TensorStore`. Never: pixels from bytes, tokens, HTTP.
+//! `attend` and activations, SigLIP's weight loaders (`super::encoder`), `TensorStore`.
+//! Never: pixels from bytes, tokens, HTTP.
 
 use std::ops::Range;
 
 use candle_core::{Tensor, D};
 use candle_nn::Linear;
 
+use super::encoder::{fused_qkv, linear};
 use crate::engine::embed::attention::attend_fused;
 use crate::engine::embed::ops::{gelu_erf, Proj};
 use crate::engine::weights::store::TensorStore;
@@ -68,12 +70,6 @@ pub struct QwenVit {
     merge_down: Proj,
 }
 
-fn linear(store: &mut dyn TensorStore, name: &str) -> anyhow::Result<Linear> {
-    let weight = store.tensor_f32(&format!("{name}.weight"))?;
-    let bias = store.tensor_f32(&format!("{name}.bias"))?;
-    Ok(Linear::new(weight, Some(bias)))
-}
-
 impl QwenVit {
     /// Load from a `qwen2.5vl_merger` `mmproj` GGUF (`v.patch_embd.weight{,.1}`, `v.blk.N.*`,
     /// `v.post_ln`, `mm.0`, `mm.2`), every tensor dequantized to f32.
@@ -106,11 +102,7 @@ impl QwenVit {
             let b = format!("v.blk.{i}");
             blocks.push(Block {
                 norm1: store.tensor_f32(&format!("{b}.ln1.weight"))?,
-                qkv: Proj::fused(&[
-                    linear(store, &format!("{b}.attn_q"))?,
-                    linear(store, &format!("{b}.attn_k"))?,
-                    linear(store, &format!("{b}.attn_v"))?,
-                ])?,
+                qkv: fused_qkv(store, &b)?,
                 out: Proj::new(linear(store, &format!("{b}.attn_out"))?)?,
                 norm2: store.tensor_f32(&format!("{b}.ln2.weight"))?,
                 gate_up: Proj::fused(&[
