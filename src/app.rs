@@ -37,6 +37,10 @@ pub struct ServeConfig {
     pub queue_depth: usize,
     pub max_batch: usize,
     pub step_tokens: usize,
+    /// Most decode and draft tokens per step for speculative decoding (0: off).
+    pub speculative_tokens: usize,
+    /// Load the catalogue's draft models beside their targets.
+    pub draft_models: bool,
     /// The ledger database file.
     pub db: PathBuf,
     /// Requests per minute per API key.
@@ -138,6 +142,8 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 queue_depth: cfg.queue_depth,
                 limits_max_batch: cfg.max_batch,
                 limits_step_tokens: cfg.step_tokens,
+                speculative_tokens: cfg.speculative_tokens,
+                draft_models: cfg.draft_models,
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
                 memory_budget: cfg.memory_budget,
                 kv_cache_budget: cfg.kv_cache_budget,

@@ -90,6 +90,7 @@ async fn logprobs_match_a_reference_forward_and_the_stream_matches_the_whole() {
             .forward(&mut [StepSeq {
                 cache: &mut cache,
                 tokens: &ids,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             }])

@@ -85,6 +85,7 @@ fn run(
         .forward(&mut [StepSeq {
             cache: &mut cache,
             tokens: ids,
+            logits: 1,
             inputs: &inputs,
             grids,
         }])
@@ -99,6 +100,7 @@ fn run(
             .forward(&mut [StepSeq {
                 cache: &mut cache,
                 tokens: &[tok],
+                logits: 1,
                 inputs: &[],
                 grids,
             }])
@@ -265,6 +267,8 @@ fn vision_server_with(image_urls: ImageUrls) -> TestServer {
         limits_max_batch: 4,
         // Small steps, so prompts are prefilled in several chunks around the image runs.
         limits_step_tokens: 24,
+        speculative_tokens: 16,
+        draft_models: true,
         on_demand: Some((Arc::new(catalog.clone()), dir(""))),
         memory_budget: 0,
         kv_cache_budget: 0,

@@ -17,6 +17,8 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
         queue_depth: 64,
         limits_max_batch: 16,
         limits_step_tokens: 256,
+        speculative_tokens: 16,
+        draft_models: true,
         on_demand: None,
         memory_budget: 0,
         kv_cache_budget: 0,

@@ -166,6 +166,10 @@ pub struct ModelEntry {
     /// pixels) and encoder time. Default `[3136, 1003520]`: 4 to 1,280 tokens.
     #[serde(default)]
     pub image_pixels: Option<[usize; 2]>,
+    /// The catalogue id of a smaller model with the same vocabulary that drafts tokens for
+    /// this one (speculative decoding), loaded beside it when its weights are on the machine.
+    #[serde(default)]
+    pub draft: Option<String>,
 }
 
 impl ModelEntry {
@@ -246,6 +250,16 @@ impl Catalog {
                         "model `{}`: no built-in chat template `{t}` (built in: {})",
                         m.id,
                         BUILTIN_TEMPLATES.join(", ")
+                    ));
+                }
+            }
+        }
+        for m in &file.model {
+            if let Some(d) = m.draft.as_deref() {
+                if d == m.id || !file.model.iter().any(|o| o.id == d) {
+                    return Err(format!(
+                        "model `{}`: draft `{d}` is not another model of the catalogue",
+                        m.id
                     ));
                 }
             }

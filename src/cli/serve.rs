@@ -44,6 +44,17 @@ pub struct ServeArgs {
     /// Most tokens per forward step (decode tokens plus prefill chunks).
     #[arg(long, env = "TOLLGATE_STEP_TOKENS", default_value_t = 256)]
     pub step_tokens: usize,
+    /// Speculative decoding: most decode plus draft tokens in one step (0 turns it off).
+    /// While fewer sequences decode than this, each may feed draft tokens (from the request's
+    /// `prediction`, or found by prompt lookup) that the model verifies in the same step; a
+    /// batch this large or larger drafts nothing. Outputs are unchanged either way.
+    #[arg(long, env = "TOLLGATE_SPECULATIVE_TOKENS", default_value_t = 16)]
+    pub speculative_tokens: usize,
+    /// Do not load draft models (a model's catalogue `draft`, a smaller model with its
+    /// vocabulary, loaded beside it when its weights are present): speculate with the
+    /// request's `prediction` and prompt lookup only.
+    #[arg(long, env = "TOLLGATE_NO_DRAFT_MODELS")]
+    pub no_draft_models: bool,
     /// Requests per minute per API key.
     #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
     pub rate_limit_rpm: u32,
@@ -185,6 +196,8 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             max_batch: self.max_batch,
             step_tokens: self.step_tokens,
+            speculative_tokens: self.speculative_tokens,
+            draft_models: !self.no_draft_models,
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,

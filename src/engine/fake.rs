@@ -240,6 +240,8 @@ impl FakeEngine {
                 cached_tokens: 0,
                 completion_tokens: generated,
                 reasoning_tokens: reasoning.tokens,
+                accepted_prediction_tokens: 0,
+                rejected_prediction_tokens: 0,
                 finish,
             });
         });
@@ -336,6 +338,8 @@ impl Engine for FakeEngine {
                 running: self.running.load(Ordering::Relaxed),
                 waiting: 0,
                 images_encoded: 0,
+                draft_tokens: 0,
+                accepted_draft_tokens: 0,
             })
             .collect()
     }

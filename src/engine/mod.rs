@@ -54,6 +54,9 @@ pub struct Prompt {
     /// The images whose rows `images` still waits for: `Engine::encode_images` fills them
     /// after the hold and clears this; `submit` refuses a prompt that still has any.
     pub pending_images: Option<vision::PendingImages>,
+    /// The request's predicted output (OpenAI's `prediction`), tokenized: speculative
+    /// decoding drafts from it (`runtime::speculate`). Empty when none was given.
+    pub prediction: Vec<u32>,
 }
 
 /// A run of image tokens in a prompt and the rows that replace their embeddings.
@@ -117,6 +120,7 @@ impl Prompt {
             reasoning: None,
             images: Vec::new(),
             pending_images: None,
+            prediction: Vec::new(),
         }
     }
 }
@@ -179,11 +183,18 @@ pub struct Outcome {
     /// Of `prompt_tokens`, those whose KV cache came from the prefix cache instead of being
     /// prefilled for this request (OpenAI's `cached_tokens`).
     pub cached_tokens: usize,
-    /// Tokens generated and sampled (output tokens), including a final EOS.
+    /// Output tokens: those generated and sampled, including a final EOS, plus
+    /// `rejected_prediction_tokens` (OpenAI counts and bills those as output too).
     pub completion_tokens: usize,
     /// Of `completion_tokens`, the thinking ones, `<think>` through `</think>`
     /// (`text::reasoning::ReasoningCounter`; OpenAI's `reasoning_tokens`).
     pub reasoning_tokens: usize,
+    /// Tokens of the request's `prediction` accepted as output by speculative decoding
+    /// (`runtime::speculate`; OpenAI's `accepted_prediction_tokens`).
+    pub accepted_prediction_tokens: usize,
+    /// Tokens of the request's `prediction` computed as drafts and rejected (OpenAI's
+    /// `rejected_prediction_tokens`); included in `completion_tokens`.
+    pub rejected_prediction_tokens: usize,
     pub finish: FinishReason,
 }
 
@@ -218,6 +229,10 @@ pub struct ModelStats {
     pub waiting: usize,
     /// Images encoded since the model was loaded (`Engine::encode_images`).
     pub images_encoded: u64,
+    /// Draft tokens speculative decoding verified since the model was loaded (from requests'
+    /// `prediction`, prompt lookup and the draft model), and those accepted as output.
+    pub draft_tokens: u64,
+    pub accepted_draft_tokens: u64,
 }
 
 /// What an engine knows of a loaded model.

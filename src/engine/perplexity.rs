@@ -116,6 +116,7 @@ pub fn perplexity(
                 StepSeq {
                     cache: &mut cache,
                     tokens: &chunk,
+                    logits: 1,
                     inputs: &[],
                     grids: &[],
                 },

@@ -42,6 +42,11 @@ pub struct Charge {
     pub completion_tokens: usize,
     /// Of `completion_tokens`, the thinking ones (billed as output like the rest).
     pub reasoning_tokens: usize,
+    /// Tokens of the request's `prediction` that became output.
+    pub accepted_prediction_tokens: usize,
+    /// Of `completion_tokens`, the `prediction` tokens computed and rejected (billed as
+    /// output: OpenAI's rule for predicted outputs).
+    pub rejected_prediction_tokens: usize,
     /// Micro-USD charged (`billing::cost_micros`, never above the hold).
     pub cost_micros: Micros,
     /// How the generation ended (`Stop`, `Length` or `Cancelled`; never `Failed`):
@@ -197,6 +202,8 @@ async fn wait_outcomes(ctx: &Context, outcomes: Vec<oneshot::Receiver<Outcome>>)
             cached_tokens: 0,
             completion_tokens: 0,
             reasoning_tokens: 0,
+            accepted_prediction_tokens: 0,
+            rejected_prediction_tokens: 0,
             finish: FinishReason::Failed("the engine dropped the request".into()),
         }));
     }
@@ -235,6 +242,8 @@ fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
         cached_tokens: cached,
         completion_tokens: completion,
         reasoning_tokens: outcomes.iter().map(|o| o.reasoning_tokens).sum(),
+        accepted_prediction_tokens: outcomes.iter().map(|o| o.accepted_prediction_tokens).sum(),
+        rejected_prediction_tokens: outcomes.iter().map(|o| o.rejected_prediction_tokens).sum(),
         cost_micros: billing::cost_micros(p, prompt as u64, cached as u64, completion as u64)
             .min(ctx.hold_micros),
         finish,

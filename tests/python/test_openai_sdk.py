@@ -259,3 +259,43 @@ def test_a_repeated_prompt_reads_its_prefix_from_the_cache(client):
     assert first.usage.prompt_tokens_details.cached_tokens < cached
     want = -(-((p - cached) * 20_000 + cached * 2_000 + out * 40_000) // 1_000_000)
     assert again.model_extra["service"]["cost_micros"] == want
+
+
+def test_a_prediction_leaves_the_answer_alone_and_bills_its_rejected_tokens(client):
+    """`prediction` (Predicted Outputs) drafts tokens the model verifies: the answer is the one
+    greedy decoding gives without it; accepted and rejected prediction tokens are reported, and
+    the rejected ones are output tokens (in `completion_tokens`, billed at the output price)."""
+    args = dict(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=40)
+    plain = client.chat.completions.create(**args)
+    text = plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+
+    right = client.chat.completions.create(prediction={"type": "content", "content": text}, **args)
+    assert right.choices[0].message.content == text
+    d = right.usage.completion_tokens_details
+    assert d.accepted_prediction_tokens > 0 and d.rejected_prediction_tokens == 0
+    assert right.usage.completion_tokens == plain.usage.completion_tokens
+
+    wrong_text = "Berlin is the capital of Germany, and its largest city is Berlin too."
+    wrong = client.chat.completions.create(
+        prediction={"type": "content", "content": [{"type": "text", "text": wrong_text}]}, **args)
+    d = wrong.usage.completion_tokens_details
+    assert d.rejected_prediction_tokens > 0
+    assert wrong.choices[0].finish_reason == "stop"
+    assert wrong.choices[0].message.content == text
+    assert wrong.usage.completion_tokens == plain.usage.completion_tokens + d.rejected_prediction_tokens
+    p, out = wrong.usage.prompt_tokens, wrong.usage.completion_tokens
+    cached = wrong.usage.prompt_tokens_details.cached_tokens
+    want = -(-((p - cached) * 20_000 + cached * 2_000 + out * 40_000) // 1_000_000)
+    assert wrong.model_extra["service"]["cost_micros"] == want
+
+    stream = client.chat.completions.create(
+        prediction={"type": "content", "content": wrong_text}, stream=True,
+        stream_options={"include_usage": True}, **args)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].usage.completion_tokens_details.rejected_prediction_tokens == d.rejected_prediction_tokens
+
+    with pytest.raises(openai.UnprocessableEntityError) as e:
+        client.chat.completions.create(prediction={"type": "text", "content": text}, **args)
+    assert e.value.param == "prediction.type"

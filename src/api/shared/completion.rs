@@ -61,6 +61,8 @@ impl CompletionMeta {
                 },
                 completion_tokens_details: CompletionTokensDetails {
                     reasoning_tokens: c.reasoning_tokens,
+                    accepted_prediction_tokens: c.accepted_prediction_tokens,
+                    rejected_prediction_tokens: c.rejected_prediction_tokens,
                     ..CompletionTokensDetails::default()
                 },
             },

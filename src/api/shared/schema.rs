@@ -117,6 +117,13 @@ pub struct ChatCompletionRequest {
     /// Accepted only as `{}`.
     #[schema(value_type = Option<HashMap<String, String>>)]
     metadata: Option<Value>,
+    /// Predicted Outputs: `{"type": "content", "content": string or [{"type": "text",
+    /// "text"}]}`, the text the answer is expected to be (a file being edited). Its tokens are
+    /// drafts the model verifies: the answer is unchanged, and comes faster where it follows
+    /// the prediction. Rejected prediction tokens are billed as output and count towards
+    /// `max_tokens` (`usage.completion_tokens_details`).
+    #[schema(value_type = Option<Value>)]
+    prediction: Option<Value>,
 }
 
 /// The body of `POST /v1/completions` (documentation only: bodies are parsed by
@@ -529,7 +536,9 @@ pub struct PromptTokensDetails {
 }
 
 /// What completion tokens were, in tokens: the thinking of thinking models (`<think>` through
-/// `</think>`, billed as output); audio and predicted outputs are zero (not served).
+/// `</think>`, billed as output), and for a request with a `prediction`, its tokens accepted
+/// into the output and those computed and rejected (included in `completion_tokens` and billed
+/// as output, OpenAI's rule); audio is zero (not served).
 #[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
 pub struct CompletionTokensDetails {
     pub reasoning_tokens: usize,

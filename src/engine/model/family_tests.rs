@@ -219,6 +219,7 @@ fn check_format(f: Fam, hf: bool) {
             .forward(&mut [StepSeq {
                 cache: &mut c,
                 tokens: &ids,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             }])
@@ -232,6 +233,7 @@ fn check_format(f: Fam, hf: bool) {
         .forward(&mut [StepSeq {
             cache: &mut c,
             tokens: &ids[..5],
+            logits: 1,
             inputs: &[],
             grids: &[],
         }])
@@ -241,6 +243,7 @@ fn check_format(f: Fam, hf: bool) {
             .forward(&mut [StepSeq {
                 cache: &mut c,
                 tokens: &ids[end - 1..end],
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             }])
@@ -258,12 +261,14 @@ fn check_format(f: Fam, hf: bool) {
             StepSeq {
                 cache: &mut a,
                 tokens: &other,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             },
             StepSeq {
                 cache: &mut b,
                 tokens: &ids,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             },

@@ -167,6 +167,29 @@ impl SeqCache {
         }
     }
 
+    /// Forget positions `len..`: the rows of draft tokens that verification rejected
+    /// (speculative decoding). Capacity is kept for the positions that replace them.
+    ///
+    /// # Panics
+    /// When `len` would cut into the shared blocks (only a sequence's own rows roll back).
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        let shared = self.shared_len();
+        assert!(
+            len >= shared,
+            "truncate to {len} inside {shared} shared positions"
+        );
+        let (own, keep) = (self.len - shared, len - shared);
+        for l in &mut self.layers {
+            let row = l.k.len() / own;
+            l.k.truncate(keep * row);
+            l.v.truncate(keep * row);
+        }
+        self.len = len;
+    }
+
     /// Layer `li` as attention reads it.
     ///
     /// # Panics
@@ -305,5 +328,19 @@ mod tests {
         assert!(!Arc::ptr_eq(&d.blocks[1], &c.blocks[1]));
         let last = (2 * BLOCK - 1) as f32;
         assert_eq!(key(&d, 2 * BLOCK - 1), [last, last + 0.5]);
+    }
+
+    #[test]
+    fn truncate_forgets_only_the_last_own_positions() {
+        let mut c = filled(BLOCK + 5);
+        c.freeze(8, 2);
+        let before: Vec<Vec<f32>> = (0..BLOCK + 3).map(|p| key(&c, p)).collect();
+        c.truncate(BLOCK + 3);
+        assert_eq!(c.len, BLOCK + 3);
+        assert_eq!(c.layers[0].k.len(), 3 * 2);
+        let after: Vec<Vec<f32>> = (0..BLOCK + 3).map(|p| key(&c, p)).collect();
+        assert_eq!(after, before);
+        c.truncate(BLOCK + 9);
+        assert_eq!(c.len, BLOCK + 3, "never grows");
     }
 }

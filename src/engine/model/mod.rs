@@ -155,11 +155,16 @@ pub struct Transformer {
     zero_bias: Tensor,
 }
 
-/// One sequence's part of a step: its cache and the tokens to feed (a prefill chunk or one
-/// decode token), and rows that replace some of those tokens' embeddings (an image's).
+/// One sequence's part of a step: its cache and the tokens to feed (a prefill chunk, one
+/// decode token, or a decode token and the draft tokens that follow it), and rows that replace
+/// some of those tokens' embeddings (an image's).
 pub struct StepSeq<'a> {
     pub cache: &'a mut SeqCache,
     pub tokens: &'a [u32],
+    /// Logits rows wanted: those of the last `logits` tokens (1 for a prefill chunk or a plain
+    /// decode token, `1 + drafts` when speculative decoding verifies drafts; clamped to
+    /// `1..=tokens.len()`).
+    pub logits: usize,
     /// In `tokens` order, not overlapping, each within `tokens`.
     pub inputs: &'a [InputRows<'a>],
     /// Every image of the sequence's prompt laid out as a grid, in order (for a model with
@@ -173,6 +178,7 @@ impl<'a> StepSeq<'a> {
         Self {
             cache,
             tokens,
+            logits: 1,
             inputs: &[],
             grids: &[],
         }
@@ -284,7 +290,9 @@ impl Transformer {
     }
 
     /// Run one packed step. Every sequence's `tokens` are appended to its cache; returns the
-    /// logits of each sequence's last token, `[seqs.len()][vocab]`.
+    /// logits of each sequence's last `logits` tokens, in sequence order then token order,
+    /// `[sum of logits][vocab]`. A row depends only on its sequence's tokens, never on what
+    /// else the step holds (activations are quantized per row, attention is per sequence).
     ///
     /// # Errors
     /// candle errors (shape or device failures); the caches may then be partly written and
@@ -295,9 +303,9 @@ impl Transformer {
             // loop is a cheap in-pool split instead of a hand-off from the engine thread to the
             // pool and back (about 150 of them per decode step on a 30-layer model), and the
             // other workers stay awake between those loops (`warm.rs`).
-            warm::run_warm(|| self.step(seqs, None))
+            warm::run_warm(|| self.step(seqs))
         } else {
-            self.step(seqs, None)
+            self.step(seqs)
         }
     }
 
@@ -308,24 +316,18 @@ impl Transformer {
     /// As `forward`.
     pub fn forward_from(
         &self,
-        seq: StepSeq<'_>,
+        mut seq: StepSeq<'_>,
         from: usize,
     ) -> candle_core::Result<Vec<Vec<f32>>> {
-        let seqs = &mut [seq];
-        if self.device.is_cpu() {
-            warm::run_warm(|| self.step(seqs, Some(from)))
-        } else {
-            self.step(seqs, Some(from))
-        }
+        let rows = seq.tokens.len().saturating_sub(from);
+        seq.logits = rows.max(1);
+        let mut out = self.forward(&mut [seq])?;
+        out.truncate(rows);
+        Ok(out)
     }
 
-    /// `forward` on the calling thread; logits of each sequence's last token, or of its tokens
-    /// from index `from` on.
-    fn step(
-        &self,
-        seqs: &mut [StepSeq<'_>],
-        from: Option<usize>,
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
+    /// `forward` on the calling thread.
+    fn step(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         let tables: Vec<(Vec<f32>, Vec<f32>)> = if self.ropes.iter().any(|r| r.sections.is_some()) {
@@ -391,7 +393,7 @@ impl Transformer {
                 residual(&x, f)?
             };
         }
-        self.logits(&x, seqs, from)
+        self.logits(&x, seqs)
     }
 
     /// Layer `li`'s attention for the step's `t` tokens (`h`: `[t][hidden]`, normed): the Q,
@@ -528,27 +530,19 @@ impl Transformer {
         }
     }
 
-    /// The logits of each sequence's last token (`from` `None`) or of its tokens from index
-    /// `from` on, from the last layer's `x` (`[t][hidden]`); advances each cache's length by
-    /// the tokens it was fed. `[rows][vocab]`.
+    /// The logits of each sequence's last `logits` tokens, from the last layer's `x`
+    /// (`[t][hidden]`); advances each cache's length by the tokens it was fed. `[rows][vocab]`.
     ///
     /// # Errors
     /// candle errors (shapes, device).
-    fn logits(
-        &self,
-        x: &Tensor,
-        seqs: &mut [StepSeq<'_>],
-        from: Option<usize>,
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
+    fn logits(&self, x: &Tensor, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
         let c = &self.config;
         let mut last = Vec::with_capacity(seqs.len());
         let mut off = 0u32;
         for s in seqs.iter_mut() {
             let n = u32::try_from(s.tokens.len()).unwrap_or(u32::MAX);
-            match from {
-                Some(f) => last.extend(off + u32::try_from(f).unwrap_or(n).min(n)..off + n),
-                None => last.push(off + n - 1),
-            }
+            let rows = u32::try_from(s.logits.clamp(1, s.tokens.len().max(1))).unwrap_or(1);
+            last.extend(off + n - rows..off + n);
             off += n;
             s.cache.len += s.tokens.len();
         }
@@ -597,6 +591,7 @@ mod tests {
             .forward(&mut [StepSeq {
                 cache: &mut full,
                 tokens: &ids,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             }])
@@ -609,6 +604,7 @@ mod tests {
                     .forward(&mut [StepSeq {
                         cache: &mut cache,
                         tokens: part,
+                        logits: 1,
                         inputs: &[],
                         grids: &[],
                     }])
@@ -624,6 +620,7 @@ mod tests {
             .forward(&mut [StepSeq {
                 cache: &mut alone,
                 tokens: &other,
+                logits: 1,
                 inputs: &[],
                 grids: &[],
             }])
@@ -637,12 +634,14 @@ mod tests {
                 StepSeq {
                     cache: &mut a,
                     tokens: &ids,
+                    logits: 1,
                     inputs: &[],
                     grids: &[],
                 },
                 StepSeq {
                     cache: &mut b,
                     tokens: &other,
+                    logits: 1,
                     inputs: &[],
                     grids: &[],
                 },
@@ -655,5 +654,37 @@ mod tests {
             504,
             "greedy first token is \"The\""
         );
+    }
+
+    /// Speculative decoding's verification: a decode token and four drafts fed in one step
+    /// give each position the logits one-token steps give it, and rolling the cache back
+    /// (`SeqCache::truncate`) after wrong drafts leaves no trace of them.
+    #[test]
+    fn draft_rows_equal_single_steps_and_roll_back_cleanly() {
+        let (m, ids) = smollm2();
+        let layers = m.config.n_layers;
+        let (head, tail) = ids.split_at(ids.len() - 5);
+        let mut one = SeqCache::new(layers);
+        m.forward(&mut [StepSeq::new(&mut one, head)]).unwrap();
+        let mut want = Vec::new();
+        for t in tail {
+            want.extend(
+                m.forward(&mut [StepSeq::new(&mut one, std::slice::from_ref(t))])
+                    .unwrap(),
+            );
+        }
+        let mut spec = SeqCache::new(layers);
+        m.forward(&mut [StepSeq::new(&mut spec, head)]).unwrap();
+        let verify = |cache: &mut SeqCache, tokens: &[u32]| {
+            let mut seq = StepSeq::new(cache, tokens);
+            seq.logits = tokens.len();
+            m.forward(&mut [seq]).unwrap()
+        };
+        assert_eq!(verify(&mut spec, tail), want);
+        spec.truncate(spec.len - 3);
+        assert_eq!(verify(&mut spec, &[99, 98, 97]).len(), 3);
+        spec.truncate(spec.len - 3);
+        assert_eq!(verify(&mut spec, &tail[2..]), want[2..]);
+        assert_eq!(spec.len, ids.len());
     }
 }

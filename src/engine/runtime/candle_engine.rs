@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 
+use super::draft;
 use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
 use crate::catalog::Catalog;
 use crate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
@@ -46,6 +47,11 @@ pub struct EngineConfig {
     pub queue_depth: usize,
     pub limits_max_batch: usize,
     pub limits_step_tokens: usize,
+    /// Most decode and draft tokens per step for speculative decoding (0: off); see
+    /// `scheduler::Limits::speculative_tokens`.
+    pub speculative_tokens: usize,
+    /// Load each model's catalogue `draft` beside it when its weights are on the machine.
+    pub draft_models: bool,
     /// Catalogue and weights directory for loading other models on first use (`None`: only the
     /// models above are served).
     pub on_demand: Option<(Arc<Catalog>, PathBuf)>,
@@ -88,6 +94,8 @@ pub struct CandleEngine {
     load_lock: Mutex<()>,
     memory_budget: u64,
     started: Instant,
+    /// `EngineConfig::draft_models`.
+    draft_models: bool,
 }
 
 impl CandleEngine {
@@ -102,6 +110,7 @@ impl CandleEngine {
             step_tokens: config.limits_step_tokens.max(1),
             kv_cache_bytes: usize::try_from(config.kv_cache_budget).unwrap_or(usize::MAX),
             prefix_cache_bytes: usize::try_from(config.prefix_cache_budget).unwrap_or(usize::MAX),
+            speculative_tokens: config.speculative_tokens,
         };
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();
@@ -114,7 +123,13 @@ impl CandleEngine {
             };
             let pixels = entry.and_then(|e| e.image_pixels);
             let vision = mmproj.as_deref().map(|p| (p, pixels));
-            let (rt, front) = load(id, path, *ctx, builtin, vision, &config.device)?;
+            let (mut rt, front) = load(id, path, *ctx, builtin, vision, &config.device)?;
+            if let (Some(entry), Some((catalog, dir)), true) =
+                (entry, &config.on_demand, config.draft_models)
+            {
+                let d = draft::load_draft(catalog, entry, dir, &config.device, &rt.tokenizer)?;
+                rt = rt.with_draft(d);
+            }
             runtimes.push(rt);
             fronts.push(Some(Arc::new(front)));
         }
@@ -133,6 +148,7 @@ impl CandleEngine {
             load_lock: Mutex::new(()),
             memory_budget: config.memory_budget,
             started: Instant::now(),
+            draft_models: config.draft_models,
         })
     }
 
@@ -245,7 +261,15 @@ impl CandleEngine {
                 mmproj.as_deref().map(|p| (p, entry.image_pixels)),
                 &self.device,
             ) {
-                Ok(loaded) => return Ok(loaded),
+                Ok((rt, front)) => {
+                    let d = match (&self.on_demand, self.draft_models) {
+                        (Some((catalog, dir)), true) => {
+                            draft::load_draft(catalog, entry, dir, &self.device, &rt.tokenizer)?
+                        }
+                        _ => None,
+                    };
+                    return Ok((rt.with_draft(d), front));
+                }
                 Err(EngineError::Load { message, .. }) => {
                     tracing::warn!(model = %entry.id, source = %src.describe(), error = %message,
                         "weights failed to load; trying the next source");
@@ -310,6 +334,10 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
     (prompt.images, prompt.pending_images) = placed;
     prompt.reasoning = reasoning;
     prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
+    if let Some(text) = &input.prediction {
+        prompt.prediction =
+            crate::engine::text::prompt::prediction_ids(&f.tokenizer, text, f.context_length)?;
+    }
     let env = || {
         f.grammar_env
             .get_or_init(|| GrammarEnv::new(f.tokenizer.clone()))
@@ -585,6 +613,8 @@ impl Engine for CandleEngine {
                 running: f.counts.running(),
                 waiting: f.counts.waiting(),
                 images_encoded: f.counts.images_encoded(),
+                draft_tokens: f.counts.drafts().0,
+                accepted_draft_tokens: f.counts.drafts().1,
             })
             .collect()
     }

@@ -1,6 +1,7 @@
 //! The running and waiting counts of one loaded model: jobs submitted and not yet running, and
-//! sequences running (a job with `n` choices runs as `n` sequences once its prompt is in); and
-//! the images its vision encoder has encoded. The
+//! sequences running (a job with `n` choices runs as `n` sequences once its prompt is in); the
+//! images its vision encoder has encoded; and the draft tokens speculative decoding verified
+//! and accepted. The
 //! one place these counts change: `submit` and the scheduler call the event that happened, and
 //! `stats`, `/health` and the metrics read them. Relaxed atomics: they are figures to report,
 //! not synchronisation.
@@ -14,6 +15,8 @@ pub struct Counters {
     running: AtomicUsize,
     waiting: AtomicUsize,
     images_encoded: AtomicU64,
+    draft_tokens: AtomicU64,
+    accepted_draft_tokens: AtomicU64,
 }
 
 impl Counters {
@@ -66,5 +69,21 @@ impl Counters {
     /// Images encoded since the model was loaded.
     pub fn images_encoded(&self) -> u64 {
         self.images_encoded.load(Ordering::Relaxed)
+    }
+
+    /// Speculative decoding verified `drafted` draft tokens and accepted `accepted` of them.
+    pub fn verified(&self, drafted: usize, accepted: usize) {
+        self.draft_tokens
+            .fetch_add(drafted as u64, Ordering::Relaxed);
+        self.accepted_draft_tokens
+            .fetch_add(accepted as u64, Ordering::Relaxed);
+    }
+
+    /// Draft tokens verified, and accepted, since the model was loaded.
+    pub fn drafts(&self) -> (u64, u64) {
+        (
+            self.draft_tokens.load(Ordering::Relaxed),
+            self.accepted_draft_tokens.load(Ordering::Relaxed),
+        )
     }
 }

@@ -12,6 +12,10 @@
 //! a step fails only the sequences of that step. The loop must never exit while the channel is
 //! open.
 //!
+//! Speculative decoding (`speculate.rs`): while the batch is small, a decoding sequence feeds
+//! draft tokens after its pending token and gets a logits row for each; sampling walks the rows
+//! while the drafts match, so several tokens can come out of one step.
+//!
 //! Prefix cache (`prefix_cache.rs`): at admission a sequence starts from the longest cached
 //! prefix of its prompt (whole KV blocks shared, then the leading positions of one more
 //! copied into its own rows) and prefills only the rest; at the end of its prefill
@@ -25,7 +29,8 @@
 //! `tollgate_batch_size` (sequences per step), `tollgate_step_tokens`, gauges
 //! `tollgate_num_requests_running` / `_waiting`, `tollgate_kv_cache_tokens` / `_bytes`, and
 //! counters `tollgate_prompt_tokens_total`, `tollgate_generation_tokens_total`,
-//! `tollgate_request_finished_total{finish_reason}`; for the prefix cache, counters
+//! `tollgate_request_finished_total{finish_reason}`; for speculative decoding, counters
+//! `tollgate_spec_decode_draft_tokens_total` / `_accepted_tokens_total`; for the prefix cache, counters
 //! `tollgate_prefix_cache_queries_total` / `_hits_total` (prompt tokens looked up / found) and
 //! gauges `tollgate_prefix_cache_hit_rate` (their ratio) and `_bytes`.
 
@@ -36,47 +41,17 @@ use std::sync::Arc;
 
 use super::counters::Counters;
 
+use super::draft::{self, DraftModel};
 use super::prefix_cache::{Prefix, PrefixCache};
-use super::sequence::{sample_and_emit, started, Seq};
+use super::sequence::{started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
+use super::speculate;
+use super::step_model::kv_bytes_per_token;
+pub use super::step_model::StepModel;
 use crate::engine::model::attention::{SeqCache, BLOCK};
-use crate::engine::model::{ImageGrid, InputRows, StepSeq, Transformer};
+use crate::engine::model::{ImageGrid, InputRows, StepSeq};
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::{FinishReason, PromptImage};
-
-/// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
-/// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
-/// real one).
-pub trait StepModel: Send {
-    /// The KV cache's shape: (layers, f32 values per position per layer for keys, and the
-    /// same again for values).
-    fn kv_shape(&self) -> (usize, usize);
-    /// One packed step: appends each `seqs[i].tokens` to `seqs[i].cache` and returns one
-    /// logits row (`[vocab]` f32) per sequence, for the position after its last token.
-    ///
-    /// # Errors
-    /// A failed forward pass (every sequence of the step fails).
-    fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>>;
-}
-
-impl StepModel for Transformer {
-    fn kv_shape(&self) -> (usize, usize) {
-        (
-            self.config.n_layers,
-            self.config.n_kv_heads * self.config.head_dim,
-        )
-    }
-
-    fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
-        Transformer::forward(self, seqs)
-    }
-}
-
-/// KV cache bytes of one position: keys and values of every layer, f32.
-fn kv_bytes_per_token(model: &dyn StepModel) -> usize {
-    let (layers, row) = model.kv_shape();
-    layers * 2 * row * std::mem::size_of::<f32>()
-}
 
 /// A model as the engine thread holds it.
 pub struct Runtime {
@@ -88,6 +63,8 @@ pub struct Runtime {
     /// The model's prefix cache, sized by `run` from `Limits::prefix_cache_bytes` (the engine
     /// thread is its only user).
     pub prefix: RefCell<PrefixCache>,
+    /// The smaller model that drafts for this one (speculative decoding), if paired.
+    pub draft: Option<DraftModel>,
 }
 
 impl Runtime {
@@ -104,7 +81,14 @@ impl Runtime {
             tokenizer,
             counts,
             prefix: RefCell::new(PrefixCache::new(0)),
+            draft: None,
         }
+    }
+
+    /// This runtime with `draft` drafting for it.
+    pub fn with_draft(mut self, draft: Option<DraftModel>) -> Self {
+        self.draft = draft;
+        self
     }
 
     /// This runtime with a prefix cache of `bytes` (0: none).
@@ -128,6 +112,10 @@ pub struct Limits {
     pub kv_cache_bytes: usize,
     /// Most bytes of KV blocks each model's prefix cache keeps (0: no prefix cache).
     pub prefix_cache_bytes: usize,
+    /// Most tokens of a step that are speculative drafts and decode tokens together (0: no
+    /// speculative decoding). Each decoding sequence takes one; what is left goes to drafts
+    /// (`speculate`), so a batch of this many decoding sequences or more drafts nothing.
+    pub speculative_tokens: usize,
 }
 
 /// What the engine thread receives: a generation, or a newly loaded model to serve.
@@ -184,7 +172,7 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
             continue;
         };
         let seqs = std::mem::take(&mut running[m]);
-        running[m] = guarded_step(rt, seqs, limits.step_tokens);
+        running[m] = guarded_step(rt, seqs, limits);
     }
 }
 
@@ -274,8 +262,8 @@ fn drop_cancelled(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>]) {
 /// `step`, with a panic failing only that step's sequences: they were consumed by the
 /// panicking call, so their outcome senders dropped, which the API layer reports as an engine
 /// failure. Returns the sequences still running.
-fn guarded_step(rt: &Runtime, seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, step_tokens))) {
+fn guarded_step(rt: &Runtime, seqs: Vec<Seq>, limits: Limits) -> Vec<Seq> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| step(rt, seqs, limits))) {
         Ok(kept) => kept,
         Err(panic) => {
             let msg = panic
@@ -341,15 +329,17 @@ const KV_PREALLOC: usize = 4096;
 mod tests;
 
 /// KV cache bytes a job may fill: `(prompt + n * max_new_tokens) * bytes per token` (keys and
-/// values, every layer, f32; the prompt's rows are shared by its `n` choices). 0 when its
+/// values, every layer, f32, of the model and of its draft model; the prompt's rows are shared
+/// by its `n` choices). 0 when its
 /// model is gone (the job is then dropped at admission).
 fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
     let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
         return 0;
     };
     let choices = 1 + job.forks.len();
-    (job.request.prompt.token_ids.len() + choices * job.request.max_new_tokens)
-        * kv_bytes_per_token(rt.model.as_ref())
+    let per_token = kv_bytes_per_token(rt.model.as_ref())
+        + rt.draft.as_ref().map_or(0, DraftModel::kv_bytes_per_token);
+    (job.request.prompt.token_ids.len() + choices * job.request.max_new_tokens) * per_token
 }
 
 /// At the end of `s`'s prefill: the full blocks of its prompt's KV cache become shared
@@ -393,8 +383,8 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
 }
 
 /// One forward step for the sequences of one model; returns those still running.
-fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
-    let plan = plan_step(&seqs, step_tokens);
+fn step(rt: &Runtime, mut seqs: Vec<Seq>, limits: Limits) -> Vec<Seq> {
+    let plan = plan_step(rt, &mut seqs, limits);
     {
         let tokens: usize = plan.iter().map(|p| p.1.len()).sum();
         metrics::histogram!("tollgate_batch_size", "model" => rt.id.clone())
@@ -414,7 +404,10 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
             return Vec::new();
         }
     };
-    let planned: Vec<usize> = plan.iter().map(|p| p.0).collect();
+    let planned: Vec<(usize, usize)> = plan
+        .iter()
+        .map(|p| (p.0, logits_rows(&seqs[p.0], &p.1)))
+        .collect();
     let slots = take_rows(rt, seqs, &planned, logits);
     let out = sample_slots(rt, slots);
     record_occupancy(rt, &out);
@@ -422,14 +415,19 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, step_tokens: usize) -> Vec<Seq> {
 }
 
 /// The step's plan, `(index in seqs, tokens to feed)` in index order: decode tokens first
-/// (one each), then prefill chunks in arrival order within `step_tokens` (at least 1).
-fn plan_step(seqs: &[Seq], step_tokens: usize) -> Vec<(usize, Vec<u32>)> {
-    let mut budget = step_tokens.max(1);
+/// (each with its draft while `speculative_tokens` leaves room, `speculate::propose`), then
+/// prefill chunks in arrival order within `step_tokens` (at least 1).
+fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<u32>)> {
+    let mut budget = limits.step_tokens.max(1);
+    propose_drafts(rt, seqs, limits);
     let mut plan: Vec<(usize, Vec<u32>)> = Vec::new();
-    for (i, s) in seqs.iter().enumerate() {
+    for (i, s) in seqs.iter_mut().enumerate() {
         if let Some(tok) = s.pending {
-            plan.push((i, vec![tok]));
-            budget = budget.saturating_sub(1);
+            let mut toks = Vec::with_capacity(1 + s.spec.draft.len());
+            toks.push(tok);
+            toks.extend_from_slice(&s.spec.draft);
+            budget = budget.saturating_sub(toks.len());
+            plan.push((i, toks));
         }
     }
     for (i, s) in seqs.iter().enumerate() {
@@ -443,6 +441,43 @@ fn plan_step(seqs: &[Seq], step_tokens: usize) -> Vec<(usize, Vec<u32>)> {
     }
     plan.sort_by_key(|p| p.0);
     plan
+}
+
+/// Set each decoding sequence's draft for this step (`speculate::propose`: its prediction,
+/// else prompt lookup; else the runtime's draft model, one round for all of them), within
+/// `speculative_tokens` less one per decoding sequence.
+fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
+    let decoding = seqs.iter().filter(|s| s.pending.is_some()).count();
+    // A batch that fills `speculative_tokens` with decode tokens drafts nothing: its step is
+    // already compute-bound, and rejected drafts would slow every sequence in it.
+    let mut left = limits
+        .speculative_tokens
+        .min(limits.step_tokens)
+        .saturating_sub(decoding);
+    let mut want = Vec::new();
+    for (i, s) in seqs.iter_mut().enumerate() {
+        if s.pending.is_none() {
+            continue;
+        }
+        let most = left.min(speculate::room(s));
+        let n = speculate::propose(s, most);
+        if n == 0 && most > 0 && rt.draft.is_some() && draft::can_draft(s) {
+            let most = most.min(s.spec.len);
+            want.push((i, most));
+            left -= most;
+        } else {
+            left -= n;
+        }
+    }
+    if let (Some(d), false) = (&rt.draft, want.is_empty()) {
+        if let Err(e) = draft::draft_round(d, seqs, &want) {
+            tracing::warn!(model = %rt.id, draft = %d.id, "draft model failed, decoding without: {e}");
+            for &(i, _) in &want {
+                seqs[i].spec.draft.clear();
+                seqs[i].draft_cache = None;
+            }
+        }
+    }
 }
 
 /// A prefill chunk of `n` tokens from `fed` adjusted so no image run is split across steps (a
@@ -514,15 +549,17 @@ fn forward_plan(
                 })
             })
             .collect();
-        parts.push((&mut cur.cache, toks, inputs, grids));
+        let logits = logits_rows(cur, toks);
+        parts.push((&mut cur.cache, toks, logits, inputs, grids));
         rest = tail;
         base = i + 1;
     }
     let mut refs: Vec<StepSeq<'_>> = parts
         .iter_mut()
-        .map(|(cache, tokens, inputs, grids)| StepSeq {
+        .map(|(cache, tokens, logits, inputs, grids)| StepSeq {
             cache,
             tokens,
+            logits: *logits,
             inputs,
             grids,
         })
@@ -531,65 +568,89 @@ fn forward_plan(
     crate::cpu_turns::TURNS.engine_step(|| rt.model.forward(&mut refs))
 }
 
-/// Each sequence in order, with its logits row when it samples this step: every decoding
-/// sequence, and one whose prompt this step finished (with its forked choices, which sample
-/// from the same row). A sequence still prefilling gets none.
+/// Logits rows a planned sequence needs: one per fed token when it decodes (its pending
+/// token and each draft token are verified), one for a prefill chunk.
+fn logits_rows(s: &Seq, toks: &[u32]) -> usize {
+    if s.pending.is_some() {
+        toks.len()
+    } else {
+        1
+    }
+}
+
+/// Each sequence in order, with its logits rows when it samples this step (`planned`:
+/// `(index, rows)` in index order): every decoding sequence, and one whose prompt this step
+/// finished (with its forked choices, which sample from the same row). A sequence still
+/// prefilling gets none.
 fn take_rows(
     rt: &Runtime,
     seqs: Vec<Seq>,
-    planned: &[usize],
+    planned: &[(usize, usize)],
     logits: Vec<Vec<f32>>,
-) -> Vec<(Seq, Option<Vec<f32>>)> {
+) -> Vec<(Seq, Vec<Vec<f32>>)> {
     let mut rows = logits.into_iter();
-    let mut slots: Vec<(Seq, Option<Vec<f32>>)> = Vec::with_capacity(seqs.len());
+    let mut planned = planned.iter().peekable();
+    let mut slots: Vec<(Seq, Vec<Vec<f32>>)> = Vec::with_capacity(seqs.len());
     for (i, mut s) in seqs.into_iter().enumerate() {
-        if !planned.contains(&i) {
-            slots.push((s, None));
+        let Some(&(_, n)) = planned.next_if(|p| p.0 == i) else {
+            slots.push((s, Vec::new()));
             continue;
-        }
-        let row = rows.next().unwrap_or_default();
+        };
+        let mut mine: Vec<Vec<f32>> = rows.by_ref().take(n).collect();
         let prompt_len = s.job.request.prompt.token_ids.len();
         if s.pending.take().is_none() {
             s.fed = s.cache.len.min(prompt_len);
             if s.fed < prompt_len {
-                slots.push((s, None));
+                slots.push((s, Vec::new()));
                 continue;
             }
             let forks = share_prompt(rt, &mut s);
             started(&s);
-            slots.push((s, Some(row.clone())));
+            mine.truncate(1);
+            slots.push((s, mine.clone()));
             for f in forks {
                 started(&f);
-                slots.push((f, Some(row.clone())));
+                slots.push((f, mine.clone()));
             }
             continue;
         }
-        slots.push((s, Some(row)));
+        slots.push((s, mine));
     }
     slots
 }
 
 /// Sample every slot that has a logits row; finished sequences send their outcome and leave,
 /// the rest are returned in order.
-fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Option<Vec<f32>>)>) -> Vec<Seq> {
+fn sample_slots(rt: &Runtime, mut slots: Vec<(Seq, Vec<Vec<f32>>)>) -> Vec<Seq> {
     // Constrained sequences may need a token mask (hundreds of microseconds): sample the batch
     // on the pool then, so one sequence's mask does not hold up the others.
     let tok = &*rt.tokenizer;
-    let sample = |(s, row): &mut (Seq, Option<Vec<f32>>)| {
-        row.as_mut().map(|row| sample_and_emit(tok, s, row))
+    let sample = |(s, rows): &mut (Seq, Vec<Vec<f32>>)| {
+        (!rows.is_empty()).then(|| {
+            let (drafted, before) = (s.spec.draft.len(), s.spec.accepted);
+            let end = speculate::verify(tok, s, rows);
+            (end, drafted, s.spec.accepted - before)
+        })
     };
-    let ended: Vec<Option<Option<FinishReason>>> = if slots
+    let ended: Vec<Option<(Option<FinishReason>, usize, usize)>> = if slots
         .iter()
-        .any(|(s, r)| r.is_some() && s.grammar.is_some())
+        .any(|(s, r)| !r.is_empty() && s.grammar.is_some())
     {
         use rayon::prelude::*;
         slots.par_iter_mut().map(sample).collect()
     } else {
         slots.iter_mut().map(sample).collect()
     };
+    let (drafted, accepted) = ended
+        .iter()
+        .flatten()
+        .fold((0, 0), |(d, a), e| (d + e.1, a + e.2));
+    if drafted > 0 {
+        rt.counts.verified(drafted, accepted);
+    }
     let mut out = Vec::with_capacity(slots.len());
     for ((s, _), end) in slots.into_iter().zip(ended) {
-        match end.flatten() {
+        match end.and_then(|e| e.0) {
             None => out.push(s),
             Some(reason) => {
                 rt.counts.ended(1);

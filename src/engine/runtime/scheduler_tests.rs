@@ -17,10 +17,29 @@ use crate::engine::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingP
 const VOCAB: u32 = 16;
 
 /// The stand-in (not a model): records the tokens each sequence feeds in every step, appends
-/// zero rows for them to the cache, and always predicts `last token + 1` (mod 16), so greedy decoding is
-/// known in advance and never meets a stop token.
+/// zero rows for them to the cache, and predicts `token + 1` (mod 16) after each token, so
+/// greedy decoding is known in advance and never meets a stop token. With `spread`, the
+/// logit of `token + 1 + j` is `-spread * j` (`j` in 0..16): sampling at temperature 1 then
+/// has a known distribution (`spread_probabilities`).
 struct Scripted {
     steps: Arc<Mutex<Vec<Vec<usize>>>>,
+    spread: Option<f32>,
+}
+
+impl Scripted {
+    fn row(&self, token: u32) -> Vec<f32> {
+        let next = (token + 1) % VOCAB;
+        let mut row = vec![0.0; VOCAB as usize];
+        match self.spread {
+            None => row[next as usize] = 1.0,
+            Some(spread) => {
+                for j in 0..VOCAB {
+                    row[((next + j) % VOCAB) as usize] = -spread * j as f32;
+                }
+            }
+        }
+        row
+    }
 }
 
 impl StepModel for Scripted {
@@ -43,12 +62,14 @@ impl StepModel for Scripted {
                     l.v.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
                 }
                 s.cache.len += s.tokens.len();
-                let next = (s.tokens.last().copied().unwrap_or(0) + 1) % VOCAB;
-                let mut row = vec![0.0; VOCAB as usize];
-                row[next as usize] = 1.0;
-                row
+                let rows = s.logits.clamp(1, s.tokens.len());
+                s.tokens[s.tokens.len() - rows..]
+                    .iter()
+                    .map(|&t| self.row(t))
+                    .collect::<Vec<_>>()
             })
-            .collect())
+            .collect::<Vec<_>>()
+            .concat())
     }
 }
 
@@ -80,6 +101,8 @@ struct Harness {
     rx: Option<Receiver<Cmd>>,
     steps: Arc<Mutex<Vec<Vec<usize>>>>,
     counts: Arc<super::super::counters::Counters>,
+    /// The stand-in's `spread` (None: one-hot greedy rows).
+    spread: Option<f32>,
 }
 
 /// What a test keeps of a job: its event receiver (dropping it cancels) and its outcome.
@@ -96,6 +119,7 @@ impl Harness {
             rx: Some(rx),
             steps: Arc::default(),
             counts: Arc::default(),
+            spread: None,
         }
     }
 
@@ -106,8 +130,13 @@ impl Harness {
 
     /// Queue a greedy job of `n` choices; one handle per choice.
     fn submit_n(&self, prompt: usize, max_new: usize, n: usize) -> Vec<Submitted> {
+        self.submit_request(request(prompt, max_new, n))
+    }
+
+    /// Queue `request` (its `n` choices); one handle per choice.
+    fn submit_request(&self, request: GenerateRequest) -> Vec<Submitted> {
         let mut handles = Vec::new();
-        let mut senders: Vec<ChoiceTx> = (0..n)
+        let mut senders: Vec<ChoiceTx> = (0..request.n.max(1))
             .map(|_| {
                 let (events, events_rx) = mpsc::unbounded_channel();
                 let (outcome, outcome_rx) = oneshot::channel();
@@ -119,21 +148,6 @@ impl Harness {
             })
             .collect();
         let first = senders.remove(0);
-        let request = GenerateRequest {
-            request_id: format!("req_{prompt}_{max_new}"),
-            prompt: Prompt::plain(
-                "scripted",
-                (0..prompt as u32).map(|i| i % VOCAB).collect(),
-                1024,
-            ),
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-            max_new_tokens: max_new,
-            stop: Vec::new(),
-            n,
-        };
         self.counts.queued();
         let job = Job {
             model: 0,
@@ -156,6 +170,7 @@ impl Harness {
             "scripted",
             Box::new(Scripted {
                 steps: self.steps.clone(),
+                spread: self.spread,
             }),
             tokenizer(),
             self.counts.clone(),
@@ -171,12 +186,32 @@ impl Harness {
     }
 }
 
+/// A greedy request of `prompt` tokens (`i % 16`) generating up to `max_new`, `n` choices.
+fn request(prompt: usize, max_new: usize, n: usize) -> GenerateRequest {
+    GenerateRequest {
+        request_id: format!("req_{prompt}_{max_new}"),
+        prompt: Prompt::plain(
+            "scripted",
+            (0..prompt as u32).map(|i| i % VOCAB).collect(),
+            1024,
+        ),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        max_new_tokens: max_new,
+        stop: Vec::new(),
+        n,
+    }
+}
+
 fn limits(max_batch: usize, step_tokens: usize, kv_cache_bytes: usize) -> Limits {
     Limits {
         max_batch,
         step_tokens,
         kv_cache_bytes,
         prefix_cache_bytes: 0,
+        speculative_tokens: 0,
     }
 }
 
@@ -370,5 +405,124 @@ fn a_prompt_starting_like_an_earlier_one_prefills_only_what_the_prefix_cache_lac
             vec![1],
             vec![1]
         ]
+    );
+}
+
+/// Runs `request` alone on a fresh engine thread with `speculative_tokens` and the stand-in's
+/// `spread`; its outcome and text, and the tokens fed per step.
+fn run_alone(
+    request: GenerateRequest,
+    speculative_tokens: usize,
+    spread: Option<f32>,
+) -> (Outcome, String, Vec<Vec<usize>>) {
+    let mut h = Harness::new();
+    h.spread = spread;
+    let job = h.submit_request(request).remove(0);
+    let thread = h.start(Limits {
+        speculative_tokens,
+        ..limits(8, 64, 0)
+    });
+    let (outcome, text) = wait(job);
+    (outcome, text, h.finish(thread))
+}
+
+#[test]
+fn prompt_lookup_drafts_give_the_same_tokens_in_fewer_steps() {
+    let (plain, plain_text, plain_steps) = run_alone(request(20, 40, 1), 0, None);
+    let (spec, text, steps) = run_alone(request(20, 40, 1), 16, None);
+    assert_eq!(text, plain_text);
+    assert_eq!(spec, plain, "same counts, no prediction tokens");
+    assert_eq!(plain_steps.len(), 40, "a prefill, then one token a step");
+    // Draft lengths 4, 8 and 15 (the step's 16 less the decode token), then the 8 that
+    // `max_tokens` still allows; every draft is accepted, plus one token after it.
+    assert_eq!(steps, [[20], [5], [9], [16], [9]]);
+}
+
+#[test]
+fn prediction_tokens_are_counted_and_rejected_ones_count_towards_max_tokens() {
+    let (_, plain_text, _) = run_alone(request(20, 14, 1), 0, None);
+    let plain: Vec<&str> = plain_text.split_whitespace().collect();
+    // The output is w4 w5 w6 ... w15 w0 w1: the prediction gets three tokens right, then goes
+    // astray for good (the output never has "w7 w0" or "w0 w0" to find its place again).
+    let mut req = request(20, 14, 1);
+    req.prompt.prediction = vec![4, 5, 6, 7, 0, 0, 0, 0];
+    let (o, text, steps) = run_alone(req, 16, None);
+    assert_eq!(
+        steps[1],
+        [5],
+        "the pending token and four prediction tokens"
+    );
+    assert_eq!(
+        (o.accepted_prediction_tokens, o.rejected_prediction_tokens),
+        (3, 1)
+    );
+    // 13 tokens generated and one rejected: 14 billed, the limit.
+    assert_eq!((o.completion_tokens, o.finish), (14, FinishReason::Length));
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(words, plain[..13]);
+    // A prediction that is right all along: drafts of 4 then 7 tokens, all accepted.
+    let mut req = request(20, 14, 1);
+    req.prompt.prediction = (4..18).map(|t| t % VOCAB).collect();
+    let (o, text, steps) = run_alone(req, 16, None);
+    assert_eq!(text, plain_text);
+    assert_eq!(steps, [[20], [5], [8]]);
+    assert_eq!(
+        (o.accepted_prediction_tokens, o.rejected_prediction_tokens),
+        (11, 0)
+    );
+}
+
+/// Sampling at temperature 1 through verified drafts keeps the model's distribution: per seed
+/// the tokens are the ones plain decoding samples (a row's logits do not depend on the drafts
+/// fed with it; the text can only end sooner, as rejected prediction tokens count towards
+/// `max_tokens`), and over 400 seeds the steps between the first 8 tokens fit the stand-in's
+/// distribution (chi-square, 3 degrees of freedom, below the 0.999 quantile).
+#[test]
+fn sampling_through_drafts_keeps_the_distribution() {
+    let spread = 1.0f32;
+    let mut counts = [0usize; 4];
+    let mut drafted_steps = 0;
+    for seed in 0..400u64 {
+        let job = |spec: usize| {
+            let mut req = request(6, 64, 1);
+            req.sampling = SamplingParams {
+                temperature: 1.0,
+                seed: Some(seed),
+                ..SamplingParams::default()
+            };
+            // The greedy path: accepted only as often as the model samples it.
+            req.prompt.prediction = (6..70).map(|t| t % VOCAB).collect();
+            run_alone(req, spec, Some(spread))
+        };
+        let (_, plain_text, _) = job(0);
+        let (_, text, steps) = job(16);
+        let plain: Vec<&str> = plain_text.split_whitespace().collect();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        assert!(words.len() >= 8, "seed {seed}: {text}");
+        assert_eq!(words, plain[..words.len()], "seed {seed}");
+        drafted_steps += steps[1..].iter().filter(|s| s[0] > 1).count();
+        let mut last = 5u32;
+        for w in &words[..8] {
+            let t: u32 = w[1..].parse().unwrap();
+            counts[(((t + VOCAB - last - 1) % VOCAB) as usize).min(3)] += 1;
+            last = t;
+        }
+    }
+    assert!(drafted_steps > 400, "drafts were fed: {drafted_steps}");
+    let weights: Vec<f64> = (0..VOCAB)
+        .map(|j| (-f64::from(spread) * f64::from(j)).exp())
+        .collect();
+    let sum: f64 = weights.iter().sum();
+    let mut expected = [0.0f64; 4];
+    for (j, w) in weights.iter().enumerate() {
+        expected[j.min(3)] += w / sum;
+    }
+    let n = counts.iter().sum::<usize>() as f64;
+    let chi2: f64 = (0..4)
+        .map(|i| (counts[i] as f64 - n * expected[i]).powi(2) / (n * expected[i]))
+        .sum();
+    assert!(
+        chi2 < 16.27,
+        "chi-square {chi2} over {counts:?}, expected {expected:?}"
     );
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::sampler::Sampler;
+use super::spec_state::Speculation;
 use crate::engine::constrain::grammar::{self, Grammar};
 use crate::engine::model::attention::SeqCache;
 use crate::engine::text::reasoning::ReasoningCounter;
@@ -65,6 +66,12 @@ pub(in crate::engine) struct Seq {
     pub(in crate::engine) cached: usize,
     /// Counts the thinking tokens among `generated`.
     pub(in crate::engine) reasoning: ReasoningCounter,
+    /// The tokens sampled so far, the pending one included (prompt lookup reads them).
+    pub(in crate::engine) output: Vec<u32>,
+    /// Speculative decoding: this step's draft and what was accepted (`speculate.rs`).
+    pub(in crate::engine) spec: Speculation,
+    /// This sequence's KV cache in the runtime's draft model (`draft.rs`), once it drafts.
+    pub(in crate::engine) draft_cache: Option<SeqCache>,
 }
 
 impl Seq {
@@ -95,7 +102,34 @@ impl Seq {
             fork: false,
             cached: 0,
             reasoning,
+            output: Vec::new(),
+            spec: Speculation::default(),
+            draft_cache: None,
         }
+    }
+
+    /// Output tokens that count towards `max_tokens` and are billed: those generated, and the
+    /// prediction tokens rejected (OpenAI's rule for `prediction`).
+    pub(in crate::engine) fn billed_output(&self) -> usize {
+        self.generated + self.spec.rejected_prediction
+    }
+
+    /// After verification: forget the draft-model cache's positions past the real tokens
+    /// (its rejected drafts); the pending token is not in it yet.
+    pub(in crate::engine) fn forget_rejected_drafts(&mut self) {
+        let real = self.job.request.prompt.token_ids.len() + self.output.len();
+        if let Some(cache) = self.draft_cache.as_mut() {
+            cache.truncate(cache.len.min(real.saturating_sub(1)));
+        }
+    }
+
+    /// End at the length limit: the text the stop matcher still holds is sent.
+    pub(in crate::engine) fn end_by_length(&mut self) -> FinishReason {
+        let rest = self.stop.flush();
+        if !rest.is_empty() {
+            let _ = self.job.events.send(GenerationEvent::Delta(rest));
+        }
+        FinishReason::Length
     }
 
     pub(in crate::engine) fn finish(self, finish: FinishReason) {
@@ -112,6 +146,12 @@ impl Seq {
         }
         metrics::counter!("tollgate_generation_tokens_total", "model" => model.clone())
             .increment(self.generated as u64);
+        if self.spec.drafted > 0 {
+            metrics::counter!("tollgate_spec_decode_draft_tokens_total", "model" => model.clone())
+                .increment(self.spec.drafted as u64);
+            metrics::counter!("tollgate_spec_decode_accepted_tokens_total", "model" => model.clone())
+                .increment(self.spec.accepted as u64);
+        }
         metrics::counter!("tollgate_request_finished_total", "model" => model, "finish_reason" => reason)
             .increment(1);
         let prompt_tokens = self.job.request.prompt.token_ids.len();
@@ -122,14 +162,18 @@ impl Seq {
                 cached_tokens: self.cached,
                 completion_tokens: 0,
                 reasoning_tokens: 0,
+                accepted_prediction_tokens: 0,
+                rejected_prediction_tokens: 0,
                 finish: finish.clone(),
             });
         }
         let _ = self.job.outcome.send(Outcome {
             prompt_tokens,
             cached_tokens: self.cached,
-            completion_tokens: self.generated,
+            completion_tokens: self.generated + self.spec.rejected_prediction,
             reasoning_tokens: self.reasoning.tokens,
+            accepted_prediction_tokens: self.spec.accepted_prediction,
+            rejected_prediction_tokens: self.spec.rejected_prediction,
             finish,
         });
     }
@@ -158,6 +202,8 @@ pub(in crate::engine) fn sample_and_emit(
         &s.job.request.prompt.banned_tokens,
     );
     s.generated += 1;
+    s.output.push(tok);
+    s.spec.observe(&s.job.request.prompt.prediction, tok);
     if let Some(k) = s.job.request.sampling.logprobs {
         if !tokenizer.stop_ids.contains(&tok) {
             let (logprob, top) = super::sampler::logprobs(row, tok, k);
@@ -209,15 +255,12 @@ pub(in crate::engine) fn sample_and_emit(
         }
     }
     let in_context = s.cache.len + 1 < req.prompt.context_length;
-    if grammar_done || s.generated >= req.max_new_tokens || !in_context {
-        let rest = s.stop.flush();
-        if !rest.is_empty() {
-            let _ = s.job.events.send(GenerationEvent::Delta(rest));
-        }
+    if grammar_done || s.billed_output() >= req.max_new_tokens || !in_context {
+        let length = s.end_by_length();
         return Some(if grammar_done {
             FinishReason::Stop
         } else {
-            FinishReason::Length
+            length
         });
     }
     s.pending = Some(tok);

@@ -237,6 +237,9 @@ pub struct ChatInput {
     pub thinking: Option<bool>,
     /// The images of `messages`' `ContentPart::Image` parts, in order.
     pub images: Vec<InputImage>,
+    /// The predicted output (OpenAI's `prediction`): tokenized into `Prompt::prediction`,
+    /// drafts for speculative decoding. Never rendered into the prompt.
+    pub prediction: Option<String>,
 }
 
 impl ChatInput {

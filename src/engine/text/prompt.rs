@@ -159,6 +159,30 @@ pub const FIM_TOKENS: [[&str; 3]; 3] = [
     ],
 ];
 
+/// The token ids of a predicted output (OpenAI's `prediction`), drafts for speculative
+/// decoding: at most `limit` tokens (the model's context: more could never be used), encoded
+/// without special tokens from the text's first `4 * limit` bytes (cut at a character
+/// boundary; no token is shorter than a byte), so a long prediction costs no more to tokenize
+/// than a prompt of the context's length.
+///
+/// # Errors
+/// `Tokenize` when the tokenizer fails.
+pub fn prediction_ids(
+    tokenizer: &ModelTokenizer,
+    text: &str,
+    limit: usize,
+) -> Result<Vec<u32>, EngineError> {
+    let mut end = text.len().min(limit.saturating_mul(4));
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut ids = tokenizer
+        .encode(&text[..end])
+        .map_err(|e| EngineError::Tokenize(e.to_string()))?;
+    ids.truncate(limit);
+    Ok(ids)
+}
+
 /// The first of `FIM_TOKENS` whose three tokens are all in `tokenizer`'s vocabulary.
 pub fn fim_tokens(tokenizer: &ModelTokenizer) -> Option<[&'static str; 3]> {
     FIM_TOKENS.into_iter().find(|set| {

@@ -40,7 +40,7 @@ use crate::engine::{ChatInput, SamplingParams};
 /// Most choices one request may ask for (`n`).
 pub const MAX_CHOICES: u64 = 8;
 
-pub const ACCEPTED_PARAMETERS: [&str; 31] = [
+pub const ACCEPTED_PARAMETERS: [&str; 32] = [
     "model",
     "messages",
     "stream",
@@ -72,6 +72,7 @@ pub const ACCEPTED_PARAMETERS: [&str; 31] = [
     "service_tier",
     "modalities",
     "metadata",
+    "prediction",
 ];
 
 /// The fields a model record lists as `supported_parameters`: the accepted ones less those
@@ -137,6 +138,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let top_logprobs = v.integer("top_logprobs", 0);
     let extra = v.extra_sampling();
     let thinking = v.reasoning_effort();
+    let prediction = v.prediction();
     if n > MAX_CHOICES {
         v.err("n", "must be an integer between 1 and 8");
     }
@@ -182,6 +184,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             thinking,
             // Filled from `images` once the model is known to read them (`text::paid_request`).
             images: Vec::new(),
+            prediction,
         },
         images,
         stream,
@@ -238,6 +241,21 @@ mod tests {
                 ContentPart::Text("b".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_prediction_is_its_text_and_a_malformed_one_names_the_field() {
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"prediction":{"type":"content","content":[{"type":"text","text":"a "},{"type":"text","text":"b"}]}}"#).unwrap();
+        assert_eq!(r.input.prediction.as_deref(), Some("a b"));
+        let r = parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}],"prediction":{"type":"content","content":"fn main() {}"}}"#).unwrap();
+        assert_eq!(r.input.prediction.as_deref(), Some("fn main() {}"));
+        let ApiError::Validation(errs) = err(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"prediction":{"type":"text","content":[1]}}"#,
+        ) else {
+            panic!()
+        };
+        let params: Vec<_> = errs.iter().map(|e| e.param.as_str()).collect();
+        assert_eq!(params, ["prediction.type", "prediction.content[0]"]);
     }
 
     #[test]

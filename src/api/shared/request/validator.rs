@@ -221,6 +221,48 @@ impl<'a> Validator<'a> {
         include
     }
 
+    /// `prediction` (OpenAI's Predicted Outputs): `{"type": "content", "content": ...}` with
+    /// the content a string or an array of `{"type": "text", "text": ...}` parts, joined as
+    /// they are. Returns the predicted text (`None` when absent or empty).
+    pub(super) fn prediction(&mut self) -> Option<String> {
+        let v = self.present("prediction")?;
+        let Value::Object(o) = v else {
+            self.err("prediction", "must be an object");
+            return None;
+        };
+        self.known_keys("prediction", o, &["type", "content"]);
+        if o.get("type").and_then(Value::as_str) != Some("content") {
+            self.err("prediction.type", "must be \"content\"");
+        }
+        let text = match o.get("content") {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for (i, part) in parts.iter().enumerate() {
+                    match (
+                        part.get("type").and_then(Value::as_str),
+                        part.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        _ => self.err(
+                            &format!("prediction.content[{i}]"),
+                            "must be a text part: {\"type\": \"text\", \"text\": string}",
+                        ),
+                    }
+                }
+                Some(text)
+            }
+            _ => {
+                self.err(
+                    "prediction.content",
+                    "must be a string or an array of text parts",
+                );
+                None
+            }
+        };
+        text.filter(|t| !t.is_empty())
+    }
+
     pub(super) fn stop(&mut self) -> Vec<String> {
         match self.present("stop") {
             None => Vec::new(),
