@@ -103,6 +103,8 @@ struct Harness {
     counts: Arc<super::super::counters::Counters>,
     /// The stand-in's `spread` (None: one-hot greedy rows).
     spread: Option<f32>,
+    /// With a scripted draft model, the tokens it is fed per step.
+    draft_steps: Option<Arc<Mutex<Vec<Vec<usize>>>>>,
 }
 
 /// What a test keeps of a job: its event receiver (dropping it cancels) and its outcome.
@@ -120,6 +122,7 @@ impl Harness {
             steps: Arc::default(),
             counts: Arc::default(),
             spread: None,
+            draft_steps: None,
         }
     }
 
@@ -174,7 +177,15 @@ impl Harness {
             }),
             tokenizer(),
             self.counts.clone(),
-        );
+        )
+        .with_draft(self.draft_steps.clone().map(|steps| DraftModel {
+            id: "scripted-draft".into(),
+            // Sure of `token + 1`: its softmax gives it about 0.99995.
+            model: Box::new(Scripted {
+                steps,
+                spread: Some(10.0),
+            }),
+        }));
         std::thread::spawn(move || run(vec![runtime], &rx, limits))
     }
 
@@ -525,4 +536,27 @@ fn sampling_through_drafts_keeps_the_distribution() {
         chi2 < 16.27,
         "chi-square {chi2} over {counts:?}, expected {expected:?}"
     );
+}
+
+#[test]
+fn a_draft_model_drafts_where_lookup_finds_nothing() {
+    let mut h = Harness::new();
+    let draft_steps: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+    h.draft_steps = Some(draft_steps.clone());
+    // Prompt w0..w5, output w6..w13: no n-gram repeats, so prompt lookup never drafts.
+    let job = h.submit(6, 8);
+    let thread = h.start(Limits {
+        speculative_tokens: 16,
+        ..limits(8, 64, 0)
+    });
+    let (o, text) = wait(job);
+    assert_eq!(text, "w6 w7 w8 w9 w10 w11 w12 w13");
+    assert_eq!((o.completion_tokens, o.accepted_prediction_tokens), (8, 0));
+    // The target: the prefill, four drafts and the pending token, then the one draft
+    // `max_tokens` still allows.
+    assert_eq!(h.finish(thread), [[6], [5], [2]]);
+    // The draft model: the prompt and the first token, then a token a step; then the accepted
+    // draft it had not read and the new pending token.
+    let fed = draft_steps.lock().unwrap().clone();
+    assert_eq!(fed, [[7], [1], [1], [1], [2]]);
 }
