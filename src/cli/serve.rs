@@ -50,11 +50,13 @@ pub struct ServeArgs {
     /// batch this large or larger drafts nothing. Outputs are unchanged either way.
     #[arg(long, env = "TOLLGATE_SPECULATIVE_TOKENS", default_value_t = 16)]
     pub speculative_tokens: usize,
-    /// Do not load draft models (a model's catalogue `draft`, a smaller model with its
-    /// vocabulary, loaded beside it when its weights are present): speculate with the
-    /// request's `prediction` and prompt lookup only.
-    #[arg(long, env = "TOLLGATE_NO_DRAFT_MODELS")]
-    pub no_draft_models: bool,
+    /// Load draft models: a model's catalogue `draft` (a smaller model with its vocabulary,
+    /// loaded beside it when its weights are present) drafts where prompt lookup finds
+    /// nothing. Off by default: on a 2-core CPU its own prefill and steps cost more than its
+    /// drafts save on chat answers (docs/benchmarks.md); the request's `prediction` and
+    /// prompt lookup need no draft model.
+    #[arg(long, env = "TOLLGATE_DRAFT_MODELS")]
+    pub draft_models: bool,
     /// Requests per minute per API key.
     #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
     pub rate_limit_rpm: u32,
@@ -197,7 +199,7 @@ impl ServeArgs {
             max_batch: self.max_batch,
             step_tokens: self.step_tokens,
             speculative_tokens: self.speculative_tokens,
-            draft_models: !self.no_draft_models,
+            draft_models: self.draft_models,
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,
