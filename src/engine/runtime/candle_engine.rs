@@ -608,13 +608,16 @@ impl Engine for CandleEngine {
         fronts
             .iter()
             .flatten()
-            .map(|f| ModelStats {
-                model: f.id.clone(),
-                running: f.counts.running(),
-                waiting: f.counts.waiting(),
-                images_encoded: f.counts.images_encoded(),
-                draft_tokens: f.counts.drafts().0,
-                accepted_draft_tokens: f.counts.drafts().1,
+            .map(|f| {
+                let (draft_tokens, accepted_draft_tokens) = f.counts.drafts();
+                ModelStats {
+                    model: f.id.clone(),
+                    running: f.counts.running(),
+                    waiting: f.counts.waiting(),
+                    images_encoded: f.counts.images_encoded(),
+                    draft_tokens,
+                    accepted_draft_tokens,
+                }
             })
             .collect()
     }

@@ -100,29 +100,26 @@ pub(super) fn draft_round(
     want: &[(usize, usize)],
 ) -> candle_core::Result<()> {
     let (layers, _) = draft.model.kv_shape();
-    // Round 1: each sequence's unread tokens, its pending token last.
-    let mut feeds: Vec<(usize, usize, Vec<u32>)> = Vec::new();
-    for &(i, most) in want {
-        let s = &mut seqs[i];
-        let cache = s.draft_cache.get_or_insert_with(|| SeqCache::new(layers));
-        let prompt = &s.job.request.prompt.token_ids;
-        let total = prompt.len() + s.output.len();
-        let unread: Vec<u32> = (cache.len..total)
-            .take(CATCH_UP)
-            .map(|p| {
-                if p < prompt.len() {
-                    prompt[p]
-                } else {
-                    s.output[p - prompt.len()]
-                }
-            })
-            .collect();
-        feeds.push((i, most, unread));
-    }
-    let (mut active, mut tokens): (Vec<(usize, usize)>, Vec<Vec<u32>>) = feeds
-        .into_iter()
-        .map(|(i, most, unread)| ((i, most), unread))
-        .unzip();
+    // Round 1: each sequence's unread tokens (prompt, then output), its pending token last.
+    let mut active: Vec<(usize, usize)> = want.to_vec();
+    let mut tokens: Vec<Vec<u32>> = want
+        .iter()
+        .map(|&(i, _)| {
+            let s = &mut seqs[i];
+            let read = s
+                .draft_cache
+                .get_or_insert_with(|| SeqCache::new(layers))
+                .len;
+            let prompt = &s.job.request.prompt.token_ids;
+            prompt
+                .iter()
+                .chain(&s.output)
+                .skip(read)
+                .take(CATCH_UP)
+                .copied()
+                .collect()
+        })
+        .collect();
     while !active.is_empty() {
         let rows = forward(draft, seqs, &active, &tokens)?;
         let mut next_active = Vec::new();
@@ -151,56 +148,31 @@ pub(super) fn draft_round(
     Ok(())
 }
 
-/// One packed forward of the draft model over `active` sequences' `tokens`; one logits row
-/// each.
+/// One packed forward of the draft model over `active` sequences' `tokens` (`active` in index
+/// order, as `want` is built); one logits row each.
 fn forward(
     draft: &DraftModel,
     seqs: &mut [Seq],
     active: &[(usize, usize)],
     tokens: &[Vec<u32>],
 ) -> candle_core::Result<Vec<Vec<f32>>> {
-    // Disjoint mutable borrows of the active sequences' draft caches, in index order.
-    let mut order: Vec<usize> = (0..active.len()).collect();
-    order.sort_by_key(|&k| active[k].0);
-    let mut caches: Vec<(usize, &mut SeqCache)> = Vec::with_capacity(active.len());
-    let mut rest: &mut [Seq] = seqs;
-    let mut base = 0;
-    for &k in &order {
-        let i = active[k].0;
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
-        let (cur, tail) = tail.split_first_mut().expect("active index is in range");
-        let cache = cur.draft_cache.as_mut().expect("created in round 1");
-        caches.push((k, cache));
-        rest = tail;
-        base = i + 1;
+    let mut next = active.iter().map(|a| a.0).peekable();
+    let mut steps: Vec<StepSeq<'_>> = Vec::with_capacity(active.len());
+    for (i, s) in seqs.iter_mut().enumerate() {
+        if next.next_if_eq(&i).is_some() {
+            let cache = s.draft_cache.as_mut().expect("created in round 1");
+            steps.push(StepSeq::new(cache, &tokens[steps.len()]));
+        }
     }
-    let mut steps: Vec<StepSeq<'_>> = caches
-        .into_iter()
-        .map(|(k, cache)| StepSeq::new(cache, &tokens[k]))
-        .collect();
-    let rows = draft.model.forward(&mut steps)?;
-    // Back to `active` order.
-    let mut out = vec![Vec::new(); active.len()];
-    for (&k, row) in order.iter().zip(rows) {
-        out[k] = row;
-    }
-    Ok(out)
+    draft.model.forward(&mut steps)
 }
 
 /// The most likely token of a logits row and its probability.
 fn confident(row: &[f32]) -> (u32, f32) {
-    let (best, max) = row
-        .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-            if v > bv {
-                (i, v)
-            } else {
-                (bi, bv)
-            }
-        });
+    let best = super::sampler::argmax(row);
+    let max = row.get(best as usize).copied().unwrap_or(0.0);
     let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-    (u32::try_from(best).unwrap_or(0), 1.0 / sum)
+    (best, 1.0 / sum)
 }
 
 #[cfg(test)]
