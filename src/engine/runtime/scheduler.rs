@@ -445,9 +445,17 @@ fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<
 
 /// Set each decoding sequence's draft for this step (`speculate::propose`: its prediction,
 /// else prompt lookup; else the runtime's draft model, one round for all of them), within
-/// `speculative_tokens` less one per decoding sequence.
+/// `speculative_tokens` less one per decoding sequence; none while a prompt waits to prefill.
 fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
     let decoding = seqs.iter().filter(|s| s.pending.is_some()).count();
+    // A step with a prompt to prefill is compute-bound already, and its drafts would take
+    // budget from that prompt's chunk (delaying its first token) to verify guesses.
+    let prefilling = seqs
+        .iter()
+        .any(|s| s.pending.is_none() && s.fed < s.job.request.prompt.token_ids.len());
+    if prefilling {
+        return;
+    }
     // A batch that fills `speculative_tokens` with decode tokens drafts nothing: its step is
     // already compute-bound, and rejected drafts would slow every sequence in it.
     let mut left = limits

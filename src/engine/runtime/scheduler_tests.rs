@@ -450,6 +450,25 @@ fn prompt_lookup_drafts_give_the_same_tokens_in_fewer_steps() {
 }
 
 #[test]
+fn no_drafts_while_a_prompt_waits_to_prefill() {
+    let mut h = Harness::new();
+    let a = h.submit(20, 30);
+    let b = h.submit(100, 30);
+    let thread = h.start(Limits {
+        speculative_tokens: 16,
+        ..limits(8, 32, 0)
+    });
+    let (a, _) = wait(a);
+    let (b, _) = wait(b);
+    assert_eq!((a.completion_tokens, b.completion_tokens), (30, 30));
+    let steps = h.finish(thread);
+    // A decodes one token a step (lookup would draft 4) while B's 100 tokens prefill in
+    // chunks of what the step leaves; then both draft.
+    assert_eq!(steps[..4], [[20, 12], [1, 31], [1, 31], [1, 26]]);
+    assert!(steps[4..].iter().any(|s| s[0] > 1), "{steps:?}");
+}
+
+#[test]
 fn prediction_tokens_are_counted_and_rejected_ones_count_towards_max_tokens() {
     let (_, plain_text, _) = run_alone(request(20, 14, 1), 0, None);
     let plain: Vec<&str> = plain_text.split_whitespace().collect();
