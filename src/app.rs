@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub speculative_tokens: usize,
     /// Load the catalogue's draft models beside their targets.
     pub draft_models: bool,
+    /// How each model's KV cache stores keys and values.
+    pub kv_cache: crate::engine::model::attention::KvTypes,
     /// The ledger database file.
     pub db: PathBuf,
     /// Requests per minute per API key.
@@ -144,6 +146,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 limits_step_tokens: cfg.step_tokens,
                 speculative_tokens: cfg.speculative_tokens,
                 draft_models: cfg.draft_models,
+                kv_cache: cfg.kv_cache.clone(),
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),
                 memory_budget: cfg.memory_budget,
                 kv_cache_budget: cfg.kv_cache_budget,

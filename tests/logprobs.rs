@@ -85,7 +85,7 @@ async fn logprobs_match_a_reference_forward_and_the_stream_matches_the_whole() {
     let mut ids = prompt;
     let (mut reported, mut reference) = (0.0_f64, 0.0_f64);
     for e in &content {
-        let mut cache = SeqCache::new(model.config.n_layers);
+        let mut cache = SeqCache::new(model.config.n_layers, model.kv_type);
         let logits = model
             .forward(&mut [StepSeq {
                 cache: &mut cache,

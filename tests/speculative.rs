@@ -60,6 +60,7 @@ fn engine(mode: Mode) -> CandleEngine {
         // this batch size): this test is about outputs, not speed.
         speculative_tokens: if mode == Mode::Off { 0 } else { 150 },
         draft_models: mode == Mode::DraftModel,
+        kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: Some((Arc::new(catalog.clone()), weights_dir())),
         memory_budget: 0,
         kv_cache_budget: 0,

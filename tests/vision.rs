@@ -80,7 +80,7 @@ fn run(
         features.len(),
         "features for every image token"
     );
-    let mut cache = SeqCache::new(model.config.n_layers);
+    let mut cache = SeqCache::new(model.config.n_layers, model.kv_type);
     let mut logits = model
         .forward(&mut [StepSeq {
             cache: &mut cache,
@@ -269,6 +269,7 @@ fn vision_server_with(image_urls: ImageUrls) -> TestServer {
         limits_step_tokens: 24,
         speculative_tokens: 16,
         draft_models: true,
+        kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: Some((Arc::new(catalog.clone()), dir(""))),
         memory_budget: 0,
         kv_cache_budget: 0,

@@ -19,6 +19,7 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
         limits_step_tokens: 256,
         speculative_tokens: 16,
         draft_models: true,
+        kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: None,
         memory_budget: 0,
         kv_cache_budget: 0,

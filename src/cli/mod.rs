@@ -96,6 +96,9 @@ pub enum Command {
         /// Score at most this many chunks (llama-perplexity's `--chunks`); default all.
         #[arg(long)]
         chunks: Option<usize>,
+        /// How the KV cache stores keys and values: f16 (as `serve`'s default) or f32.
+        #[arg(long, default_value = "f16")]
+        kv_cache_type: crate::engine::model::attention::KvType,
         /// Compute threads. Default: all cores.
         #[arg(long, env = "TOLLGATE_THREADS")]
         threads: Option<usize>,
@@ -360,16 +363,23 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             file,
             ctx,
             chunks,
+            kv_cache_type,
             models,
             weights,
             threads: _,
         } => {
             let path = crate::engine::perplexity::model_file(&model, &models, &weights)?;
-            let r = crate::engine::perplexity::perplexity(&path, &file, ctx, chunks, |c, p| {
-                eprintln!("[{c}] running PPL {p:.4}");
-            })?;
+            let r = crate::engine::perplexity::perplexity(
+                &path,
+                &file,
+                ctx,
+                chunks,
+                kv_cache_type,
+                |c, p| eprintln!("[{c}] running PPL {p:.4}"),
+            )?;
             let isa = crate::engine::kernels::Isa::detect();
-            writeln!(out, "{} isa={isa:?} ctx={ctx}: {r}", path.display())?;
+            let kv = kv_cache_type.name();
+            writeln!(out, "{} isa={isa:?} ctx={ctx} kv={kv}: {r}", path.display())?;
         }
         Command::Serve(_) | Command::Models { .. } | Command::Mcp { .. } => {
             anyhow::bail!("not an operator command")

@@ -57,6 +57,16 @@ pub struct ServeArgs {
     /// prompt lookup need no draft model.
     #[arg(long, env = "TOLLGATE_DRAFT_MODELS")]
     pub draft_models: bool,
+    /// How the KV cache stores keys and values: `f16` (half the memory of f32, so twice the
+    /// sequences fit in `--kv-cache-budget`) or `f32`, for every model; `<model id>=f32` sets
+    /// one model's (repeat or separate with commas), e.g. `f16,smollm2-135m-instruct=f32`.
+    #[arg(
+        long,
+        env = "TOLLGATE_KV_CACHE_TYPE",
+        default_value = "f16",
+        value_delimiter = ','
+    )]
+    pub kv_cache_type: Vec<String>,
     /// Requests per minute per API key.
     #[arg(long, env = "TOLLGATE_RATE_LIMIT_RPM", default_value_t = 60)]
     pub rate_limit_rpm: u32,
@@ -200,6 +210,8 @@ impl ServeArgs {
             step_tokens: self.step_tokens,
             speculative_tokens: self.speculative_tokens,
             draft_models: self.draft_models,
+            kv_cache: crate::engine::model::attention::KvTypes::parse(&self.kv_cache_type)
+                .map_err(|e| anyhow::anyhow!("--kv-cache-type: {e}"))?,
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,
             memory_budget: self.memory_budget,

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 
-use super::model::attention::SeqCache;
+use super::model::attention::{KvType, SeqCache};
 use super::model::{StepSeq, Transformer};
 use super::runtime::sampler;
 use super::text::tokenizer::ModelTokenizer;
@@ -78,6 +78,7 @@ pub fn perplexity(
     text_path: &Path,
     ctx: usize,
     max_chunks: Option<usize>,
+    kv: KvType,
     mut progress: impl FnMut(usize, f64),
 ) -> Result<Perplexity, PerplexityError> {
     let mut file = GgufFile::open(model_path, &Device::Cpu)?;
@@ -110,7 +111,7 @@ pub fn perplexity(
         if let Some(b) = bos {
             chunk[0] = b;
         }
-        let mut cache = SeqCache::new(model.config.n_layers);
+        let mut cache = SeqCache::new(model.config.n_layers, kv);
         let logits = model
             .forward_from(
                 StepSeq {
@@ -187,12 +188,22 @@ mod tests {
         let text = root.join("data/udhr/eng.txt");
         assert!(model.exists(), "run scripts/fetch-weights");
         let mut seen = Vec::new();
-        let r = perplexity(&model, &text, 128, Some(2), |c, p| seen.push((c, p))).unwrap();
+        let r = perplexity(&model, &text, 128, Some(2), KvType::F32, |c, p| {
+            seen.push((c, p))
+        })
+        .unwrap();
         assert_eq!((r.chunks, r.scored), (2, 2 * 63));
         assert_eq!(seen.len(), 2);
         assert!(r.ppl > 1.5 && r.ppl < 60.0, "{r}");
+        // The f16 KV cache rounds each key and value once: about the same score (within 0.5%
+        // on these 126 tokens; docs/benchmarks.md has the full-text figure for a 1.5B model).
+        let half = perplexity(&model, &text, 128, Some(2), KvType::F16, |_, _| ()).unwrap();
+        assert!(
+            (half.ppl / r.ppl - 1.0).abs() < 5e-3,
+            "f16 {half} against f32 {r}"
+        );
         assert!(matches!(
-            perplexity(&model, &text, 100_000, None, |_, _| ()),
+            perplexity(&model, &text, 100_000, None, KvType::F16, |_, _| ()),
             Err(PerplexityError::BadContext { .. })
         ));
     }

@@ -1,13 +1,17 @@
 //! Host-side attention for the packed batch: per-sequence KV caches and causal (optionally
-//! sliding-window) softmax attention in f32; rotary position embedding is `rope.rs`.
+//! sliding-window) softmax attention in f32 over keys and values stored as f16 or f32
+//! (`KvType`; f16 is widened to f32 as it is loaded); rotary position embedding is `rope.rs`.
 //!
 //! Each sequence's cache (`kv_cache.rs`: its own rows, after rows shared with the other choices
 //! of its request) is read in place, so no per-step copy of the caches is made. Work is split over (token, head) rows with rayon; a row's result depends only on its
 //! own sequence, which keeps outputs identical whether a sequence runs alone or in a batch.
 
+use half::f16;
 use rayon::prelude::*;
 
-pub use super::kv_cache::{KvBlock, LayerCache, LayerView, SeqCache, BLOCK};
+pub use super::kv_cache::{
+    KvBlock, KvRows, KvShape, KvType, KvTypes, LayerCache, LayerView, SeqCache, BLOCK,
+};
 pub use super::rope::{Rope, RopeStyle};
 
 /// Shapes of one attention call.
@@ -99,19 +103,96 @@ pub fn attend_blocks(
                 shape,
             };
             #[cfg(target_arch = "x86_64")]
-            if isa == crate::engine::kernels::Isa::Avx512 {
-                // SAFETY: the CPU has AVX-512 F (`Isa::Avx512` is only detected with it).
-                unsafe { job.run_avx512(scores, o) };
-                return;
-            } else if isa.has_avx2() {
-                // SAFETY: the CPU has AVX2 (checked above).
-                unsafe { job.run_avx2(scores, o) };
-                return;
+            match job.cache.kv_type() {
+                KvType::F32 => job.run_on::<f32>(isa, scores, o),
+                KvType::F16 => job.run_on::<f16>(isa, scores, o),
             }
-            job.run::<PORTABLE>(scores, o);
+            #[cfg(not(target_arch = "x86_64"))]
+            match job.cache.kv_type() {
+                KvType::F32 => job.run::<PORTABLE, f32>(scores, o),
+                KvType::F16 => job.run::<PORTABLE, f16>(scores, o),
+            }
         },
     );
     out
+}
+
+/// An element type of the KV cache as the attention kernels read it: its rows in a `KvRows`,
+/// its exact widening to f32, and (x86-64) 8 or 16 of them loaded as f32 lanes.
+pub(crate) trait KvElem: Copy + Send + Sync + 'static {
+    /// The values of `rows`.
+    ///
+    /// # Panics
+    /// When `rows` holds another type (a cache mixes types only through a caller's bug).
+    fn of(rows: &KvRows) -> &[Self];
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+    /// Eight values from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX and F16C; `p` must point to 8 readable values.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    /// Sixteen values from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F; `p` must point to 16 readable values.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
+}
+
+impl KvElem for f32 {
+    fn of(rows: &KvRows) -> &[Self] {
+        match rows {
+            KvRows::F32(v) => v,
+            KvRows::F16(_) => panic!("f16 KV rows read as f32"),
+        }
+    }
+
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
+        std::arch::x86_64::_mm512_loadu_ps(p)
+    }
+}
+
+impl KvElem for f16 {
+    fn of(rows: &KvRows) -> &[Self] {
+        match rows {
+            KvRows::F16(v) => v,
+            KvRows::F32(_) => panic!("f32 KV rows read as f16"),
+        }
+    }
+
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm_loadu_si128};
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast::<__m128i>()))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps};
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.cast::<__m256i>()))
+    }
 }
 
 /// `GroupJob::run`'s instruction sets: plain Rust, AVX2 (8 lanes), AVX-512 (16 lanes).
@@ -133,28 +214,47 @@ struct GroupJob<'a> {
 }
 
 impl GroupJob<'_> {
+    /// `run` on the best path `isa` allows, for a cache of `T`.
+    #[cfg(target_arch = "x86_64")]
+    fn run_on<T: KvElem>(
+        &self,
+        isa: crate::engine::kernels::Isa,
+        scores: &mut Vec<f32>,
+        o: &mut [f32],
+    ) {
+        if isa == crate::engine::kernels::Isa::Avx512 {
+            // SAFETY: the CPU has AVX-512 F and F16C (`Isa::Avx512` is only detected with them).
+            unsafe { self.run_avx512::<T>(scores, o) };
+        } else if isa.has_avx2() {
+            // SAFETY: the CPU has AVX2 and F16C (`has_avx2`).
+            unsafe { self.run_avx2::<T>(scores, o) };
+        } else {
+            self.run::<PORTABLE, T>(scores, o);
+        }
+    }
+
     /// The same code compiled for AVX2: the loops vectorize 8 wide; the operations, and so
     /// the results, are those of `run`.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn run_avx2(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
-        self.run::<AVX2>(scores, o);
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn run_avx2<T: KvElem>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+        self.run::<AVX2, T>(scores, o);
     }
 
     /// The same code with AVX-512: dot products and weighted sums 16 wide, the operations,
     /// and so the results, still those of `run` (`dot16_avx512`, `weighted_rows_avx512`).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,avx512f")]
-    unsafe fn run_avx512(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
-        self.run::<AVX512>(scores, o);
+    #[target_feature(enable = "avx2,f16c,avx512f")]
+    unsafe fn run_avx512<T: KvElem>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+        self.run::<AVX512, T>(scores, o);
     }
 
     /// Scores (scaled, soft-capped), an f32 softmax per head, and the weighted sum of values
     /// into `o` (`[group][head_dim]`, zeroed).
     /// `SIMD` selects the dot product and weighted sum: `PORTABLE`, `AVX2` (only from
-    /// `run_avx2`) or `AVX512` (only from `run_avx512`).
+    /// `run_avx2`) or `AVX512` (only from `run_avx512`); `T` is how the cache stores values.
     #[inline(always)]
-    fn run<const SIMD: u8>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
+    fn run<const SIMD: u8, T: KvElem>(&self, scores: &mut Vec<f32>, o: &mut [f32]) {
         let AttnShape {
             n_kv_heads,
             head_dim: d,
@@ -171,7 +271,7 @@ impl GroupJob<'_> {
         let row_at = |p: usize| (p * n_kv_heads + self.kv_head) * d;
         for (i, p) in (self.start..=self.last).enumerate() {
             let (rows, p) = self.cache.locate(p);
-            let kv = &rows.k[row_at(p)..row_at(p) + d];
+            let kv = &T::of(&rows.k)[row_at(p)..row_at(p) + d];
             for (j, qj) in self.q.chunks_exact(d).enumerate() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `SIMD` is `AVX2` only inside `run_avx2`, `AVX512` inside `run_avx512`.
@@ -209,7 +309,7 @@ impl GroupJob<'_> {
         }
         let v_row = |i: usize| {
             let (rows, p) = self.cache.locate(self.start + i);
-            &rows.v[row_at(p)..row_at(p) + d]
+            &T::of(&rows.v)[row_at(p)..row_at(p) + d]
         };
         for (j, oj) in o.chunks_exact_mut(d).enumerate() {
             let w = &scores[j * len..(j + 1) * len];
@@ -229,10 +329,14 @@ impl GroupJob<'_> {
 
 /// `o[e] += Σ_i w[i] * row(i)[e]`, adding in order of `i` (a product, then an add).
 #[inline(always)]
-pub(crate) fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+pub(crate) fn weighted_rows<'v, T: KvElem>(
+    w: &[f32],
+    row: impl Fn(usize) -> &'v [T],
+    o: &mut [f32],
+) {
     for (i, &wi) in w.iter().enumerate() {
         for (a, b) in o.iter_mut().zip(row(i)) {
-            *a += wi * b;
+            *a += wi * b.widen();
         }
     }
 }
@@ -244,9 +348,9 @@ pub(crate) fn weighted_rows<'v>(w: &[f32], row: impl Fn(usize) -> &'v [f32], o: 
 /// The CPU must support AVX; every `row(i)` must hold at least `o.len()` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn weighted_rows_avx2<'v>(
+pub(crate) unsafe fn weighted_rows_avx2<'v, T: KvElem>(
     w: &[f32],
-    row: impl Fn(usize) -> &'v [f32],
+    row: impl Fn(usize) -> &'v [T],
     o: &mut [f32],
 ) {
     use std::arch::x86_64::{
@@ -265,7 +369,7 @@ pub(crate) unsafe fn weighted_rows_avx2<'v>(
             let wv = _mm256_set1_ps(wi);
             let src = row(i).as_ptr().add(c);
             for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, _mm256_loadu_ps(src.add(8 * l))));
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, T::load8(src.add(8 * l))));
             }
         }
         for (l, a) in acc.iter().enumerate() {
@@ -277,7 +381,7 @@ pub(crate) unsafe fn weighted_rows_avx2<'v>(
         for (i, &wi) in w.iter().enumerate() {
             let src = &row(i)[c..d];
             for (a, b) in o[c..].iter_mut().zip(src) {
-                *a += wi * b;
+                *a += wi * b.widen();
             }
         }
     }
@@ -288,7 +392,7 @@ pub(crate) unsafe fn weighted_rows_avx2<'v>(
 /// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`: independent chains instead of one serial sum. The order depends only on the length, never on the batch; `dot8_avx2` is the
 /// same arithmetic in AVX registers.
 #[inline(always)]
-pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot8<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     // Two sets of lanes: 8-element chunk `c` goes to set `c % 2` (two independent add chains).
     let mut acc = [[0.0f32; 8]; 2];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -296,11 +400,11 @@ pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
         .remainder()
         .iter()
         .zip(bc.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(x, y)| x * y.widen())
         .sum();
     for (c, (x, y)) in ac.zip(bc).enumerate() {
         for l in 0..8 {
-            acc[c % 2][l] += x[l] * y[l];
+            acc[c % 2][l] += x[l] * y[l].widen();
         }
     }
     let l: [f32; 8] = std::array::from_fn(|i| acc[0][i] + acc[1][i]);
@@ -313,7 +417,7 @@ pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU must support AVX (the caller is compiled with it enabled).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot8_avx2<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps};
     let n = a.len().min(b.len());
     let full = n / 8 * 8;
@@ -322,7 +426,7 @@ pub(crate) unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
     while i < full {
         let p = _mm256_mul_ps(
             _mm256_loadu_ps(a.as_ptr().add(i)),
-            _mm256_loadu_ps(b.as_ptr().add(i)),
+            T::load8(b.as_ptr().add(i)),
         );
         if (i / 8) % 2 == 0 {
             acc0 = _mm256_add_ps(acc0, p);
@@ -331,7 +435,11 @@ pub(crate) unsafe fn dot8_avx2(a: &[f32], b: &[f32]) -> f32 {
         }
         i += 8;
     }
-    let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
+    let tail: f32 = a[full..n]
+        .iter()
+        .zip(&b[full..n])
+        .map(|(x, y)| x * y.widen())
+        .sum();
     reduce8(_mm256_add_ps(acc0, acc1)) + tail
 }
 
@@ -361,7 +469,7 @@ unsafe fn reduce8(acc: std::arch::x86_64::__m256) -> f32 {
 /// The CPU must support AVX-512 F (the caller is compiled with it enabled).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot16_avx512<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm512_add_ps,
         _mm512_castps512_ps256, _mm512_castps_pd, _mm512_extractf64x4_pd, _mm512_loadu_ps,
@@ -374,7 +482,7 @@ pub(crate) unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
     while i < pairs {
         let p = _mm512_mul_ps(
             _mm512_loadu_ps(a.as_ptr().add(i)),
-            _mm512_loadu_ps(b.as_ptr().add(i)),
+            T::load16(b.as_ptr().add(i)),
         );
         acc = _mm512_add_ps(acc, p);
         i += 16;
@@ -384,11 +492,15 @@ pub(crate) unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
     if pairs < full {
         let p = _mm256_mul_ps(
             _mm256_loadu_ps(a.as_ptr().add(pairs)),
-            _mm256_loadu_ps(b.as_ptr().add(pairs)),
+            T::load8(b.as_ptr().add(pairs)),
         );
         acc0 = _mm256_add_ps(acc0, p);
     }
-    let tail: f32 = a[full..n].iter().zip(&b[full..n]).map(|(x, y)| x * y).sum();
+    let tail: f32 = a[full..n]
+        .iter()
+        .zip(&b[full..n])
+        .map(|(x, y)| x * y.widen())
+        .sum();
     reduce8(_mm256_add_ps(acc0, acc1)) + tail
 }
 
@@ -400,19 +512,19 @@ pub(crate) unsafe fn dot16_avx512(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU must support AVX-512 F; every `row(i)` must hold at least `o.len()` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn weighted_rows_avx512<'v>(
+pub(crate) unsafe fn weighted_rows_avx512<'v, T: KvElem>(
     w: &[f32],
-    row: impl Fn(usize) -> &'v [f32],
+    row: impl Fn(usize) -> &'v [T],
     o: &mut [f32],
 ) {
     let d = o.len();
     let mut c = 0;
     while c + 128 <= d {
-        weighted_span_avx512::<8>(w, &row, o, c);
+        weighted_span_avx512::<8, T>(w, &row, o, c);
         c += 128;
     }
     if c + 64 <= d {
-        weighted_span_avx512::<4>(w, &row, o, c);
+        weighted_span_avx512::<4, T>(w, &row, o, c);
         c += 64;
     }
     if c < d {
@@ -426,9 +538,9 @@ pub(crate) unsafe fn weighted_rows_avx512<'v>(
 /// As `weighted_rows_avx512`; `c + 16 * R <= o.len()`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn weighted_span_avx512<'v, const R: usize>(
+unsafe fn weighted_span_avx512<'v, const R: usize, T: KvElem>(
     w: &[f32],
-    row: &impl Fn(usize) -> &'v [f32],
+    row: &impl Fn(usize) -> &'v [T],
     o: &mut [f32],
     c: usize,
 ) {
@@ -445,7 +557,7 @@ unsafe fn weighted_span_avx512<'v, const R: usize>(
         let wv = _mm512_set1_ps(wi);
         let src = row(i).as_ptr().add(c);
         for (l, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, _mm512_loadu_ps(src.add(16 * l))));
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, T::load16(src.add(16 * l))));
         }
     }
     for (l, a) in acc.iter().enumerate() {
@@ -458,21 +570,27 @@ mod tests {
     use super::*;
 
     /// The AVX2 and AVX-512 dot products and weighted row sums are the portable ones, bit for
-    /// bit.
+    /// bit, over f32 rows and over f16 rows.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx_paths_equal_the_portable_ones_exactly() {
-        if !is_x86_feature_detected!("avx2") {
+        if !crate::engine::kernels::Isa::Avx2.supported() {
             return;
         }
+        avx_paths_equal_the_portable_ones_for(|x| x);
+        avx_paths_equal_the_portable_ones_for(f16::from_f32);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn avx_paths_equal_the_portable_ones_for<T: KvElem + std::fmt::Debug>(of: impl Fn(f32) -> T) {
         for n in [1, 7, 8, 16, 24, 64, 65, 80, 128, 130, 200, 256] {
             let a: Vec<f32> = (0..n).map(|i| det(i) * 3.7).collect();
-            let b: Vec<f32> = (0..n).map(|i| det(i + 1000) - 0.1).collect();
+            let b: Vec<T> = (0..n).map(|i| of(det(i + 1000) - 0.1)).collect();
             // SAFETY: AVX2 detected above.
             let fast = unsafe { dot8_avx2(&a, &b) };
             assert_eq!(fast.to_bits(), dot8(&a, &b).to_bits(), "dot, n = {n}");
             let rows = 5;
-            let v: Vec<f32> = (0..rows * n + 3).map(|i| det(i + 77)).collect();
+            let v: Vec<T> = (0..rows * n + 3).map(|i| of(det(i + 77))).collect();
             let w: Vec<f32> = (0..rows).map(|i| det(i + 9).abs()).collect();
             let at = |i: usize| &v[i * n + 3 * (i % 2)..][..n];
             let (mut o1, mut o2) = (vec![0.5f32; n], vec![0.5f32; n]);
@@ -514,17 +632,41 @@ mod tests {
         ((i as f32) * 0.618).sin()
     }
 
+    /// Rows of type `kv` holding `x` (rounded once if f16).
+    fn rows(kv: KvType, x: impl Iterator<Item = f32>) -> KvRows {
+        let x: Vec<f32> = x.collect();
+        let mut r = KvRows::with_capacity(kv, x.len());
+        r.extend_f32(&x);
+        r
+    }
+
+    /// Rows as f32 (the values attention reads).
+    fn widened(r: &KvRows) -> Vec<f32> {
+        (0..r.len()).map(|i| r.f32_at(i)).collect()
+    }
+
+    /// Against the naive reference on the values the cache holds, with f32 and f16 rows.
     #[test]
     fn packed_attention_matches_naive_per_sequence_with_gqa_and_window() {
+        for kv in [KvType::F32, KvType::F16] {
+            packed_attention_matches_naive(kv);
+        }
+    }
+
+    fn packed_attention_matches_naive(kv: KvType) {
         let (h, hk, d) = (4, 2, 8);
         let lens = [(5usize, 5usize), (1, 7), (3, 9)]; // (new, total)
         let caches: Vec<LayerCache> = lens
             .iter()
             .enumerate()
             .map(|(s, &(_, tot))| LayerCache {
-                k: (0..tot * hk * d).map(|i| det(i + 1000 * s)).collect(),
-                v: (0..tot * hk * d).map(|i| det(i * 3 + 77 * s)).collect(),
+                k: rows(kv, (0..tot * hk * d).map(|i| det(i + 1000 * s))),
+                v: rows(kv, (0..tot * hk * d).map(|i| det(i * 3 + 77 * s))),
             })
+            .collect();
+        let plain: Vec<(Vec<f32>, Vec<f32>)> = caches
+            .iter()
+            .map(|c| (widened(&c.k), widened(&c.v)))
             .collect();
         let t: usize = lens.iter().map(|x| x.0).sum();
         let q: Vec<f32> = (0..t * h * d).map(|i| det(i * 7)).collect();
@@ -553,8 +695,8 @@ mod tests {
                         let key = |c: &Vec<f32>, p: usize| {
                             c[(p * hk + g) * d..(p * hk + g + 1) * d].to_vec()
                         };
-                        let ks: Vec<_> = (lo..=pos).map(|p| key(&caches[s].k, p)).collect();
-                        let vs: Vec<_> = (lo..=pos).map(|p| key(&caches[s].v, p)).collect();
+                        let ks: Vec<_> = (lo..=pos).map(|p| key(&plain[s].0, p)).collect();
+                        let vs: Vec<_> = (lo..=pos).map(|p| key(&plain[s].1, p)).collect();
                         let want = naive(&q[row * d..(row + 1) * d], &ks, &vs, 0.3);
                         for (a, b) in out[row * d..(row + 1) * d].iter().zip(&want) {
                             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
@@ -567,16 +709,22 @@ mod tests {
     }
 
     /// A cache whose first positions sit in shared blocks (frozen after `k` positions, then
-    /// forked) attends exactly as the same rows held in one piece.
+    /// forked) attends exactly as the same rows held in one piece, with f32 and f16 rows.
     #[test]
     fn a_cache_with_shared_blocks_attends_exactly_as_a_whole_one() {
+        for kv in [KvType::F32, KvType::F16] {
+            shared_blocks_attend_as_a_whole_one(kv);
+        }
+    }
+
+    fn shared_blocks_attend_as_a_whole_one(kv: KvType) {
         use super::super::kv_cache::BLOCK;
         let (h, hk, d) = (4, 2, 64);
         let row = hk * d;
         let (tot, n_new) = (2 * BLOCK + 5, 3usize);
         let whole = LayerCache {
-            k: (0..tot * row).map(|i| det(i + 5)).collect(),
-            v: (0..tot * row).map(|i| det(i * 3 + 1)).collect(),
+            k: rows(kv, (0..tot * row).map(|i| det(i + 5))),
+            v: rows(kv, (0..tot * row).map(|i| det(i * 3 + 1))),
         };
         let q: Vec<f32> = (0..n_new * h * d).map(|i| det(i * 7)).collect();
         let shape = AttnShape {
@@ -589,14 +737,14 @@ mod tests {
         };
         let want = attend(&q, &[(LayerView::own(&whole), n_new, tot)], shape);
         for k in [BLOCK, BLOCK + 3, 2 * BLOCK, 2 * BLOCK + 4] {
-            let mut c = SeqCache::new(1);
-            c.layers[0].k.extend_from_slice(&whole.k[..k * row]);
-            c.layers[0].v.extend_from_slice(&whole.v[..k * row]);
+            let mut c = SeqCache::new(1, kv);
+            c.layers[0].k.extend_from(&whole.k, 0..k * row);
+            c.layers[0].v.extend_from(&whole.v, 0..k * row);
             c.len = k;
             assert!(c.freeze(tot - k, row) > 0);
             let mut fork = c.fork(tot - k, row);
-            fork.layers[0].k.extend_from_slice(&whole.k[k * row..]);
-            fork.layers[0].v.extend_from_slice(&whole.v[k * row..]);
+            fork.layers[0].k.extend_from(&whole.k, k * row..tot * row);
+            fork.layers[0].v.extend_from(&whole.v, k * row..tot * row);
             fork.len = tot;
             let got = attend(&q, &[(fork.layer(0), n_new, tot)], shape);
             assert_eq!(got, want, "frozen after {k} positions");

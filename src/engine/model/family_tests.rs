@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::attention::SeqCache;
+use super::attention::{KvType, SeqCache};
 use super::{StepSeq, Transformer};
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::safetensors::{HfModel, MatrixType};
@@ -213,7 +213,7 @@ fn check_format(f: Fam, hf: bool) {
     let want = reference(f, &w, &ids, hf);
     let n_layers = model.config.n_layers;
     // One prefill.
-    let mut c = SeqCache::new(n_layers);
+    let mut c = SeqCache::new(n_layers, KvType::F32);
     close(
         &model
             .forward(&mut [StepSeq {
@@ -228,7 +228,7 @@ fn check_format(f: Fam, hf: bool) {
         &format!("{f:?} {fmt} prefill"),
     );
     // Chunked prefill then decode steps, each checked against the reference at that length.
-    let mut c = SeqCache::new(n_layers);
+    let mut c = SeqCache::new(n_layers, KvType::F32);
     model
         .forward(&mut [StepSeq {
             cache: &mut c,
@@ -255,7 +255,10 @@ fn check_format(f: Fam, hf: bool) {
         );
     }
     // Packed beside another sequence.
-    let (mut a, mut b) = (SeqCache::new(n_layers), SeqCache::new(n_layers));
+    let (mut a, mut b) = (
+        SeqCache::new(n_layers, KvType::F32),
+        SeqCache::new(n_layers, KvType::F32),
+    );
     let both = model
         .forward(&mut [
             StepSeq {

@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::attention::{Rope, RopeStyle};
+use super::attention::{KvType, Rope, RopeStyle};
 use super::linear::Matmul;
 use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
 use crate::engine::weights::store::{RopeLayout, TensorStore};
@@ -185,6 +185,7 @@ impl Transformer {
             lm_head,
             ropes,
             device,
+            kv_type: KvType::default(),
         })
     }
 }

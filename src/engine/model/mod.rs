@@ -40,7 +40,7 @@ use candle_core::{DType, Device, Tensor};
 
 use linear::Matmul;
 
-use self::attention::{attend_blocks, AttnShape, Rope, SeqCache};
+use self::attention::{attend_blocks, AttnShape, KvType, Rope, SeqCache};
 
 /// Architecture variants that change the forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +153,9 @@ pub struct Transformer {
     device: Device,
     /// Zeros of `hidden`, the bias of bias-free LayerNorms.
     zero_bias: Tensor,
+    /// How sequence caches made for this model store keys and values (`new_cache`,
+    /// `StepModel::kv_shape`); f16 unless the operator chose f32.
+    pub kv_type: KvType,
 }
 
 /// One sequence's part of a step: its cache and the tokens to feed (a prefill chunk, one
@@ -443,8 +446,8 @@ impl Transformer {
         for s in seqs.iter_mut() {
             let n = s.tokens.len();
             let lc = &mut s.cache.layers[li];
-            lc.k.extend_from_slice(&kv[off * row..(off + n) * row]);
-            lc.v.extend_from_slice(&vv[off * row..(off + n) * row]);
+            lc.k.extend_f32(&kv[off * row..(off + n) * row]);
+            lc.v.extend_f32(&vv[off * row..(off + n) * row]);
             off += n;
         }
         let views: Vec<_> = seqs
@@ -586,7 +589,7 @@ mod tests {
     #[test]
     fn chunked_prefill_and_packed_steps_match_a_single_prefill() {
         let (m, ids) = smollm2();
-        let mut full = SeqCache::new(m.config.n_layers);
+        let mut full = SeqCache::new(m.config.n_layers, KvType::F16);
         let want = m
             .forward(&mut [StepSeq {
                 cache: &mut full,
@@ -597,7 +600,7 @@ mod tests {
             }])
             .unwrap();
         for chunk in [1, 5, 16] {
-            let mut cache = SeqCache::new(m.config.n_layers);
+            let mut cache = SeqCache::new(m.config.n_layers, KvType::F16);
             let mut last = Vec::new();
             for part in ids.chunks(chunk) {
                 last = m
@@ -615,7 +618,7 @@ mod tests {
         }
         // Packed with another sequence in the same step: still the same logits for each.
         let other: Vec<u32> = ids[..7].to_vec();
-        let mut alone = SeqCache::new(m.config.n_layers);
+        let mut alone = SeqCache::new(m.config.n_layers, KvType::F16);
         let other_alone = m
             .forward(&mut [StepSeq {
                 cache: &mut alone,
@@ -626,8 +629,8 @@ mod tests {
             }])
             .unwrap();
         let (mut a, mut b) = (
-            SeqCache::new(m.config.n_layers),
-            SeqCache::new(m.config.n_layers),
+            SeqCache::new(m.config.n_layers, KvType::F16),
+            SeqCache::new(m.config.n_layers, KvType::F16),
         );
         let both = m
             .forward(&mut [
@@ -664,7 +667,7 @@ mod tests {
         let (m, ids) = smollm2();
         let layers = m.config.n_layers;
         let (head, tail) = ids.split_at(ids.len() - 5);
-        let mut one = SeqCache::new(layers);
+        let mut one = SeqCache::new(layers, KvType::F16);
         m.forward(&mut [StepSeq::new(&mut one, head)]).unwrap();
         let mut want = Vec::new();
         for t in tail {
@@ -673,7 +676,7 @@ mod tests {
                     .unwrap(),
             );
         }
-        let mut spec = SeqCache::new(layers);
+        let mut spec = SeqCache::new(layers, KvType::F16);
         m.forward(&mut [StepSeq::new(&mut spec, head)]).unwrap();
         let verify = |cache: &mut SeqCache, tokens: &[u32]| {
             let mut seq = StepSeq::new(cache, tokens);

@@ -22,6 +22,7 @@ use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
 use crate::catalog::Catalog;
 use crate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
 use crate::engine::constrain::tools::{ToolFormat, ToolSyntax};
+use crate::engine::model::attention::{KvType, KvTypes};
 use crate::engine::model::Transformer;
 use crate::engine::text::chat::{ChatInput, OutputConstraint, ToolChoice};
 use crate::engine::text::prompt::PromptFormat;
@@ -52,6 +53,8 @@ pub struct EngineConfig {
     pub speculative_tokens: usize,
     /// Load each model's catalogue `draft` beside it when its weights are on the machine.
     pub draft_models: bool,
+    /// How each model's KV cache stores keys and values (a draft model's as its target's).
+    pub kv_cache: KvTypes,
     /// Catalogue and weights directory for loading other models on first use (`None`: only the
     /// models above are served).
     pub on_demand: Option<(Arc<Catalog>, PathBuf)>,
@@ -96,6 +99,8 @@ pub struct CandleEngine {
     started: Instant,
     /// `EngineConfig::draft_models`.
     draft_models: bool,
+    /// `EngineConfig::kv_cache`.
+    kv_cache: KvTypes,
 }
 
 impl CandleEngine {
@@ -123,11 +128,13 @@ impl CandleEngine {
             };
             let pixels = entry.and_then(|e| e.image_pixels);
             let vision = mmproj.as_deref().map(|p| (p, pixels));
-            let (mut rt, front) = load(id, path, *ctx, builtin, vision, &config.device)?;
+            let kv = config.kv_cache.of(id);
+            let (mut rt, front) = load(id, path, *ctx, builtin, vision, (&config.device, kv))?;
             if let (Some(entry), Some((catalog, dir)), true) =
                 (entry, &config.on_demand, config.draft_models)
             {
-                let d = draft::load_draft(catalog, entry, dir, &config.device, &rt.tokenizer)?;
+                let on = (&config.device, kv);
+                let d = draft::load_draft(catalog, entry, dir, on, &rt.tokenizer)?;
                 rt = rt.with_draft(d);
             }
             runtimes.push(rt);
@@ -149,6 +156,7 @@ impl CandleEngine {
             memory_budget: config.memory_budget,
             started: Instant::now(),
             draft_models: config.draft_models,
+            kv_cache: config.kv_cache,
         })
     }
 
@@ -259,12 +267,13 @@ impl CandleEngine {
                 entry.context_length,
                 builtin,
                 mmproj.as_deref().map(|p| (p, entry.image_pixels)),
-                &self.device,
+                (&self.device, self.kv_cache.of(&entry.id)),
             ) {
                 Ok((rt, front)) => {
+                    let on = (&self.device, self.kv_cache.of(&entry.id));
                     let d = match (&self.on_demand, self.draft_models) {
                         (Some((catalog, dir)), true) => {
-                            draft::load_draft(catalog, entry, dir, &self.device, &rt.tokenizer)?
+                            draft::load_draft(catalog, entry, dir, on, &rt.tokenizer)?
                         }
                         _ => None,
                     };
@@ -426,14 +435,15 @@ fn place_error(e: PlaceError) -> EngineError {
 
 /// Load one model: weights, tokenizer and chat template (the file's, else the built-in
 /// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens; and
-/// its vision part from an `mmproj` file, with the catalogue's `image_pixels` if set.
+/// its vision part from an `mmproj` file, with the catalogue's `image_pixels` if set; on
+/// `device`, its KV caches stored as `kv`.
 fn load(
     id: &str,
     path: &std::path::Path,
     catalog_ctx: usize,
     builtin: Option<&str>,
     mmproj: Option<(&std::path::Path, Option<[usize; 2]>)>,
-    device: &Device,
+    (device, kv): (&Device, KvType),
 ) -> Result<(Runtime, Front), EngineError> {
     let err = |e: anyhow::Error| EngineError::Load {
         model: id.to_owned(),
@@ -467,7 +477,8 @@ fn load(
     };
     let file_ctx = store.usize_or(&format!("{arch}.context_length"), 4096);
     let context_length = file_ctx.min(catalog_ctx.max(1));
-    let model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;
+    let mut model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;
+    model.kv_type = kv;
     let context_length = model.config.context_length.min(context_length);
     let vision = match mmproj {
         None => None,

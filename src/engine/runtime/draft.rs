@@ -17,7 +17,7 @@ use super::sequence::Seq;
 use super::spec_state::Source;
 use super::step_model::StepModel;
 use crate::catalog::{Catalog, ModelEntry};
-use crate::engine::model::attention::SeqCache;
+use crate::engine::model::attention::{KvType, SeqCache};
 use crate::engine::model::{StepSeq, Transformer};
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::weights::gguf::GgufFile;
@@ -36,7 +36,7 @@ pub struct DraftModel {
 }
 
 impl DraftModel {
-    /// KV cache bytes per position (keys and values of every layer, f32).
+    /// KV cache bytes per position (keys and values of every layer, in its cache's type).
     pub fn kv_bytes_per_token(&self) -> usize {
         super::step_model::kv_bytes_per_token(self.model.as_ref())
     }
@@ -46,6 +46,7 @@ impl DraftModel {
 /// weights file under `weights_dir`, when the entry has one and the file is on the machine;
 /// `None` otherwise (logged: the model is then served with prompt lookup only). The draft must
 /// have exactly the target's vocabulary (`tokenizer`), or its tokens would mean other text.
+/// It runs on `device` with its KV caches stored as `kv` (its target's choice).
 ///
 /// # Errors
 /// `Load` when the file is there but does not load, or its vocabulary differs.
@@ -53,7 +54,7 @@ pub fn load_draft(
     catalog: &Catalog,
     entry: &ModelEntry,
     weights_dir: &Path,
-    device: &Device,
+    (device, kv): (&Device, KvType),
     tokenizer: &ModelTokenizer,
 ) -> Result<Option<DraftModel>, EngineError> {
     let Some(draft) = entry.draft.as_deref().and_then(|id| catalog.get(id)) else {
@@ -74,7 +75,8 @@ pub fn load_draft(
     if own.tokenizer.get_vocab(true) != tokenizer.tokenizer.get_vocab(true) {
         return Err(err(anyhow::anyhow!("its vocabulary is not the model's")));
     }
-    let model = Transformer::load_for_context(&mut file, entry.context_length).map_err(err)?;
+    let mut model = Transformer::load_for_context(&mut file, entry.context_length).map_err(err)?;
+    model.kv_type = kv;
     tracing::info!(model = %entry.id, draft = %draft.id, layers = model.config.n_layers,
         "draft model loaded for speculative decoding");
     Ok(Some(DraftModel {
@@ -99,7 +101,7 @@ pub(super) fn draft_round(
     seqs: &mut [Seq],
     want: &[(usize, usize)],
 ) -> candle_core::Result<()> {
-    let (layers, _) = draft.model.kv_shape();
+    let shape = draft.model.kv_shape();
     // Round 1: each sequence's unread tokens (prompt, then output), its pending token last.
     let mut active: Vec<(usize, usize)> = want.to_vec();
     let mut tokens: Vec<Vec<u32>> = want
@@ -108,7 +110,7 @@ pub(super) fn draft_round(
             let s = &mut seqs[i];
             let read = s
                 .draft_cache
-                .get_or_insert_with(|| SeqCache::new(layers))
+                .get_or_insert_with(|| SeqCache::new(shape.layers, shape.kv))
                 .len;
             let prompt = &s.job.request.prompt.token_ids;
             prompt

@@ -240,14 +240,14 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::model::kv_cache::LayerCache;
+    use crate::engine::model::kv_cache::{KvRows, LayerCache};
 
     /// A block of one layer with one float per position, its bytes `BLOCK * 2 * 4`.
     fn block(tag: f32) -> Arc<KvBlock> {
         Arc::new(KvBlock {
             layers: vec![LayerCache {
-                k: vec![tag; BLOCK],
-                v: vec![tag; BLOCK],
+                k: KvRows::F32(vec![tag; BLOCK]),
+                v: KvRows::F32(vec![tag; BLOCK]),
             }],
         })
     }
@@ -255,12 +255,15 @@ mod tests {
     const BLOCK_BYTES: usize = BLOCK * 2 * 4;
 
     fn tags(blocks: &[Arc<KvBlock>]) -> Vec<f32> {
-        blocks.iter().map(|b| b.layers[0].k[0]).collect()
+        blocks.iter().map(|b| b.layers[0].k.f32_at(0)).collect()
     }
 
     /// The tags of the shared blocks, and the partial block's tag and length.
     fn found(p: &Prefix) -> (Vec<f32>, Option<(f32, usize)>) {
-        let partial = p.partial.as_ref().map(|(b, n)| (b.layers[0].k[0], *n));
+        let partial = p
+            .partial
+            .as_ref()
+            .map(|(b, n)| (b.layers[0].k.f32_at(0), *n));
         (tags(&p.blocks), partial)
     }
 

@@ -288,12 +288,12 @@ fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
     // The longest cached prefix of the prompt, then room for the rest of the sequence up
     // front (no copies as it grows), up to `KV_PREALLOC` positions; longer sequences grow
     // from there.
-    let (layers, row) = rt.model.kv_shape();
+    let shape = rt.model.kv_shape();
     let prompt = &job.request.prompt.token_ids;
     let found = reuse_prefix(rt, &job.request.prompt.cache_key());
     let cached = found.tokens();
     let rest = prompt.len() + job.request.max_new_tokens - cached;
-    let mut cache = SeqCache::after_blocks(found.blocks, layers, rest.min(KV_PREALLOC), row);
+    let mut cache = SeqCache::after_blocks(found.blocks, shape, rest.min(KV_PREALLOC));
     if let Some((block, n)) = &found.partial {
         cache.copy_rows(block, *n);
     }
@@ -353,7 +353,7 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
     if pending.is_empty() && !cache.enabled() {
         return Vec::new();
     }
-    let (_, row) = rt.model.kv_shape();
+    let row = rt.model.kv_shape().row;
     let room = s.job.request.max_new_tokens.min(KV_PREALLOC);
     s.cache.freeze(room, row);
     cache.insert(&s.job.request.prompt.cache_key(), &s.cache.blocks);

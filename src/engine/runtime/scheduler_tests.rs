@@ -12,6 +12,7 @@ use tokenizers::Tokenizer;
 use tokio::sync::{mpsc, oneshot};
 
 use super::*;
+use crate::engine::model::attention::{KvShape, KvType};
 use crate::engine::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingParams};
 
 const VOCAB: u32 = 16;
@@ -24,6 +25,8 @@ const VOCAB: u32 = 16;
 struct Scripted {
     steps: Arc<Mutex<Vec<Vec<usize>>>>,
     spread: Option<f32>,
+    /// How its KV cache counts (f32: 128 bytes a token, f16: 64).
+    kv: KvType,
 }
 
 impl Scripted {
@@ -43,9 +46,13 @@ impl Scripted {
 }
 
 impl StepModel for Scripted {
-    /// 2 layers of 8 values: 128 bytes of KV cache per token.
-    fn kv_shape(&self) -> (usize, usize) {
-        (2, 8)
+    /// 2 layers of 8 values: 128 bytes of KV cache per token in f32, 64 in f16.
+    fn kv_shape(&self) -> KvShape {
+        KvShape {
+            layers: 2,
+            row: 8,
+            kv: self.kv,
+        }
     }
 
     fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
@@ -58,8 +65,8 @@ impl StepModel for Scripted {
                 let own = s.cache.len - s.cache.shared_len();
                 for l in &mut s.cache.layers {
                     assert_eq!((l.k.len(), l.v.len()), (own * 8, own * 8));
-                    l.k.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
-                    l.v.extend(std::iter::repeat_n(0.0, s.tokens.len() * 8));
+                    l.k.extend_f32(&vec![0.0; s.tokens.len() * 8]);
+                    l.v.extend_f32(&vec![0.0; s.tokens.len() * 8]);
                 }
                 s.cache.len += s.tokens.len();
                 let rows = s.logits.clamp(1, s.tokens.len());
@@ -105,6 +112,8 @@ struct Harness {
     spread: Option<f32>,
     /// With a scripted draft model, the tokens it is fed per step.
     draft_steps: Option<Arc<Mutex<Vec<Vec<usize>>>>>,
+    /// The stand-in's KV cache type (f32 unless a test sets it).
+    kv: KvType,
 }
 
 /// What a test keeps of a job: its event receiver (dropping it cancels) and its outcome.
@@ -123,6 +132,7 @@ impl Harness {
             counts: Arc::default(),
             spread: None,
             draft_steps: None,
+            kv: KvType::F32,
         }
     }
 
@@ -174,6 +184,7 @@ impl Harness {
             Box::new(Scripted {
                 steps: self.steps.clone(),
                 spread: self.spread,
+                kv: self.kv,
             }),
             tokenizer(),
             self.counts.clone(),
@@ -184,6 +195,7 @@ impl Harness {
             model: Box::new(Scripted {
                 steps,
                 spread: Some(10.0),
+                kv: self.kv,
             }),
         }));
         std::thread::spawn(move || run(vec![runtime], &rx, limits))
@@ -275,6 +287,32 @@ fn the_kv_budget_admits_what_fits_and_runs_a_job_above_it_alone() {
         steps.iter().all(|s| s.len() == 1),
         "one sequence at a time: {steps:?}"
     );
+}
+
+/// At 8,192-token contexts, the budget that admits two sequences with an f32 KV cache admits
+/// four with f16: admission counts the cache's real bytes.
+#[test]
+fn an_f16_cache_admits_twice_the_long_sequences_of_an_f32_one() {
+    let most_running = |kv: KvType| {
+        let mut h = Harness::new();
+        h.kv = kv;
+        let jobs: Vec<_> = (0..6)
+            .map(|_| {
+                let mut r = request(8190, 2, 1);
+                r.prompt.context_length = 8192;
+                h.submit_request(r).remove(0)
+            })
+            .collect();
+        // 8,192 positions of 128 bytes (f32) is 1 MiB a sequence; the budget holds two.
+        let thread = h.start(limits(8, 64 * 1024, 2 * 8192 * 128 + 1000));
+        for j in jobs {
+            assert_eq!(wait(j).0.completion_tokens, 2);
+        }
+        let steps = h.finish(thread);
+        steps.iter().map(Vec::len).max().unwrap_or(0)
+    };
+    assert_eq!(most_running(KvType::F32), 2);
+    assert_eq!(most_running(KvType::F16), 4);
 }
 
 #[test]

@@ -4,15 +4,16 @@
 //!
 //! Owns: that trait. May use: the model's step types. Never: the scheduler loop, HTTP.
 
+use crate::engine::model::attention::KvShape;
 use crate::engine::model::{StepSeq, Transformer};
 
 /// What the scheduler needs of a model, so admission, the KV budget and chunked prefill can be
 /// tested without weights (`scheduler_tests.rs` runs a scripted stand-in; `Transformer` is the
 /// real one).
 pub trait StepModel: Send {
-    /// The KV cache's shape: (layers, f32 values per position per layer for keys, and the
-    /// same again for values).
-    fn kv_shape(&self) -> (usize, usize);
+    /// The KV cache's shape: layers, values per position per layer for keys (and the same
+    /// again for values), and how they are stored.
+    fn kv_shape(&self) -> KvShape;
     /// One packed step: appends each `seqs[i].tokens` to `seqs[i].cache` and returns the
     /// logits rows (`[vocab]` f32) of each sequence's last `seqs[i].logits` tokens, in order.
     ///
@@ -22,11 +23,12 @@ pub trait StepModel: Send {
 }
 
 impl StepModel for Transformer {
-    fn kv_shape(&self) -> (usize, usize) {
-        (
-            self.config.n_layers,
-            self.config.n_kv_heads * self.config.head_dim,
-        )
+    fn kv_shape(&self) -> KvShape {
+        KvShape {
+            layers: self.config.n_layers,
+            row: self.config.n_kv_heads * self.config.head_dim,
+            kv: self.kv_type,
+        }
     }
 
     fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
@@ -34,8 +36,7 @@ impl StepModel for Transformer {
     }
 }
 
-/// KV cache bytes of one position: keys and values of every layer, f32.
+/// KV cache bytes of one position: keys and values of every layer, in the cache's type.
 pub(super) fn kv_bytes_per_token(model: &dyn StepModel) -> usize {
-    let (layers, row) = model.kv_shape();
-    layers * 2 * row * std::mem::size_of::<f32>()
+    model.kv_shape().bytes_per_token()
 }
