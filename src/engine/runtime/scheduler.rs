@@ -45,6 +45,7 @@ use super::draft::{self, DraftModel};
 use super::prefix_cache::{Prefix, PrefixCache};
 use super::sequence::{started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
+use super::spec_state::Source;
 use super::speculate;
 use super::step_model::kv_bytes_per_token;
 pub use super::step_model::StepModel;
@@ -445,7 +446,8 @@ fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<
 
 /// Set each decoding sequence's draft for this step (`speculate::propose`: its prediction,
 /// else prompt lookup; else the runtime's draft model, one round for all of them), within
-/// `speculative_tokens` less one per decoding sequence; none while a prompt waits to prefill.
+/// `speculative_tokens` less one per decoding sequence, from sources whose acceptance pays at
+/// this batch size (`Speculation::pays_at`); none while a prompt waits to prefill.
 fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
     let decoding = seqs.iter().filter(|s| s.pending.is_some()).count();
     // A step with a prompt to prefill is compute-bound already, and its drafts would take
@@ -468,8 +470,9 @@ fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
             continue;
         }
         let most = left.min(speculate::room(s));
-        let n = speculate::propose(s, most);
-        if n == 0 && most > 0 && rt.draft.is_some() && draft::can_draft(s) {
+        let n = speculate::propose(s, most, decoding);
+        let model_pays = s.spec.pays_at(decoding, Source::Model);
+        if n == 0 && most > 0 && rt.draft.is_some() && draft::can_draft(s) && model_pays {
             let most = most.min(s.spec.len);
             want.push((i, most));
             left -= most;

@@ -17,6 +17,18 @@ pub(super) const LOOKUP_NGRAM: (usize, usize) = (4, 2);
 pub(super) const PREDICTION_NGRAM: (usize, usize) = (4, 2);
 /// Most steps prompt lookup pauses after drafts that were rejected outright.
 pub(super) const MAX_COOLDOWN: u32 = 32;
+/// A step's fixed cost (reading the weights) in units of the cost of one more row. A step of
+/// `b` rows takes about `WEIGHT_READ_ROWS + b` units, so a draft row pays for itself only when
+/// its chance of acceptance exceeds `b / (WEIGHT_READ_ROWS + b)`: the share of the step that
+/// grows with its rows. Measured for Qwen2.5-Coder-1.5B Q4_K_M on two cores: about 60 ms for
+/// one decode row and 285 ms for sixteen (`scripts/bench-vs-llamacpp --workload chat`), so
+/// 45 ms fixed and 15 ms a row. GPUs, with far cheaper rows, would want a larger value.
+pub(super) const WEIGHT_READ_ROWS: usize = 3;
+/// The prior of a sequence's acceptance estimate, as (accepted, drafted) pseudo-counts: a
+/// prediction is the caller's statement of the output, so 9 of 10 until measured; lookup and
+/// draft-model drafts are guesses, so 1 of 2 (Laplace's rule of succession).
+pub(super) const PREDICTION_PRIOR: (usize, usize) = (9, 10);
+pub(super) const GUESS_PRIOR: (usize, usize) = (1, 2);
 
 /// Where a draft came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +85,29 @@ impl Default for Speculation {
 }
 
 impl Speculation {
+    /// The estimated chance that a draft token from `source` is accepted: this sequence's
+    /// accepted over drafted tokens of the prediction, or of the other sources, after the
+    /// source's prior (`PREDICTION_PRIOR`, `GUESS_PRIOR`).
+    pub(super) fn acceptance(&self, source: Source) -> f64 {
+        let predicted = self.accepted_prediction + self.rejected_prediction;
+        let (accepted, drafted, prior) = match source {
+            Source::Prediction => (self.accepted_prediction, predicted, PREDICTION_PRIOR),
+            Source::Lookup | Source::Model => (
+                self.accepted - self.accepted_prediction,
+                self.drafted - predicted,
+                GUESS_PRIOR,
+            ),
+        };
+        (accepted + prior.0) as f64 / (drafted + prior.1) as f64
+    }
+
+    /// Whether a draft from `source` pays for its rows in a step where `decoding` sequences
+    /// decode: its acceptance beats the share of the step's time that grows with rows
+    /// (`WEIGHT_READ_ROWS`). Alone a draft pays above 1/4, beside seven others above 8/11.
+    pub(super) fn pays_at(&self, decoding: usize, source: Source) -> bool {
+        self.acceptance(source) * (WEIGHT_READ_ROWS + decoding) as f64 > decoding as f64
+    }
+
     /// Follow the prediction with a token the sequence just produced.
     pub(super) fn observe(&mut self, prediction: &[u32], tok: u32) {
         if self.synced && prediction.get(self.cursor) == Some(&tok) {
@@ -80,5 +115,40 @@ impl Speculation {
         } else {
             self.synced = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(drafted: usize, accepted: usize) -> Speculation {
+        Speculation {
+            drafted,
+            accepted,
+            ..Speculation::default()
+        }
+    }
+
+    #[test]
+    fn drafts_pay_in_a_batch_only_when_mostly_accepted() {
+        let guess = |s: &Speculation, b| s.pays_at(b, Source::Lookup);
+        // Unmeasured guesses (1 of 2): alone and beside one other, not beside three.
+        assert!(guess(&with(0, 0), 1) && guess(&with(0, 0), 2) && !guess(&with(0, 0), 4));
+        // 95% accepted: even in a batch of sixteen (threshold 16/19).
+        assert!(guess(&with(100, 95), 16));
+        // 2 of 10 accepted: not even alone (3/12 is the 1/4 threshold, not above it).
+        assert!(!guess(&with(10, 2), 1));
+        // An unmeasured prediction (9 of 10) drafts in a batch of sixteen; one that was
+        // mostly rejected stops, and its misses do not count against lookup.
+        let mut p = Speculation::default();
+        assert!(p.pays_at(16, Source::Prediction));
+        (
+            p.drafted,
+            p.accepted,
+            p.accepted_prediction,
+            p.rejected_prediction,
+        ) = (30, 10, 10, 20);
+        assert!(!p.pays_at(4, Source::Prediction) && p.pays_at(2, Source::Lookup));
     }
 }

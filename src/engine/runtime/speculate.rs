@@ -52,9 +52,20 @@ pub(super) fn room(s: &Seq) -> usize {
 }
 
 /// Choose `s`'s draft for this step, at most `most` tokens (the step's budget, the tokens
-/// `max_tokens` still allows after the pending one, and the room left in the context); sets
-/// `s.spec.draft` and returns its length (0: no draft).
-pub(super) fn propose(s: &mut Seq, most: usize) -> usize {
+/// `max_tokens` still allows after the pending one, and the room left in the context), when
+/// its source's acceptance pays in a step where `decoding` sequences decode
+/// (`Speculation::pays_at`); sets `s.spec.draft` and returns its length (0: no draft).
+pub(super) fn propose(s: &mut Seq, most: usize, decoding: usize) -> usize {
+    let n = propose_any(s, most);
+    if n > 0 && !s.spec.pays_at(decoding, s.spec.source) {
+        s.spec.draft.clear();
+        return 0;
+    }
+    n
+}
+
+/// `propose` whatever the batch.
+fn propose_any(s: &mut Seq, most: usize) -> usize {
     s.spec.draft.clear();
     let most = most.min(s.spec.len);
     if most == 0 {
