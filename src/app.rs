@@ -145,6 +145,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 limits_max_batch: cfg.max_batch,
                 limits_step_tokens: cfg.step_tokens,
                 speculative_tokens: cfg.speculative_tokens,
+                weight_read_rows: crate::engine::WEIGHT_READ_ROWS,
                 draft_models: cfg.draft_models,
                 kv_cache: cfg.kv_cache.clone(),
                 on_demand: Some((Arc::new(catalog.clone()), cfg.weights.clone())),

@@ -59,6 +59,9 @@ fn engine(mode: Mode) -> CandleEngine {
         // 100 draft tokens a step beside the 50 decode tokens (the default drafts nothing at
         // this batch size): this test is about outputs, not speed.
         speculative_tokens: if mode == Mode::Off { 0 } else { 150 },
+        // Rows as good as free, so drafts are tried at this batch size too (the server's cost
+        // rule would draft almost nothing beside 49 other sequences).
+        weight_read_rows: 1_000_000,
         draft_models: mode == Mode::DraftModel,
         kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: Some((Arc::new(catalog.clone()), weights_dir())),

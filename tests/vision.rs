@@ -268,6 +268,7 @@ fn vision_server_with(image_urls: ImageUrls) -> TestServer {
         // Small steps, so prompts are prefilled in several chunks around the image runs.
         limits_step_tokens: 24,
         speculative_tokens: 16,
+        weight_read_rows: tollgate::engine::WEIGHT_READ_ROWS,
         draft_models: true,
         kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: Some((Arc::new(catalog.clone()), dir(""))),

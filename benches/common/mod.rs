@@ -18,6 +18,7 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
         limits_max_batch: 16,
         limits_step_tokens: 256,
         speculative_tokens: 16,
+        weight_read_rows: tollgate::engine::WEIGHT_READ_ROWS,
         draft_models: true,
         kv_cache: tollgate::engine::model::attention::KvTypes::default(),
         on_demand: None,

@@ -21,6 +21,7 @@ pub mod weights;
 pub use runtime::candle_engine::{CandleEngine, EngineConfig};
 pub use runtime::choices::ChoiceEvents;
 pub use runtime::sampler::{SamplingParams, TokenLogprob};
+pub use runtime::spec_state::WEIGHT_READ_ROWS;
 pub use text::chat::{
     ChatInput, ChatMessage, ContentPart, InputImage, OutputConstraint, Role, TextPrompt, ToolCall,
     ToolChoice, ToolSpec,

@@ -51,6 +51,9 @@ pub struct EngineConfig {
     /// Most decode and draft tokens per step for speculative decoding (0: off); see
     /// `scheduler::Limits::speculative_tokens`.
     pub speculative_tokens: usize,
+    /// A step's weight read in rows, for whether drafts pay in a batch (`WEIGHT_READ_ROWS`
+    /// in the server; a test of outputs sets it high so every draft is tried).
+    pub weight_read_rows: usize,
     /// Load each model's catalogue `draft` beside it when its weights are on the machine.
     pub draft_models: bool,
     /// How each model's KV cache stores keys and values (a draft model's as its target's).
@@ -116,6 +119,7 @@ impl CandleEngine {
             kv_cache_bytes: usize::try_from(config.kv_cache_budget).unwrap_or(usize::MAX),
             prefix_cache_bytes: usize::try_from(config.prefix_cache_budget).unwrap_or(usize::MAX),
             speculative_tokens: config.speculative_tokens,
+            weight_read_rows: config.weight_read_rows,
         };
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();

@@ -117,6 +117,9 @@ pub struct Limits {
     /// speculative decoding). Each decoding sequence takes one; what is left goes to drafts
     /// (`speculate`), so a batch of this many decoding sequences or more drafts nothing.
     pub speculative_tokens: usize,
+    /// A step's weight read in units of one more row's cost, for deciding whether drafts pay
+    /// in a batch (`Speculation::pays_at`; `spec_state::WEIGHT_READ_ROWS` in the server).
+    pub weight_read_rows: usize,
 }
 
 /// What the engine thread receives: a generation, or a newly loaded model to serve.
@@ -470,8 +473,11 @@ fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
             continue;
         }
         let most = left.min(speculate::room(s));
-        let n = speculate::propose(s, most, decoding);
-        let model_pays = s.spec.pays_at(decoding, Source::Model);
+        let cost = (decoding, limits.weight_read_rows);
+        let n = speculate::propose(s, most, cost);
+        let model_pays = s
+            .spec
+            .pays_at(decoding, Source::Model, limits.weight_read_rows);
         if n == 0 && most > 0 && rt.draft.is_some() && draft::can_draft(s) && model_pays {
             let most = most.min(s.spec.len);
             want.push((i, most));

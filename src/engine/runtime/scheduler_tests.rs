@@ -235,6 +235,7 @@ fn limits(max_batch: usize, step_tokens: usize, kv_cache_bytes: usize) -> Limits
         kv_cache_bytes,
         prefix_cache_bytes: 0,
         speculative_tokens: 0,
+        weight_read_rows: super::super::spec_state::WEIGHT_READ_ROWS,
     }
 }
 

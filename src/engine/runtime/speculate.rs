@@ -53,11 +53,12 @@ pub(super) fn room(s: &Seq) -> usize {
 
 /// Choose `s`'s draft for this step, at most `most` tokens (the step's budget, the tokens
 /// `max_tokens` still allows after the pending one, and the room left in the context), when
-/// its source's acceptance pays in a step where `decoding` sequences decode
-/// (`Speculation::pays_at`); sets `s.spec.draft` and returns its length (0: no draft).
-pub(super) fn propose(s: &mut Seq, most: usize, decoding: usize) -> usize {
+/// its source's acceptance pays in a step where `decoding` sequences decode and the weight
+/// read costs `weight_rows` rows (`Speculation::pays_at`); sets `s.spec.draft` and returns its
+/// length (0: no draft).
+pub(super) fn propose(s: &mut Seq, most: usize, (decoding, weight_rows): (usize, usize)) -> usize {
     let n = propose_any(s, most);
-    if n > 0 && !s.spec.pays_at(decoding, s.spec.source) {
+    if n > 0 && !s.spec.pays_at(decoding, s.spec.source, weight_rows) {
         s.spec.draft.clear();
         return 0;
     }
