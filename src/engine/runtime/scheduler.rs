@@ -436,7 +436,7 @@ fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<
     }
     for (i, s) in seqs.iter().enumerate() {
         let prompt = &s.job.request.prompt.token_ids;
-        if s.pending.is_none() && s.fed < prompt.len() && budget > 0 {
+        if s.prefilling() && budget > 0 {
             let n = (prompt.len() - s.fed).min(budget);
             let n = whole_runs(&s.job.request.prompt.images, s.fed, n);
             plan.push((i, prompt[s.fed..s.fed + n].to_vec()));
@@ -455,10 +455,7 @@ fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
     let decoding = seqs.iter().filter(|s| s.pending.is_some()).count();
     // A step with a prompt to prefill is compute-bound already, and its drafts would take
     // budget from that prompt's chunk (delaying its first token) to verify guesses.
-    let prefilling = seqs
-        .iter()
-        .any(|s| s.pending.is_none() && s.fed < s.job.request.prompt.token_ids.len());
-    if prefilling {
+    if seqs.iter().any(Seq::prefilling) {
         return;
     }
     // A batch that fills `speculative_tokens` with decode tokens drafts nothing: its step is
@@ -473,12 +470,14 @@ fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
             continue;
         }
         let most = left.min(speculate::room(s));
-        let cost = (decoding, limits.weight_read_rows);
-        let n = speculate::propose(s, most, cost);
-        let model_pays = s
-            .spec
-            .pays_at(decoding, Source::Model, limits.weight_read_rows);
-        if n == 0 && most > 0 && rt.draft.is_some() && draft::can_draft(s) && model_pays {
+        let n = speculate::propose(s, most, (decoding, limits.weight_read_rows));
+        if n == 0
+            && most > 0
+            && rt.draft.is_some()
+            && draft::can_draft(s)
+            && s.spec
+                .pays_at(decoding, Source::Model, limits.weight_read_rows)
+        {
             let most = most.min(s.spec.len);
             want.push((i, most));
             left -= most;

@@ -108,6 +108,11 @@ impl Seq {
         }
     }
 
+    /// Whether its prompt still has tokens to prefill (it has no pending token yet).
+    pub(in crate::engine) fn prefilling(&self) -> bool {
+        self.pending.is_none() && self.fed < self.job.request.prompt.token_ids.len()
+    }
+
     /// Output tokens that count towards `max_tokens` and are billed: those generated, and the
     /// prediction tokens rejected (OpenAI's rule for `prediction`).
     pub(in crate::engine) fn billed_output(&self) -> usize {
