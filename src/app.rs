@@ -402,22 +402,30 @@ pub fn data_dir(flag: Option<&Path>, db: &Path) -> PathBuf {
     }
 }
 
-/// Read measured language costs (empty when the file is missing or unreadable).
+/// The language costs measured for this release's catalogue (`tollgate measure-languages`
+/// over `data/udhr`), built into the binary so a server reads them wherever it runs.
+pub const BUILT_IN_LANGUAGES: &str = include_str!("../data/language-multipliers.json");
+
+/// Measured language costs: the file at `path` when there is one (written by
+/// `measure-languages`, e.g. for a catalogue of one's own), else the built-in measurements.
+/// A file that does not parse is ignored with a warning, as if it were missing.
 pub fn load_languages(
     path: &Path,
 ) -> std::collections::BTreeMap<String, crate::engine::text::languages::ModelLanguages> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        tracing::warn!(path = %path.display(),
-            "no language costs here: every language reports \"not measured\" (see --data-dir)");
-        return Default::default();
+    let parse = |text: &str| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| serde_json::from_value(v["models"].clone()).ok())
     };
-    let parsed = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| serde_json::from_value(v["models"].clone()).ok());
-    if parsed.is_none() {
-        tracing::warn!(path = %path.display(), "language costs file does not parse; ignored");
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if let Some(parsed) = parse(&text) {
+            tracing::info!(path = %path.display(), "language costs read from the data directory");
+            return parsed;
+        }
+        tracing::warn!(path = %path.display(),
+            "language costs file does not parse; the built-in measurements are used");
     }
-    parsed.unwrap_or_default()
+    parse(BUILT_IN_LANGUAGES).unwrap_or_default()
 }
 
 /// Purge the key cache when another process (the CLI) revokes a key; polls once a second.

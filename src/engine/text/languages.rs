@@ -200,6 +200,26 @@ pub fn measure_catalog(
         };
         out.insert(m.id.clone(), record);
     }
+    for m in &catalog.models {
+        // `tokenizer` naming another catalogue model: the same vocabulary, so the same
+        // figures, labelled as borrowed.
+        let Some(of) = m.tokenizer.as_deref() else {
+            continue;
+        };
+        let unmeasured = out.get(&m.id).is_some_and(|r| r.languages.is_none());
+        let shared = out.get(of).filter(|r| r.languages.is_some()).cloned();
+        if let (true, Some(shared)) = (unmeasured, shared) {
+            let source = shared.tokenizer.unwrap_or_default();
+            out.insert(
+                m.id.clone(),
+                ModelLanguages {
+                    tokenizer: Some(format!("{source} (the tokenizer of {of})")),
+                    languages: shared.languages,
+                    reason: None,
+                },
+            );
+        }
+    }
     out
 }
 
@@ -277,6 +297,31 @@ mod data_tests {
                 .any(|x| x.languages.is_none() && x.reason.is_some()),
             "unmeasured models say why"
         );
+    }
+
+    /// Every catalogue model has a record (the built-in data is not stale), Qwen2.5-Coder is
+    /// measured from its own weights, and a model whose `tokenizer` names another model carries
+    /// that model's figures, labelled.
+    #[test]
+    fn committed_multipliers_match_the_catalogue_and_shared_tokenizers() {
+        let m = committed();
+        let catalog = crate::catalog::Catalog::load(&root().join("models.toml")).unwrap();
+        for e in &catalog.models {
+            assert!(m.contains_key(&e.id), "{} has no record", e.id);
+            let Some(of) = e.tokenizer.as_deref().filter(|t| catalog.get(t).is_some()) else {
+                continue;
+            };
+            assert_eq!(m[&e.id].languages, m[of].languages, "{} reuses {of}", e.id);
+            let label = m[&e.id].tokenizer.clone().unwrap_or_default();
+            assert!(label.contains(of), "{}: {label}", e.id);
+        }
+        let qwen = &m["qwen2.5-coder-1.5b-instruct"];
+        assert!(qwen.tokenizer.as_deref().unwrap_or("").starts_with("gguf:"));
+        assert!(qwen
+            .languages
+            .as_ref()
+            .is_some_and(|l| l["cmn"].multiplier > 0.0));
+        assert!(m["smollm2-1.7b-instruct"].languages.is_some());
     }
 
     /// The committed numbers are what the code measures: re-measure SmolLM2 from its own GGUF.
