@@ -11,13 +11,7 @@ fn main() -> anyhow::Result<()> {
         Command::Perplexity { threads, .. } => tollgate::cli::set_compute_threads(*threads),
         _ => {}
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        // stderr: stdout carries `mcp --stdio`'s protocol.
-        .with_writer(std::io::stderr)
-        .init();
+    tollgate::cli::init_logging(cli.log_format);
     match cli.command {
         Command::Models { models, weights } => {
             print!("{}", tollgate::app::print_models(&models, &weights)?);

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use openidconnect::core::{CoreClient, CoreProviderMetadata, CoreResponseType, CoreUserInfoClaims};
 use openidconnect::{
-    reqwest, AuthenticationFlow, AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl,
-    Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
-    TokenResponse,
+    AuthenticationFlow, AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce,
+    OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
 };
 
 /// How long a started sign-in may take before its `state` is forgotten.
@@ -82,7 +81,8 @@ struct Pending {
 pub struct Oidc {
     cfg: OidcConfig,
     issuer: IssuerUrl,
-    http: reqwest::Client,
+    /// Synchronous (ureq, the server's one HTTP client): every call runs on the blocking pool.
+    http: ureq::Agent,
     metadata: tokio::sync::Mutex<Option<(CoreProviderMetadata, Instant)>>,
     /// `state` -> the secrets of its flow.
     pending: Mutex<HashMap<String, Pending>>,
@@ -98,11 +98,10 @@ impl Oidc {
             IssuerUrl::new(cfg.issuer.clone()).map_err(|e| OidcError::Config(e.to_string()))?;
         // No redirects: a provider endpoint that redirects is refused rather than followed
         // (the openidconnect crate's advice against server-side request forgery).
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+        let http = ureq::AgentBuilder::new()
+            .redirects(0)
             .timeout(HTTP_TIMEOUT)
-            .build()
-            .map_err(|e| OidcError::Config(e.to_string()))?;
+            .build();
         Ok(Self {
             cfg,
             issuer,
@@ -129,9 +128,12 @@ impl Oidc {
             match cached.as_ref() {
                 Some((m, at)) if !refresh && at.elapsed() < METADATA_TTL => m.clone(),
                 _ => {
-                    let m = CoreProviderMetadata::discover_async(self.issuer.clone(), &self.http)
-                        .await
-                        .map_err(|e| OidcError::Discovery(error_chain(&e)))?;
+                    let (issuer, http) = (self.issuer.clone(), self.http.clone());
+                    let m = off_thread(move || {
+                        CoreProviderMetadata::discover(&issuer, &http)
+                            .map_err(|e| OidcError::Discovery(error_chain(&e)))
+                    })
+                    .await?;
                     *cached = Some((m.clone(), Instant::now()));
                     m
                 }
@@ -205,13 +207,16 @@ impl Oidc {
             .filter(|p| p.started.elapsed() < FLOW_TTL)
             .ok_or(OidcError::UnknownState)?;
         let client = self.client(flow.redirect.clone(), false).await?;
-        let token = client
-            .exchange_code(AuthorizationCode::new(code))
-            .map_err(|e| OidcError::Discovery(e.to_string()))?
-            .set_pkce_verifier(flow.verifier)
-            .request_async(&self.http)
-            .await
-            .map_err(|e| OidcError::Exchange(error_chain(&e)))?;
+        let (exchanging, http, verifier) = (client.clone(), self.http.clone(), flow.verifier);
+        let token = off_thread(move || {
+            exchanging
+                .exchange_code(AuthorizationCode::new(code))
+                .map_err(|e| OidcError::Discovery(e.to_string()))?
+                .set_pkce_verifier(verifier)
+                .request(&http)
+                .map_err(|e| OidcError::Exchange(error_chain(&e)))
+        })
+        .await?;
         let id_token = token
             .id_token()
             .ok_or_else(|| OidcError::Verification("no ID token in the token response".into()))?;
@@ -232,13 +237,18 @@ impl Oidc {
         let mut email = claims.email().map(|e| e.to_string());
         let mut email_verified = claims.email_verified().unwrap_or(false);
         if email.is_none() {
-            if let Ok(request) =
-                client.user_info(token.access_token().clone(), Some(subject.clone()))
-            {
-                let info: CoreUserInfoClaims = request
-                    .request_async(&self.http)
-                    .await
-                    .map_err(|e| OidcError::Verification(error_chain(&e)))?;
+            let (asking, http) = (client.clone(), self.http.clone());
+            let (access, sub) = (token.access_token().clone(), subject.clone());
+            let info = off_thread(move || match asking.user_info(access, Some(sub)) {
+                // No UserInfo endpoint: the address stays unknown.
+                Err(_) => Ok(None),
+                Ok(request) => request
+                    .request(&http)
+                    .map(Some::<CoreUserInfoClaims>)
+                    .map_err(|e| OidcError::Verification(error_chain(&e))),
+            })
+            .await?;
+            if let Some(info) = info {
                 email = info.email().map(|e| e.to_string());
                 email_verified = info.email_verified().unwrap_or(false);
             }
@@ -250,6 +260,15 @@ impl Oidc {
             email_verified,
         })
     }
+}
+
+/// Run a synchronous call to the provider on tokio's blocking pool.
+async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, OidcError> + Send + 'static,
+) -> Result<T, OidcError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| OidcError::Discovery(e.to_string()))?
 }
 
 type CoreClientFor = CoreClient<

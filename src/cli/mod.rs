@@ -26,8 +26,47 @@ pub struct Cli {
         global = true
     )]
     pub db: PathBuf,
+    /// Log lines as `text` (coloured only when stderr is a terminal and `NO_COLOR` is unset)
+    /// or `json` (one object per line, for log collectors). Logs go to stderr.
+    #[arg(
+        long,
+        env = "TOLLGATE_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        global = true
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only on a terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`, spans).
+    Json,
+}
+
+/// Install the process's log subscriber: level from `RUST_LOG` (default `info`), lines to
+/// stderr (stdout carries `mcp --stdio`'s protocol and the operator commands' output).
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => {
+            // A log redirected to a file or a journal must not carry escape codes.
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder.with_ansi(colour).init();
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

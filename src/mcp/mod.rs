@@ -226,11 +226,11 @@ pub fn allowed_origins(allowed_hosts: &[String]) -> Vec<String> {
         // `host:port` entries allow that port only; bare hosts any port.
         let with_port = !v6 && h.contains(':');
         let h = if v6 { format!("[{h}]") } else { h.clone() };
+        // A bare host is written `:*` (any port) explicitly: rmcp warns about portless
+        // entries, whose meaning it is changing to the scheme's default port.
+        let port = if with_port { "" } else { ":*" };
         for scheme in ["http", "https"] {
-            out.push(format!("{scheme}://{h}"));
-            if !with_port {
-                out.push(format!("{scheme}://{h}:*"));
-            }
+            out.push(format!("{scheme}://{h}{port}"));
         }
     }
     out

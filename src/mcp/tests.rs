@@ -544,3 +544,25 @@ fn language_costs_are_paged() {
         ("nc", None)
     );
 }
+
+/// Every origin names its port (`:*` for a bare host), so rmcp has no portless entry to warn
+/// about at start-up and the meaning cannot change under a future rmcp.
+#[test]
+fn allowed_origins_name_their_ports() {
+    let hosts = [
+        "localhost".to_string(),
+        "127.0.0.1:8080".into(),
+        "::1".into(),
+    ];
+    assert_eq!(
+        super::allowed_origins(&hosts),
+        [
+            "http://localhost:*",
+            "https://localhost:*",
+            "http://127.0.0.1:8080",
+            "https://127.0.0.1:8080",
+            "http://[::1]:*",
+            "https://[::1]:*",
+        ]
+    );
+}
