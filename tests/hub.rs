@@ -50,12 +50,21 @@ async fn hub_file(
     ];
     match range {
         Some((start, end)) => {
-            let mut r = (
-                StatusCode::PARTIAL_CONTENT,
-                common_headers,
-                bytes[start..=end].to_vec(),
-            )
-                .into_response();
+            let part = bytes[start..=end].to_vec();
+            // Large bodies arrive at about 25 MB/s, so a test can watch a download's progress.
+            let body = if part.len() > 8 << 20 {
+                let chunks: Vec<Vec<u8>> = part.chunks(1 << 20).map(<[u8]>::to_vec).collect();
+                axum::body::Body::from_stream(futures::StreamExt::then(
+                    futures::stream::iter(chunks),
+                    |c| async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+                        Ok::<_, std::io::Error>(c)
+                    },
+                ))
+            } else {
+                axum::body::Body::from(part)
+            };
+            let mut r = (StatusCode::PARTIAL_CONTENT, common_headers, body).into_response();
             r.headers_mut().insert(
                 "content-range",
                 format!("bytes {start}-{end}/{total}").parse().unwrap(),
@@ -116,7 +125,41 @@ async fn weights_are_fetched_from_the_hub_on_first_use_and_a_dead_source_is_a_40
         "What is the capital of France?",
         r#""temperature":0,"max_tokens":20"#,
     );
-    let (st, _, v) = s.post("/v1/chat/completions", &body, &[]).await;
+    // While the first request waits, the download shows in /health and /v1/models.
+    let request = {
+        let (url, key, body) = (s.url("/v1/chat/completions"), s.key.clone(), body.clone());
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
+        })
+    };
+    let mut seen = None;
+    for _ in 0..400 {
+        let (_, _, health) = get(&s.url("/health")).await;
+        let (_, _, record) = get(&s.url("/v1/models/hub-smol")).await;
+        let p = &health["preparing"][0];
+        if p["stage"] == "downloading" && p["percent"].as_u64().is_some_and(|x| x < 100) {
+            assert_eq!(record["preparing"]["stage"], "downloading", "{record}");
+            seen = Some(p.clone());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let seen = seen.expect("the download showed in /health while it ran");
+    assert_eq!(seen["model"], "hub-smol", "{seen}");
+    assert_eq!(seen["file"], "smol.gguf", "{seen}");
+    assert!(seen["total_bytes"].as_u64().unwrap() > 90_000_000, "{seen}");
+    let (st, v) = request.await.unwrap();
     assert_eq!(st, 200, "{v}");
     assert!(
         v["choices"][0]["message"]["content"]
@@ -126,6 +169,8 @@ async fn weights_are_fetched_from_the_hub_on_first_use_and_a_dead_source_is_a_40
         "{v}"
     );
     assert_eq!(s.engine.loaded().len(), 1);
+    let (_, _, health) = get(&s.url("/health")).await;
+    assert_eq!(health["preparing"], serde_json::json!([]), "{health}");
     let cached: Vec<_> = walk(hf_home.path())
         .into_iter()
         .filter(|p| p.ends_with("smol.gguf"))

@@ -185,6 +185,9 @@ pub struct ModelRecord {
     pub available: bool,
     /// Why not, when `available` is false (short, no paths), e.g. `no weights on this server`.
     pub unavailable_reason: Option<String>,
+    /// Being fetched or loaded now (the first request for it waits for this): the stage, and
+    /// for a download the bytes so far, the file's size and the percentage.
+    pub preparing: Option<Box<Preparation>>,
 }
 
 /// What a model reads and writes.
@@ -304,6 +307,7 @@ impl ModelRecord {
             loaded,
             available: available.is_ok(),
             unavailable_reason: available.err(),
+            preparing: None,
         }
     }
 }
@@ -422,6 +426,34 @@ impl EmbeddingModelRecord {
             unavailable_reason: available.err(),
         }
     }
+}
+
+/// What a model being prepared is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Fetching a weights file from the hub.
+    Downloading,
+    /// Reading the weights into memory (and fetching nothing).
+    Loading,
+}
+
+/// A snapshot of one model being prepared (fetching or loading its weights), as
+/// `engine::weights::progress` reports it: in `/v1/models` and `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct Preparation {
+    /// Catalogue id.
+    pub model: String,
+    pub stage: Stage,
+    /// The file being downloaded (`None` while loading).
+    pub file: Option<String>,
+    /// Bytes of `file` fetched so far, and its size in bytes (both 0 while loading).
+    pub bytes: u64,
+    pub total_bytes: u64,
+    /// Whole percent of the download; `None` while loading (a load reports no fraction).
+    pub percent: Option<u8>,
+    /// Milliseconds since this model's preparation started.
+    pub elapsed_ms: u64,
 }
 
 #[cfg(test)]

@@ -337,6 +337,11 @@ pub trait Engine: Send + Sync + 'static {
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError>;
     /// Scheduler counters per model.
     fn stats(&self) -> Vec<ModelStats>;
+    /// Models being fetched or loaded now (`weights::progress`); none for an engine that
+    /// loads nothing on demand.
+    fn preparing(&self) -> Vec<weights::progress::Preparation> {
+        Vec::new()
+    }
 }
 
 /// Shared engine handle.

@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::api::shared::error::ApiError;
 use crate::api::shared::request::SUPPORTED_PARAMETERS;
@@ -27,7 +27,14 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
         resolve::availability(m, &state.weights_dir).map_err(|(short, _)| short)
     };
     let languages = state.languages.get(&m.id).and_then(|l| l.multipliers());
-    ModelRecord::of(m, &SUPPORTED_PARAMETERS, languages, loaded, available)
+    let mut record = ModelRecord::of(m, &SUPPORTED_PARAMETERS, languages, loaded, available);
+    record.preparing = state
+        .engine
+        .preparing()
+        .into_iter()
+        .find(|p| p.model == m.id)
+        .map(Box::new);
+    record
 }
 
 /// The record of speech model `m`, with whether it can run here now.
@@ -153,7 +160,22 @@ pub(super) fn language_costs(state: &Models, m: &ModelEntry) -> LanguageCosts {
     }
 }
 
-/// Liveness plus scheduler counters per loaded model.
-pub async fn health(State(state): State<Models>) -> Json<Value> {
-    Json(json!({"status": "ok", "models": state.engine.stats()}))
+/// The body of `GET /health`.
+#[derive(Debug, serde::Serialize)]
+pub struct Health {
+    /// Always `ok` (the process answers).
+    pub status: &'static str,
+    /// Scheduler counters per loaded model.
+    pub models: Vec<crate::engine::ModelStats>,
+    /// Models being fetched or loaded now, with their progress.
+    pub preparing: Vec<crate::catalog::record::Preparation>,
+}
+
+/// Liveness, scheduler counters per loaded model, and the models being prepared.
+pub async fn health(State(state): State<Models>) -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        models: state.engine.stats(),
+        preparing: state.engine.preparing(),
+    })
 }

@@ -14,6 +14,10 @@ const LANGUAGES = {
 export const languageName = (code) => LANGUAGES[code] || code;
 
 const yesNo = (v, why) => (v ? "yes" : h("span", { class: "warn", title: why || null }, why ? `no: ${why}` : "no"));
+// A chat model's "servable here": while its weights are fetched or loaded, how far that got.
+const servable = (m) => (m.preparing ? preparing(m.preparing) : yesNo(m.available, m.unavailable_reason));
+export const preparing = (p) =>
+  p.stage === "downloading" ? `downloading ${p.percent ?? 0}%` : "loading";
 const modelLink = (m) => h("a", { href: `#/models/${encodeURIComponent(m.id)}` }, m.name || m.id);
 const typeOf = (m) => (m.base ? "Base (continues text)" : "Chat");
 
@@ -36,7 +40,7 @@ function chatRow(m) {
     "$" + m.pricing.output_per_million_usd,
     licence(m.license),
     yesNo(m.license.commercial_use),
-    yesNo(m.available, m.unavailable_reason),
+    servable(m),
   ];
 }
 
@@ -208,7 +212,7 @@ function chatFacts(m) {
       ["Model id", h("code", {}, m.id)], ["Maker", m.owned_by], ["Family", m.family], ["Parameters", m.parameters],
       ["Type", m.base ? "Base model: it continues text and is not trained to follow chat turns" : "Instruct (chat) model"],
       ["Context length", `${m.context_length.toLocaleString()} tokens`], ["Quantization", m.quantization],
-      ["Servable here", yesNo(m.available, m.unavailable_reason)],
+      ["Servable here", servable(m)],
     ]),
     h("h2", {}, "Prices"),
     facts([

@@ -1,6 +1,6 @@
 // The playground: a streamed chat reply paid from the balance through the session (no key).
 import { h, render, field, feedback, loadModels, licence, refreshMe, usd } from "./core.js";
-import { languageName } from "./models.js";
+import { languageName, preparing } from "./models.js";
 
 const WAITING = "Waiting for the model (the first request to a model loads it; this can take a while)…";
 
@@ -11,7 +11,7 @@ function modelSelect(list) {
   const ready = list.filter((m) => m.available && !m.base);
   const base = list.filter((m) => m.base), absent = list.filter((m) => !m.available && !m.base);
   return h("select", { name: "model", id: "pg-model" },
-    ready.map((m) => h("option", { value: m.id }, label(m))),
+    ready.map((m) => h("option", { value: m.id }, m.preparing ? `${label(m)} (${preparing(m.preparing)})` : label(m))),
     base.length ? h("optgroup", { label: "Base models: they continue text and are not trained for chat; use the API" },
       base.map((m) => h("option", { value: m.id, disabled: true }, `${label(m)} (base model)`))) : null,
     absent.length ? h("optgroup", { label: "Not servable on this server" },

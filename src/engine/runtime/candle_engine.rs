@@ -31,6 +31,7 @@ use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::vision::{ImageError, ImageLimits, Images, PlaceError, VisionModel};
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::hf_files;
+use crate::engine::weights::progress::Preparing;
 use crate::engine::weights::resolve;
 use crate::engine::weights::safetensors::{self as st, HfModel, MatrixType};
 use crate::engine::weights::store::TensorStore;
@@ -104,6 +105,8 @@ pub struct CandleEngine {
     draft_models: bool,
     /// `EngineConfig::kv_cache`.
     kv_cache: KvTypes,
+    /// Models being fetched or loaded on demand now.
+    preparing: Preparing,
 }
 
 impl CandleEngine {
@@ -127,7 +130,9 @@ impl CandleEngine {
             let entry = config.on_demand.as_ref().and_then(|(c, _)| c.get(id));
             let builtin = entry.and_then(|e| e.chat_template.as_deref());
             let mmproj = match (entry, &config.on_demand) {
-                (Some(entry), Some((_, dir))) => vision_part(entry, dir)?,
+                (Some(entry), Some((_, dir))) => {
+                    vision_part(entry, dir, (&Preparing::default(), id))?
+                }
                 _ => None,
             };
             let pixels = entry.and_then(|e| e.image_pixels);
@@ -161,6 +166,7 @@ impl CandleEngine {
             started: Instant::now(),
             draft_models: config.draft_models,
             kv_cache: config.kv_cache,
+            preparing: Preparing::default(),
         })
     }
 
@@ -250,10 +256,12 @@ impl CandleEngine {
         entry: &crate::catalog::ModelEntry,
         weights_dir: &std::path::Path,
     ) -> Result<(Runtime, Front), EngineError> {
+        let _preparing = self.preparing.start(&entry.id);
+        let progress = (&self.preparing, entry.id.as_str());
         let mut tried = Vec::new();
         let mut found = false;
         for src in &entry.sources {
-            let path = match resolve::try_source(src, weights_dir) {
+            let path = match resolve::try_source(src, weights_dir, progress) {
                 Ok(path) => path,
                 Err(why) => {
                     tried.push(format!("{}: {why}", src.describe()));
@@ -261,7 +269,7 @@ impl CandleEngine {
                 }
             };
             found = true;
-            let mmproj = vision_part(entry, weights_dir)?;
+            let mmproj = vision_part(entry, weights_dir, progress)?;
             let vision_bytes = mmproj.as_deref().map_or(0, weights_bytes);
             self.make_room(weights_bytes(&path) + vision_bytes)?;
             let builtin = entry.chat_template.as_deref();
@@ -400,11 +408,12 @@ fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Promp
 fn vision_part(
     entry: &crate::catalog::ModelEntry,
     weights_dir: &std::path::Path,
+    progress: (&Preparing, &str),
 ) -> Result<Option<PathBuf>, EngineError> {
     if !entry.reads_images() {
         return Ok(None);
     }
-    let tried = match resolve::first_source(&entry.mmproj, weights_dir) {
+    let tried = match resolve::first_source(&entry.mmproj, weights_dir, progress) {
         Ok(path) => return Ok(Some(path)),
         Err(tried) => tried,
     };
@@ -616,6 +625,10 @@ impl Engine for CandleEngine {
                 })
             }
         }
+    }
+
+    fn preparing(&self) -> Vec<crate::engine::weights::progress::Preparation> {
+        self.preparing.snapshot()
     }
 
     fn stats(&self) -> Vec<ModelStats> {

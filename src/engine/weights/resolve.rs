@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::progress::Preparing;
 use crate::catalog::{ModelEntry, WeightSource};
 
 /// Find or fetch the weights of `entry`: a GGUF file, or a directory holding a Hugging Face
@@ -14,17 +15,26 @@ use crate::catalog::{ModelEntry, WeightSource};
 /// # Errors
 /// Every source failed; the list says what was tried and why each failed.
 pub fn resolve(entry: &ModelEntry, weights_dir: &Path) -> Result<PathBuf, Vec<String>> {
-    first_source(&entry.sources, weights_dir)
+    first_source(
+        &entry.sources,
+        weights_dir,
+        (&Preparing::default(), &entry.id),
+    )
 }
 
-/// The first of `sources` found or fetched (a model's weights, or its `mmproj` vision part).
+/// The first of `sources` found or fetched (a model's weights, or its `mmproj` vision part);
+/// downloads report to `progress` under the model's id.
 ///
 /// # Errors
 /// Every source failed; the list says what was tried and why each failed (empty: no sources).
-pub fn first_source(sources: &[WeightSource], weights_dir: &Path) -> Result<PathBuf, Vec<String>> {
+pub fn first_source(
+    sources: &[WeightSource],
+    weights_dir: &Path,
+    progress: (&Preparing, &str),
+) -> Result<PathBuf, Vec<String>> {
     let mut tried = Vec::new();
     for src in sources {
-        match try_source(src, weights_dir) {
+        match try_source(src, weights_dir, progress) {
             Ok(path) => return Ok(path),
             Err(why) => tried.push(format!("{}: {why}", src.describe())),
         }
@@ -99,11 +109,16 @@ fn holds_weights(path: &Path) -> bool {
     path.is_file() || path.join("config.json").is_file()
 }
 
-/// The files of one source: present under `weights_dir`, in `hf-hub`'s cache, or fetched now.
+/// The files of one source: present under `weights_dir`, in `hf-hub`'s cache, or fetched now,
+/// each download reporting to `progress` (the table and the model's id).
 ///
 /// # Errors
 /// Why this source has no files here (not present, hub unreachable, a download failure).
-pub fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, String> {
+pub fn try_source(
+    src: &WeightSource,
+    weights_dir: &Path,
+    (table, model): (&Preparing, &str),
+) -> Result<PathBuf, String> {
     if let Some(p) = &src.path {
         let path = weights_dir.join(p);
         return if holds_weights(&path) {
@@ -118,18 +133,21 @@ pub fn try_source(src: &WeightSource, weights_dir: &Path) -> Result<PathBuf, Str
         if hub_cached(src).is_none() && !super::hub::reachable() {
             return Err(format!("hub {} not reachable", super::hub::endpoint()));
         }
+        // hf-hub's own progress bar is for terminals; `progress` logs and publishes instead.
         let api = hf_hub::api::sync::ApiBuilder::from_env()
             .with_progress(false)
             .build()
             .map_err(|e| format!("hub client: {e}"))?;
         let repo_api = api.model(repo.clone());
+        let cache = hf_hub::Cache::from_env().model(repo.clone());
         let fetch = |file: &str| -> Result<PathBuf, String> {
+            if let Some(path) = cache.get(file) {
+                return Ok(path);
+            }
             tracing::info!(repo = %repo, file = %file, "fetching from the hub");
-            let started = std::time::Instant::now();
-            let path = repo_api.get(file).map_err(|e| format!("{file}: {e}"))?;
-            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            tracing::info!(repo = %repo, file = %file, bytes, ms = started.elapsed().as_millis() as u64, "fetched");
-            Ok(path)
+            repo_api
+                .download_with_progress(file, table.download(model))
+                .map_err(|e| format!("{file}: {e}"))
         };
         if let Some(file) = &src.hf_file {
             return fetch(file);
