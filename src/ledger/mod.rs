@@ -553,3 +553,47 @@ mod file_mode_tests {
         assert_eq!(mode(&db), 0o600);
     }
 }
+
+#[cfg(test)]
+mod pg_worker_tests {
+    use super::*;
+
+    /// A statement awaited on an async worker does not stall that worker's other tasks: with
+    /// one worker, a task ticking every 5 ms keeps ticking through a 400 ms statement. (The
+    /// server calls the ledger from the blocking pool; this guards any caller that forgets.)
+    /// Runs in the PostgreSQL pass (`TOLLGATE_TEST_DB=postgres`).
+    #[test]
+    fn a_statement_on_an_async_worker_leaves_its_other_tasks_running() {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        if !testdb::postgres_wanted() {
+            return;
+        }
+        let url = testdb::cluster_url().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let during = rt.block_on(async move {
+            let ticks = std::sync::Arc::new(AtomicU32::new(0));
+            let t = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    t.fetch_add(1, Relaxed);
+                }
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let before = ticks.load(Relaxed);
+            tokio::spawn(async move { db::pg_execute(&url, "SELECT pg_sleep(0.4)") })
+                .await
+                .unwrap()
+                .unwrap();
+            ticks.load(Relaxed) - before
+        });
+        assert!(
+            during >= 20,
+            "{during} ticks in 400 ms: the worker was blocked"
+        );
+    }
+}

@@ -2,12 +2,15 @@
 //! columns, `?N` to `$N`, the connection pool, and the background runtime that drives the
 //! connections.
 //!
-//! Why tokio-postgres and not the blocking `postgres` crate: the ledger is synchronous and is
-//! called from tokio worker threads as well as the blocking pool. The `postgres` crate drives
-//! each connection with its own runtime's `block_on`, which panics inside a tokio context. Here
-//! the connections are driven by one process-wide background runtime, and a statement's future
+//! Why tokio-postgres and not the blocking `postgres` crate: the ledger is synchronous, and the
+//! server calls it from tokio's blocking pool (`Ledger::run`, the accounts service) while tests
+//! and start-up call it from plain threads and test runtimes. The `postgres` crate drives each
+//! connection with its own runtime's `block_on`, which panics inside a tokio context. Here the
+//! connections are driven by one process-wide background runtime, and a statement's future
 //! (which only talks to its connection over channels) is awaited with `futures`' executor on
-//! the calling thread, which is allowed anywhere.
+//! the calling thread. Should a call ever come from an async worker of a multi-threaded
+//! runtime, `block` first hands that worker's other tasks to another thread
+//! (`block_in_place`), so a round trip never stalls the requests queued behind it.
 //!
 //! Owns: tokio-postgres and deadpool-postgres. May use: `value`. Never: money rules.
 
@@ -130,8 +133,16 @@ fn pg_runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Wait for a statement's future on this thread (it only waits on its connection's channels).
+/// On an async worker of a multi-threaded runtime the worker's queue moves to another thread
+/// first; on the blocking pool, a plain thread or a current-thread runtime it just waits.
 pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
-    futures::executor::block_on(f)
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| futures::executor::block_on(f))
+        }
+        _ => futures::executor::block_on(f),
+    }
 }
 
 /// How long connecting, waiting for a pooled connection, or an unanswered send may take.
