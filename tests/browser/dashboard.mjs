@@ -153,7 +153,7 @@ try {
 
   // Stream a playground reply (paid by the session).
   await page.goto(`${BASE}/#/playground`);
-  await page.getByLabel("Model").selectOption(model);
+  await page.locator("#pg-model").selectOption(model);
   // Base models are listed but not offered for chat.
   assert.equal(await page.locator('#pg-model option[value="gemma3-270m"]').getAttribute("disabled"), "",
     "Gemma 3 270M (a base model) is not selectable");
@@ -163,9 +163,10 @@ try {
   await page.getByLabel("Your message").fill("What is the capital of France?");
   await page.getByLabel("Max tokens").fill("24");
   await page.getByLabel(/^Temperature/).fill("0");
-  await page.getByRole("button", { name: "Send" }).click();
-  await page.locator("#pg-meta").filter({ hasText: "completion tokens" }).waitFor({ timeout: 60000 });
-  const answer = (await page.locator("#pg-answer").textContent()).trim();
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  const reply = page.locator("#pg-log .turn.assistant").first();
+  await reply.locator(".turn-meta").filter({ hasText: "completion tokens" }).waitFor({ timeout: 60000 });
+  const answer = (await reply.locator(".answer-text").textContent()).trim();
   assert.match(answer, /Paris/, "the real model's greedy answer");
   await shot("07-playground");
 

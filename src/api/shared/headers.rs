@@ -10,7 +10,7 @@ use super::codes::Code;
 use super::error::ApiError;
 
 /// Content-Security-Policy of every page and asset (the web pages and the OIDC callback page).
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Request headers that carry one value: sent more than once, the request is refused rather
 /// than one copy silently winning (RFC 9110 5.3: only list-valued fields may repeat).

@@ -17,7 +17,7 @@ const INDEX: &str = include_str!("index.html");
 const APP_CSS: &str = include_str!("app.css");
 /// The dashboard's ES modules, served at `/assets/<name>`: `app.js` routes and imports the
 /// others.
-const MODULES: [(&str, &str); 8] = [
+const MODULES: [(&str, &str); 11] = [
     ("app.js", include_str!("app.js")),
     ("core.js", include_str!("core.js")),
     ("models.js", include_str!("models.js")),
@@ -25,6 +25,9 @@ const MODULES: [(&str, &str); 8] = [
     ("keys.js", include_str!("keys.js")),
     ("activity.js", include_str!("activity.js")),
     ("playground.js", include_str!("playground.js")),
+    ("chat.js", include_str!("chat.js")),
+    ("code.js", include_str!("code.js")),
+    ("panels.js", include_str!("panels.js")),
     ("admin.js", include_str!("admin.js")),
 ];
 
