@@ -13,7 +13,10 @@ export function requestBody(model, messages, opts) {
   const body = { model, messages, stream: true, stream_options: { include_usage: true } };
   if (opts.max_tokens) body.max_tokens = opts.max_tokens;
   if (opts.temperature != null) body.temperature = opts.temperature;
-  if (opts.tools && opts.tools.length) body.tools = opts.tools;
+  if (opts.tools && opts.tools.length) {
+    body.tools = opts.tools;
+    if (opts.tool_choice && opts.tool_choice !== "auto") body.tool_choice = opts.tool_choice;
+  }
   if (opts.schema) {
     body.response_format = { type: "json_schema", json_schema: { name: "answer", strict: true, schema: opts.schema } };
   }

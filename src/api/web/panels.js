@@ -41,7 +41,15 @@ function jsonArea(id, label, example) {
 
 export function toolsPanel() {
   const a = jsonArea("pg-tools", "Tools (a JSON array of function definitions)", EXAMPLE_TOOLS);
-  return { ...a, el: h("details", { class: "panel", id: "pg-tools-panel" }, h("summary", {}, "Tools"), a.el) };
+  const choice = h("select", { id: "pg-tool-choice" },
+    [["auto", "auto: the model decides"], ["none", "none: answer in text"], ["required", "required: call a tool"]]
+      .map(([v, t]) => h("option", { value: v }, t)));
+  return {
+    read: a.read,
+    choice: () => choice.value,
+    el: h("details", { class: "panel", id: "pg-tools-panel" }, h("summary", {}, "Tools"), a.el,
+      h("label", {}, "Tool choice", choice)),
+  };
 }
 
 export function schemaPanel() {

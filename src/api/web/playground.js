@@ -79,6 +79,7 @@ export async function viewPlayground() {
     max_tokens: Number(maxTokens.value) || 128,
     temperature: Number(temperature.value),
     tools: tools.el.hidden ? null : tools.read(),
+    tool_choice: tools.choice(),
     schema: schema.el.hidden ? null : schema.read(),
   });
   const history = (s) => (system.value ? [{ role: "system", content: system.value }] : []).concat(s.conv.messages);
