@@ -4,7 +4,7 @@
 // streams a multi-turn chat, retries and edits a turn, runs the "show code" snippets (curl,
 // Python, Node) and gets the streamed answer back, stops a long answer and sees what was
 // billed, answers a tool call and continues, gets a schema-valid JSON answer, transcribes a
-// WAV file, plays synthesized speech, compares embeddings and two models side by side, and
+// WAV file and the same words from the (fake) microphone, plays synthesized speech, compares embeddings and two models side by side, and
 // finds it all in the activity list as "Playground"; screenshots at desktop and phone sizes.
 //
 // Environment: BASE, LOG (server log), BIN, DB, OUT (screenshots), CHROMIUM; PYTHON (with the
@@ -50,7 +50,12 @@ function runSnippet(kind, code, key) {
   }
 }
 
-const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--headless", "--no-sandbox"] });
+// The microphone is Chromium's fake capture device playing the fox recording once.
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+    `--use-file-for-fake-audio-capture=${root}/tests/fixtures/speech/fox.wav%noloop`],
+});
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const problems = [];
@@ -184,6 +189,13 @@ try {
   await page.locator("#pg-stt-text").filter({ hasText: /fox/i }).waitFor(LONG);
   await page.getByRole("button", { name: "Use as my message" }).click();
   assert.match(await page.getByLabel("Your message").inputValue(), /fox/i);
+  // The same words through the microphone, recorded in the page as WAV.
+  await page.locator("#pg-stt-text").evaluate((el) => { el.textContent = ""; });
+  await page.getByRole("button", { name: "Record" }).click();
+  await page.getByRole("button", { name: "Stop recording" }).waitFor();
+  await page.waitForTimeout(7500);
+  await page.getByRole("button", { name: "Stop recording" }).click();
+  await page.locator("#pg-stt-text").filter({ hasText: /fox/i }).waitFor(LONG);
 
   // Text to speech: the audio element plays it (it reports a duration), and it can be saved.
   await page.locator("#pg-tts-panel summary").click();
