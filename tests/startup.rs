@@ -19,6 +19,8 @@ async fn run_server(
     extra: &[&str],
     check: impl AsyncFnOnce(String),
 ) -> String {
+    // The ledger in a directory of its own, away from the working directory.
+    std::fs::create_dir_all(cwd.join("ledger")).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -58,7 +60,6 @@ async fn run_server(
 #[tokio::test]
 async fn a_redirected_text_log_is_plain_and_warns_once_and_languages_are_built_in() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ledger")).unwrap();
     let log = run_server(
         dir.path(),
         &dir.path().join("serve.log"),
@@ -98,7 +99,6 @@ async fn a_redirected_text_log_is_plain_and_warns_once_and_languages_are_built_i
 #[tokio::test]
 async fn json_logs_are_one_object_per_line() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ledger")).unwrap();
     let log = run_server(
         dir.path(),
         &dir.path().join("serve.json"),

@@ -10,14 +10,15 @@ import { toolsPanel, schemaPanel, imagePanel, transcribePanel, speechPanel, embe
 
 const WAITING = "Waiting for the model (the first request to a model loads it; this can take a while)…";
 
-function modelSelect(list, attrs) {
+// `none`: the label of an empty first choice (for an optional model).
+function modelSelect(list, attrs, none) {
   const label = (m) => `${m.id} — $${m.pricing.input_per_million_usd} in / $${m.pricing.output_per_million_usd} out per 1M`;
   // Servable chat models first; base models (they continue text, they do not answer turns) and
   // models this server cannot serve are listed, marked and not selectable.
   const ready = list.filter((m) => m.available && !m.base);
   const base = list.filter((m) => m.base), absent = list.filter((m) => !m.available && !m.base);
   return h("select", attrs,
-    attrs.id === "pg-compare-model" ? h("option", { value: "" }, "No comparison") : null,
+    none ? h("option", { value: "" }, none) : null,
     ready.map((m) => h("option", { value: m.id }, m.preparing ? `${label(m)} (${preparing(m.preparing)})` : label(m))),
     base.length ? h("optgroup", { label: "Base models: they continue text and are not trained for chat; use the API" },
       base.map((m) => h("option", { value: m.id, disabled: true }, `${label(m)} (base model)`))) : null,
@@ -47,7 +48,7 @@ export async function viewPlayground() {
   const list = all.filter((m) => !m.kind);
   const of = (kind) => all.filter((m) => m.kind === kind && m.available);
   const select = modelSelect(list, { name: "model", id: "pg-model" });
-  const compare = modelSelect(list, { name: "compare", id: "pg-compare-model" });
+  const compare = modelSelect(list, { name: "compare", id: "pg-compare-model" }, "No comparison");
   const attribution = h("div", { class: "muted", id: "pg-licence" });
   const langs = h("p", { class: "muted", id: "pg-langs" });
   const tools = toolsPanel(), schema = schemaPanel(), images = imagePanel();

@@ -54,12 +54,6 @@ impl Preparing {
         self.with(|t| t.iter().map(|(m, e)| e.snapshot(m)).collect())
     }
 
-    /// `model`'s preparation, if it is being prepared.
-    #[must_use]
-    pub fn get(&self, model: &str) -> Option<Preparation> {
-        self.with(|t| t.get(model).map(|e| e.snapshot(model)))
-    }
-
     /// Mark `model` as being prepared (loading) until the returned guard drops.
     #[must_use]
     pub fn start(&self, model: &str) -> Guard {
@@ -133,6 +127,18 @@ pub struct Download {
 }
 
 impl Download {
+    /// Put this download's bytes so far in the table.
+    fn publish(&self) {
+        let file = Some(self.file.as_str());
+        self.table.set(
+            &self.model,
+            Stage::Downloading,
+            file,
+            self.bytes,
+            self.total,
+        );
+    }
+
     /// Seconds left at the average rate so far (`None` before any byte arrived).
     fn eta_s(&self) -> Option<u64> {
         let secs = self.started.elapsed().as_secs_f64();
@@ -155,16 +161,12 @@ impl hf_hub::api::Progress for Download {
         }
         self.bytes = 0;
         self.total = size as u64;
-        let stage = Stage::Downloading;
-        self.table
-            .set(&self.model, stage, Some(&self.file), 0, self.total);
+        self.publish();
     }
 
     fn update(&mut self, size: usize) {
         self.bytes += size as u64;
-        let stage = Stage::Downloading;
-        self.table
-            .set(&self.model, stage, Some(&self.file), self.bytes, self.total);
+        self.publish();
         if self.logged.elapsed() >= LOG_EVERY {
             self.logged = Instant::now();
             let percent = (self.bytes * 100).checked_div(self.total).unwrap_or(0);
@@ -185,26 +187,30 @@ mod tests {
     use super::*;
     use hf_hub::api::Progress;
 
+    fn get(table: &Preparing, model: &str) -> Option<Preparation> {
+        table.snapshot().into_iter().find(|p| p.model == model)
+    }
+
     #[test]
     fn a_download_reports_its_fraction_then_loading_then_nothing() {
         let table = Preparing::default();
         let guard = table.start("m");
-        assert_eq!(table.get("m").unwrap().stage, Stage::Loading);
-        assert_eq!(table.get("m").unwrap().percent, None);
+        assert_eq!(get(&table, "m").unwrap().stage, Stage::Loading);
+        assert_eq!(get(&table, "m").unwrap().percent, None);
         let mut d = table.download("m");
         d.init(1000, "model.gguf");
         d.update(250);
-        let p = table.get("m").unwrap();
+        let p = get(&table, "m").unwrap();
         assert_eq!(
             (p.stage, p.bytes, p.total_bytes, p.percent),
             (Stage::Downloading, 250, 1000, Some(25))
         );
         assert_eq!(p.file.as_deref(), Some("model.gguf"));
         d.update(750);
-        assert_eq!(table.get("m").unwrap().percent, Some(100));
+        assert_eq!(get(&table, "m").unwrap().percent, Some(100));
         assert_eq!(d.eta_s(), Some(0));
         d.finish();
-        assert_eq!(table.get("m").unwrap().stage, Stage::Loading);
+        assert_eq!(get(&table, "m").unwrap().stage, Stage::Loading);
         assert_eq!(table.snapshot().len(), 1);
         drop(guard);
         assert!(table.snapshot().is_empty());
