@@ -133,11 +133,7 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 }
                 models.push((m.id.clone(), path, m.context_length));
             }
-            let device = match cfg.device.as_str() {
-                "cpu" => candle_device_cpu(),
-                "cuda" => candle_device_cuda()?,
-                other => anyhow::bail!("unknown device `{other}` (cpu or cuda)"),
-            };
+            let device = candle_device(&cfg.device)?;
             Arc::new(CandleEngine::start(EngineConfig {
                 models,
                 device,
@@ -521,13 +517,22 @@ fn text_generation_pacer(engine: &SharedEngine) -> crate::audio::pacer::Pacer {
     )
 }
 
-fn candle_device_cpu() -> candle_core::Device {
-    candle_core::Device::Cpu
-}
-
-fn candle_device_cuda() -> anyhow::Result<candle_core::Device> {
-    candle_core::Device::new_cuda(0)
-        .context("failed to open CUDA device 0 (build with `--features cuda`)")
+/// The compute device named `cpu` or `cuda` (CUDA device 0).
+///
+/// # Errors
+/// Another name, or no CUDA device 0 (no GPU or driver, or a build without the `cuda`
+/// feature).
+pub fn candle_device(name: &str) -> anyhow::Result<candle_core::Device> {
+    match name {
+        "cpu" => Ok(candle_core::Device::Cpu),
+        "cuda" => candle_core::Device::new_cuda(0).context(if cfg!(feature = "cuda") {
+            "failed to open CUDA device 0 (is there an NVIDIA GPU and driver?)"
+        } else {
+            "failed to open CUDA device 0: this binary was built without CUDA \
+             (scripts/build-cuda, or `cargo build --release --features cuda`)"
+        }),
+        other => anyhow::bail!("unknown device `{other}` (cpu or cuda)"),
+    }
 }
 
 /// Serve `state` on `listener` until `shutdown` resolves (then finish the requests in

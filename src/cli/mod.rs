@@ -146,6 +146,28 @@ pub enum Command {
         #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
         weights: PathBuf,
     },
+    /// Compare a model's logits and greedy tokens on a device with the CPU's fast path, on
+    /// the same GGUF file (three packed prompts, chunked prefill, greedy decoding), and both
+    /// with an f32 reference: a GPU's first check. `--device cpu` runs the candle kernel path,
+    /// the one CUDA takes, on the CPU. Prints JSON; exits non-zero when out of tolerance.
+    CheckDevice {
+        /// A catalogue id whose weights are a local GGUF file, or a path to a `.gguf` file.
+        #[arg(long)]
+        model: String,
+        /// `cuda` (device 0) or `cpu`.
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        /// Greedy tokens decoded per prompt.
+        #[arg(long, default_value_t = 16)]
+        decode: usize,
+        /// Skip the f32 reference (the weights dequantized on the CPU: 4 bytes a weight).
+        #[arg(long)]
+        no_reference: bool,
+        #[arg(long, env = "TOLLGATE_MODELS", default_value = "models.toml")]
+        models: PathBuf,
+        #[arg(long, env = "TOLLGATE_WEIGHTS", default_value = "weights")]
+        weights: PathBuf,
+    },
     /// Accounts (operator commands for self-hosters).
     Accounts {
         #[command(subcommand)]
@@ -419,6 +441,27 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             let isa = crate::engine::kernels::Isa::detect();
             let kv = kv_cache_type.name();
             writeln!(out, "{} isa={isa:?} ctx={ctx} kv={kv}: {r}", path.display())?;
+        }
+        Command::CheckDevice {
+            model,
+            device,
+            decode,
+            no_reference,
+            models,
+            weights,
+        } => {
+            use crate::engine::model::{device_check, linear::KernelPath};
+            let path = crate::engine::perplexity::model_file(&model, &models, &weights)?;
+            let device = crate::app::candle_device(&device)?;
+            let (candle, reference) = (KernelPath::Candle, !no_reference);
+            let r = device_check::compare_paths(&path, &device, candle, decode, reference)?;
+            writeln!(out, "{}", serde_json::to_string(&r)?)?;
+            anyhow::ensure!(
+                r.within_tolerance,
+                "{out}{}: the device's logits are out of tolerance (module doc of \
+                 engine::model::device_check)",
+                r.file
+            );
         }
         Command::Serve(_) | Command::Models { .. } | Command::Mcp { .. } => {
             anyhow::bail!("not an operator command")

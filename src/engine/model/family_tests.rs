@@ -1,6 +1,7 @@
 //! Parity tests for every family with tiny generated weights: a GGUF file and a Hugging Face
 //! safetensors directory (`family_tests_hf`) with the same random f32 weights are written by the
-//! test, loaded by `Transformer::load`, and our packed forward
+//! test, loaded on both kernel paths (the CPU's fast path, and the candle path a CUDA device
+//! takes, forced on the CPU: `KernelPath`), and our packed forward
 //! (one prefill, chunked prefill, and packed beside another sequence) must give the logits of a
 //! straightforward, unbatched re-implementation written here independently (full recompute
 //! per position, plain loops, Hugging Face formulations of RoPE, norms and activations).
@@ -11,6 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::attention::{KvType, SeqCache};
+use super::linear::KernelPath;
 use super::{StepSeq, Transformer};
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::safetensors::{HfModel, MatrixType};
@@ -188,26 +190,31 @@ fn close(a: &[f32], b: &[f32], what: &str) {
     );
 }
 
+/// Each format on both kernel paths: the CPU's fast path, and the candle path a CUDA device
+/// takes (candle's `QMatMul` and ops), forced on the CPU.
 fn check(f: Fam) {
-    check_format(f, false);
-    check_format(f, true);
+    for path in [KernelPath::Cpu, KernelPath::Candle] {
+        check_format(f, false, path);
+        check_format(f, true, path);
+    }
 }
 
 /// `hf`: write and load a safetensors directory instead of a GGUF file.
-fn check_format(f: Fam, hf: bool) {
+fn check_format(f: Fam, hf: bool, path: KernelPath) {
     let mut rng = StdRng::seed_from_u64(42 + f.seed());
     let w = weights(f, &mut rng);
     let dir = tempfile::tempdir().unwrap();
     let model = if hf {
         super::family_tests_hf::write(f, &w, dir.path());
         let mut store = HfModel::open(dir.path(), &Device::Cpu, MatrixType::F32).unwrap();
-        Transformer::load(&mut store).unwrap()
+        Transformer::load_on_path(&mut store, 0, path).unwrap()
     } else {
-        let path = dir.path().join("tiny.gguf");
-        write_gguf(f, &w, &path);
-        Transformer::load(&mut GgufFile::open(&path, &Device::Cpu).unwrap()).unwrap()
+        let file = dir.path().join("tiny.gguf");
+        write_gguf(f, &w, &file);
+        Transformer::load_on_path(&mut GgufFile::open(&file, &Device::Cpu).unwrap(), 0, path)
+            .unwrap()
     };
-    let fmt = if hf { "safetensors" } else { "gguf" };
+    let fmt = format!("{} {path:?}", if hf { "safetensors" } else { "gguf" });
     let ids: Vec<u32> = (0..11).map(|_| rng.random_range(0..V as u32)).collect();
     let other: Vec<u32> = (0..6).map(|_| rng.random_range(0..V as u32)).collect();
     let want = reference(f, &w, &ids, hf);

@@ -14,6 +14,7 @@
 //! adds, no FMA), so they agree bit for bit (tested), and the output does not depend on the ISA,
 //! the batch or the split. Owns nothing else; uses candle, rayon and the kernels' ISA detection.
 
+use super::linear::KernelPath;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -170,15 +171,20 @@ impl CustomOp1 for SiluGlu {
 }
 
 /// `silu(y[:, ..n]) * y[:, n..]` for a fused gate/up output `y` (`[t][2n]`): `[t][n]`. On the
-/// CPU (f32) one fused, parallel pass with the vectorised `exp`; elsewhere candle's ops.
+/// CPU's fast path (f32) one fused, parallel pass with the vectorised `exp`; on the candle
+/// path (`KernelPath::Candle`: CUDA, or a test) candle's ops.
 ///
 /// # Errors
 /// candle errors (a non-2-D or odd-width `y`, a device failure).
-pub fn silu_glu(y: &Tensor) -> candle_core::Result<Tensor> {
-    if y.device().is_cpu() && y.dtype() == candle_core::DType::F32 {
+pub fn silu_glu(y: &Tensor, path: KernelPath) -> candle_core::Result<Tensor> {
+    if path == KernelPath::Cpu && y.device().is_cpu() && y.dtype() == candle_core::DType::F32 {
         return y.contiguous()?.apply_op1_no_bwd(&SiluGlu);
     }
-    let n = y.dim(1)? / 2;
+    let width = y.dim(1)?;
+    if width % 2 != 0 {
+        candle_core::bail!("silu_glu: width {width} is odd");
+    }
+    let n = width / 2;
     y.narrow(1, 0, n)?.silu()? * y.narrow(1, n, n)?
 }
 
@@ -232,7 +238,7 @@ mod tests {
 
     /// The fused op matches candle's `narrow` + `silu` + `mul` to within 4e-7 relative (the
     /// `exp`'s 2 ulp), at decode and prefill shapes, widths that do not divide `CHUNK`
-    /// included.
+    /// included; the candle path (what CUDA runs) is those ops exactly.
     #[test]
     fn fused_matches_candle_ops() {
         for (t, n) in [(1, 8960), (3, 1000), (16, 96), (40, 4100)] {
@@ -243,7 +249,13 @@ mod tests {
                 .unwrap()
                 .to_vec1::<f32>()
                 .unwrap();
-            let got = silu_glu(&y).unwrap();
+            let candle = silu_glu(&y, KernelPath::Candle).unwrap();
+            assert_eq!(candle.dims(), &[t, n]);
+            assert_eq!(
+                candle.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                want
+            );
+            let got = silu_glu(&y, KernelPath::Cpu).unwrap();
             assert_eq!(got.dims(), &[t, n]);
             let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for (i, (a, b)) in want.iter().zip(&got).enumerate() {
@@ -255,10 +267,11 @@ mod tests {
         }
     }
 
-    /// An odd width is an error, not a panic.
+    /// An odd width is an error, not a panic, on either path.
     #[test]
     fn odd_width_is_an_error() {
         let y = Tensor::zeros((2, 5), candle_core::DType::F32, &Device::Cpu).unwrap();
-        assert!(silu_glu(&y).is_err());
+        assert!(silu_glu(&y, KernelPath::Cpu).is_err());
+        assert!(silu_glu(&y, KernelPath::Candle).is_err());
     }
 }

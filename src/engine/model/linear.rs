@@ -1,12 +1,40 @@
-//! `Matmul`: a weight matrix for `y = x · Wᵀ`. On CPU, GGUF types we have kernels for run in
+//! `Matmul`: a weight matrix for `y = x · Wᵀ`, and `KernelPath`, which code a model's
+//! device-specific steps take. On the CPU's fast path, GGUF types we have kernels for run in
 //! their stored format through `engine::kernels` (batched, quantized activations; re-laid out
-//! without requantizing where the CPU has AVX2 or AVX-512 VNNI); float
-//! weights and other types (and every type on CUDA) go through candle's `QMatMul`.
+//! without requantizing where the CPU has AVX2 or AVX-512 VNNI); float weights and other types,
+//! and every type on the candle path (CUDA, or the CPU when a test forces it), go through
+//! candle's `QMatMul`.
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{CpuStorage, Device, Module, Storage, Tensor};
 
 use crate::engine::kernels::QuantMatrix;
+
+/// Which code runs a model's matmuls, its fused SiLU-GLU and its step's threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelPath {
+    /// The CPU's fast path: our kernels (`engine::kernels`), matrices fused side by side, the
+    /// fused SiLU-GLU (`glu::silu_glu`) and the step on a warm rayon worker (`warm.rs`).
+    Cpu,
+    /// candle's ops only, on whatever device the tensors live: the path every non-CPU device
+    /// (CUDA) takes. Tests force it on the CPU so CI runs, against the fast path and the
+    /// family references, the code a GPU runs (`family_tests.rs`, `device_check.rs`).
+    Candle,
+}
+
+impl KernelPath {
+    /// The path a model on `device` takes: `Candle` off the CPU; on the CPU, `Cpu` unless the
+    /// environment has `TOLLGATE_KERNEL_PATH=candle`, which forces the candle path there (so
+    /// the engine's tests can run through the code a GPU runs: `scripts/test`).
+    pub fn for_device(device: &Device) -> Self {
+        let forced = std::env::var("TOLLGATE_KERNEL_PATH").is_ok_and(|v| v == "candle");
+        if device.is_cpu() && !forced {
+            Self::Cpu
+        } else {
+            Self::Candle
+        }
+    }
+}
 
 /// A weight matrix `[n][k]`.
 pub enum Matmul {
@@ -17,12 +45,13 @@ pub enum Matmul {
 }
 
 impl Matmul {
-    /// Wrap a 2-D tensor `[n, k]` loaded on `device`.
+    /// Wrap a 2-D tensor `[n, k]`: as our kernels' matrix on the CPU's fast path (for the
+    /// types they cover), else as candle's `QMatMul` on the tensor's device.
     ///
     /// # Errors
     /// candle errors reading the tensor.
-    pub fn new(q: QTensor, device: &Device) -> candle_core::Result<Self> {
-        if device.is_cpu() {
+    pub fn new(q: QTensor, path: KernelPath) -> candle_core::Result<Self> {
+        if path == KernelPath::Cpu && q.device().is_cpu() {
             if let Some(m) = QuantMatrix::from_qtensor(&q)? {
                 return Ok(Self::Ours(m.packed()));
             }

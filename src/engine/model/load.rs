@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 
 use super::attention::{KvType, Rope, RopeStyle};
-use super::linear::Matmul;
+use super::linear::{KernelPath, Matmul};
 use super::{Config, Family, GateUp, Layer, Linear, Mlp, Qkv, Transformer};
 use crate::engine::weights::store::{RopeLayout, TensorStore};
 
@@ -15,12 +15,12 @@ pub const SUPPORTED: &str =
 
 struct Loader<'a> {
     file: &'a mut dyn TensorStore,
+    path: KernelPath,
 }
 
 impl Loader<'_> {
     fn matmul(&mut self, name: &str) -> anyhow::Result<Matmul> {
-        let device = self.file.device();
-        Ok(Matmul::new(self.file.qtensor(name)?, &device)?)
+        Ok(Matmul::new(self.file.qtensor(name)?, self.path)?)
     }
 
     fn opt(&mut self, name: &str) -> anyhow::Result<Option<Tensor>> {
@@ -143,6 +143,20 @@ impl Transformer {
     /// # Errors
     /// Unsupported architectures, missing tensors or metadata.
     pub fn load_for_context(file: &mut dyn TensorStore, context: usize) -> anyhow::Result<Self> {
+        let path = KernelPath::for_device(&file.device());
+        Self::load_on_path(file, context, path)
+    }
+
+    /// As `load_for_context`, with the kernel path chosen by the caller: tests load a CPU
+    /// model on `KernelPath::Candle` to run the code a CUDA device runs.
+    ///
+    /// # Errors
+    /// As `load_for_context`.
+    pub fn load_on_path(
+        file: &mut dyn TensorStore,
+        context: usize,
+        path: KernelPath,
+    ) -> anyhow::Result<Self> {
         let arch = file.architecture()?;
         let family = Family::of(&arch).ok_or_else(|| {
             anyhow::anyhow!("unsupported architecture `{arch}` (supported: {SUPPORTED})")
@@ -157,7 +171,7 @@ impl Transformer {
             .file
             .usize_or(&meta.key("attention.sliding_window"), 4096);
         let top_k = meta.file.usize_or(&meta.key("expert_used_count"), 2);
-        let mut ld = Loader { file };
+        let mut ld = Loader { file, path };
         let layers = (0..config.n_layers)
             .map(|i| ld.layer(i, family, window, top_k.max(1)))
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -185,6 +199,7 @@ impl Transformer {
             lm_head,
             ropes,
             device,
+            path,
             kv_type: KvType::default(),
         })
     }
@@ -388,7 +403,7 @@ impl Loader<'_> {
         let (gates, ups, downs) = if fused {
             let mut split = |n: &str| -> anyhow::Result<Vec<Matmul>> {
                 let q = self.file.qtensor(&format!("{p}.{n}.weight"))?;
-                super::moe::split_experts(&q, &self.file.device())
+                super::moe::split_experts(&q, &self.file.device(), self.path)
             };
             (
                 split("ffn_gate_exps")?,

@@ -17,6 +17,7 @@
 //! Hugging Face `modeling_*.py` of each family.
 
 pub mod attention;
+pub mod device_check;
 #[cfg(test)]
 mod family_reference;
 #[cfg(test)]
@@ -38,7 +39,7 @@ use std::ops::Range;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
 
-use linear::Matmul;
+use linear::{KernelPath, Matmul};
 
 use self::attention::{attend_blocks, AttnShape, KvType, Rope, SeqCache};
 
@@ -151,6 +152,9 @@ pub struct Transformer {
     lm_head: Matmul,
     ropes: Vec<Rope>,
     device: Device,
+    /// The code the matmuls, the SiLU-GLU and the step take (`KernelPath::for_device`, or a
+    /// test's choice).
+    path: KernelPath,
     /// Zeros of `hidden`, the bias of bias-free LayerNorms.
     zero_bias: Tensor,
     /// How sequence caches made for this model store keys and values (`new_cache`,
@@ -301,7 +305,7 @@ impl Transformer {
     /// candle errors (shape or device failures); the caches may then be partly written and
     /// the sequences must be dropped.
     pub fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
-        if self.device.is_cpu() {
+        if self.path == KernelPath::Cpu {
             // The whole step runs on a rayon worker, so each matmul's and attention's parallel
             // loop is a cheap in-pool split instead of a hand-off from the engine thread to the
             // pool and back (about 150 of them per decode step on a 30-layer model), and the
@@ -521,7 +525,7 @@ impl Transformer {
                 };
                 let y = match gate_up {
                     GateUp::Separate(g, u) => act(g.forward(h)?, u.forward(h)?)?,
-                    GateUp::Fused(gu) if !c.gelu => glu::silu_glu(&gu.forward(h)?)?,
+                    GateUp::Fused(gu) if !c.gelu => glu::silu_glu(&gu.forward(h)?, self.path)?,
                     GateUp::Fused(gu) => {
                         let y = gu.forward(h)?;
                         let n = y.dim(1)? / 2;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use candle_core::quantized::{QStorage, QTensor};
 
-use super::linear::Matmul;
+use super::linear::{KernelPath, Matmul};
 use candle_core::{Device, Tensor};
 
 /// One expert's SwiGLU MLP.
@@ -30,7 +30,11 @@ pub struct Moe {
 ///
 /// # Errors
 /// Shape or storage errors.
-pub fn split_experts(q: &QTensor, device: &Device) -> anyhow::Result<Vec<Matmul>> {
+pub fn split_experts(
+    q: &QTensor,
+    device: &Device,
+    path: KernelPath,
+) -> anyhow::Result<Vec<Matmul>> {
     let (n, rows, cols) = q.shape().dims3()?;
     let data = q.data()?;
     anyhow::ensure!(
@@ -46,7 +50,7 @@ pub fn split_experts(q: &QTensor, device: &Device) -> anyhow::Result<Vec<Matmul>
                 device,
                 q.dtype(),
             )?;
-            Ok(Matmul::new(QTensor::new(storage, (rows, cols))?, device)?)
+            Ok(Matmul::new(QTensor::new(storage, (rows, cols))?, path)?)
         })
         .collect()
 }
