@@ -23,6 +23,7 @@ use serde::Serialize;
 use super::attention::{KvType, SeqCache};
 use super::linear::KernelPath;
 use super::{StepSeq, Transformer};
+use crate::engine::runtime::sampler::argmax;
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::store::{RopeLayout, TensorStore};
@@ -77,17 +78,6 @@ pub struct PathComparison {
     /// Wall time of all steps on each side, ms (the first steps include warm-up).
     pub fast_ms: u64,
     pub other_ms: u64,
-}
-
-/// The index of the largest value and its margin over the second largest.
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Running totals of the rows compared between two sides.
@@ -222,33 +212,34 @@ pub fn compare_paths(
         .iter()
         .map(|p| tok.encode(p))
         .collect::<anyhow::Result<_>>()?;
-    let load = |device: &Device, path: KernelPath| -> anyhow::Result<Transformer> {
-        Transformer::load_on_path(&mut GgufFile::open(file, device)?, 0, path)
-    };
+    let open = |device: &Device| GgufFile::open(file, device);
     let mut sides = vec![
-        Side::new(load(&Device::Cpu, KernelPath::Cpu)?),
-        Side::new(load(device, path)?),
+        Side::new(Transformer::load_on_path(
+            &mut open(&Device::Cpu)?,
+            0,
+            KernelPath::Cpu,
+        )?),
+        Side::new(Transformer::load_on_path(&mut open(device)?, 0, path)?),
     ];
     if reference {
-        let mut f = GgufFile::open(file, &Device::Cpu)?;
+        let mut f = open(&Device::Cpu)?;
         let m = Transformer::load_on_path(&mut Dequantized(&mut f), 0, KernelPath::Candle)?;
         sides.push(Side::new(m));
     }
-    // Pairs compared: (other, fast), (fast, reference), (other, reference).
-    let mut tallies: Vec<Tally> = (0..if reference { 3 } else { 1 })
-        .map(|_| Tally::default())
-        .collect();
+    // The other side against the fast path; with the reference, each against it.
+    let mut vs_fast = Tally::default();
+    let mut vs_ref: Option<[Tally; 2]> = reference.then(Default::default);
     let mut step = |first: usize, feeds: &[&[u32]]| -> anyhow::Result<Vec<u32>> {
         let rows = sides
             .iter_mut()
             .map(|s| s.step(first, feeds))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        tallies[0].step(&rows[0], &rows[1])?;
-        if let [_, b, c] = &mut tallies[..] {
-            b.step(&rows[2], &rows[0])?;
-            c.step(&rows[2], &rows[1])?;
+        vs_fast.step(&rows[0], &rows[1])?;
+        if let Some([fast, other]) = &mut vs_ref {
+            fast.step(&rows[2], &rows[0])?;
+            other.step(&rows[2], &rows[1])?;
         }
-        Ok(rows[0].iter().map(|r| argmax(r) as u32).collect())
+        Ok(rows[0].iter().map(|r| argmax(r)).collect())
     };
     // Prompts 0 and 1 whole and the first half of prompt 2 (its row is a half prompt's, but
     // a row all the same), then the rest of prompt 2 alone.
@@ -264,10 +255,10 @@ pub fn compare_paths(
         let feeds: Vec<&[u32]> = feeds.iter().map(|f| f.as_slice()).collect();
         next = step(0, &feeds)?;
     }
-    let other_vs_fast = tallies[0].d;
-    let (fast_ref, other_ref) = match &tallies[..] {
-        [_, b, c] => (Some(b.d), Some(c.d)),
-        _ => (None, None),
+    let other_vs_fast = vs_fast.d;
+    let (fast_ref, other_ref) = match &vs_ref {
+        Some([f, o]) => (Some(f.d), Some(o.d)),
+        None => (None, None),
     };
     let accurate = match (fast_ref, other_ref) {
         (Some(f), Some(o)) => o.mean <= REFERENCE_SLACK * f.mean + 0.005,
@@ -281,7 +272,7 @@ pub fn compare_paths(
             .unwrap_or_default(),
         device: if device.is_cpu() { "cpu" } else { "cuda" }.to_owned(),
         path: format!("{path:?}"),
-        rows: tallies[0].rows,
+        rows: vs_fast.rows,
         other_vs_fast,
         fast_vs_reference: fast_ref,
         other_vs_reference: other_ref,
