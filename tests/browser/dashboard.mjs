@@ -13,9 +13,10 @@
 // DB (its ledger), OUT (screenshot directory), CHROMIUM (default /usr/bin/chromium).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { readFileSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { createServer } from "node:http";
 import assert from "node:assert/strict";
+import { linkFromLog } from "./common.mjs";
 
 const { BASE, LOG, BIN, DB, OUT } = process.env;
 for (const [k, v] of Object.entries({ BASE, LOG, BIN, DB, OUT })) assert.ok(v, `${k} is not set`);
@@ -32,17 +33,6 @@ function chatWithCurl(key) {
     "-H", `Authorization: Bearer ${key}`, "-H", "Content-Type: application/json",
     "-d", body, `${BASE}/v1/chat/completions`], { encoding: "utf8" });
   return Number(out);
-}
-
-// The last e-mailed link of `kind` ("verify") in the server log (no SMTP relay in tests).
-async function linkFromLog(kind) {
-  const re = new RegExp(`(https?:\\/\\/\\S+\\/${kind}\\?token=[0-9a-f]{64})`, "g");
-  for (let i = 0; i < 50; i++) {
-    const m = [...readFileSync(LOG, "utf8").matchAll(re)];
-    if (m.length) return m[m.length - 1][1];
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`no ${kind} link in the server log`);
 }
 
 const browser = await chromium.launch({
@@ -109,7 +99,7 @@ try {
   await shot("01b-unverified-sign-in");
 
   // Verify with the last link from the server log (the resend made a second one).
-  await page.goto(await linkFromLog("verify"));
+  await page.goto(await linkFromLog(LOG, "verify"));
   await page.getByText("Your address is confirmed").waitFor();
   await shot("02-verified");
 
@@ -413,7 +403,7 @@ try {
   await bye.getByLabel("Password (at least 8 characters)").fill(password);
   await bye.getByRole("button", { name: "Create account" }).click();
   await bye.getByRole("heading", { name: "Check your e-mail" }).waitFor();
-  await bye.goto(await linkFromLog("verify"));
+  await bye.goto(await linkFromLog(LOG, "verify"));
   await bye.getByText("Your address is confirmed").waitFor();
   await signIn(bye, gone, password);
   await bye.getByRole("heading", { name: "API keys" }).waitFor();

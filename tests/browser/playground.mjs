@@ -4,58 +4,29 @@
 // streams a multi-turn chat, retries and edits a turn, runs the "show code" snippets (curl,
 // Python, Node) and gets the streamed answer back, stops a long answer and sees what was
 // billed, answers a tool call and continues, gets a schema-valid JSON answer, transcribes a
-// WAV file and the same words from the (fake) microphone, plays synthesized speech, compares embeddings and two models side by side, and
-// finds it all in the activity list as "Playground"; screenshots at desktop and phone sizes.
+// WAV file and the same words from the (fake) microphone, plays synthesized speech, compares
+// embeddings and two models side by side, and finds it all in the activity list as
+// "Playground"; screenshots at desktop and phone sizes.
 //
 // Environment: BASE, LOG (server log), BIN, DB, OUT (screenshots), CHROMIUM; PYTHON (with the
-// openai package; default .venv/bin/python).
-import { chromium } from "playwright-core";
+// openai package; default .venv/bin/python). Images and a thinking model's reasoning are driven
+// by playground-fixtures.mjs (no such weights can be fetched here).
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync, rmSync, mkdirSync } from "node:fs";
-import path from "node:path";
+import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
+import { root, signUpAndIn, launch, runSnippet } from "./common.mjs";
 
 const { BASE, LOG, BIN, DB, OUT } = process.env;
 for (const [k, v] of Object.entries({ BASE, LOG, BIN, DB, OUT })) assert.ok(v, `${k} is not set`);
 mkdirSync(OUT, { recursive: true });
-const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
-const PYTHON = process.env.PYTHON || `${root}/.venv/bin/python`;
 const email = `playground-${Date.now()}@example.com`;
 const password = "correct horse battery";
 const SMOL = "smollm2-135m-instruct", QWEN = "qwen2.5-coder-1.5b-instruct", SMALL_QWEN = "qwen2.5-coder-0.5b-instruct";
 const LONG = { timeout: 180000 };
 
-async function linkFromLog(kind) {
-  const re = new RegExp(`(https?:\\/\\/\\S+\\/${kind}\\?token=[0-9a-f]{64})`, "g");
-  for (let i = 0; i < 50; i++) {
-    const m = [...readFileSync(LOG, "utf8").matchAll(re)].filter((x) => !x[1].includes("undefined"));
-    if (m.length) return m[m.length - 1][1];
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`no ${kind} link in the server log`);
-}
-
-// Runs one "show code" snippet with the key and returns what it printed.
-function runSnippet(kind, code, key) {
-  const env = { ...process.env, TOLLGATE_API_KEY: key };
-  if (kind === "curl") return JSON.parse(execFileSync("bash", ["-c", code], { env, encoding: "utf8" })).choices[0].message.content;
-  if (kind === "python") return execFileSync(PYTHON, ["-c", code], { env, encoding: "utf8" }).replace(/\n$/, "");
-  // The Node snippet imports "openai": run it where tests/node's packages are.
-  const file = `${root}/tests/node/snippet-${process.pid}.mjs`;
-  writeFileSync(file, code);
-  try {
-    return execFileSync("node", [file], { env, encoding: "utf8", cwd: `${root}/tests/node` }).replace(/\n$/, "");
-  } finally {
-    rmSync(file, { force: true });
-  }
-}
-
 // The microphone is Chromium's fake capture device playing the fox recording once.
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-    `--use-file-for-fake-audio-capture=${root}/tests/fixtures/speech/fox.wav%noloop`],
-});
+const browser = await launch(["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+  `--use-file-for-fake-audio-capture=${root}/tests/fixtures/speech/fox.wav%noloop`]);
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const problems = [];
@@ -77,18 +48,7 @@ try {
   };
 
   // A confirmed account, signed in.
-  await page.goto(`${BASE}/#/signup`);
-  await page.getByLabel("E-mail").fill(email);
-  await page.getByLabel("Password (at least 8 characters)").fill(password);
-  await page.getByRole("button", { name: "Create account" }).click();
-  await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
-  await page.goto(await linkFromLog("verify"));
-  await page.getByText("Your address is confirmed").waitFor();
-  await page.goto(`${BASE}/#/signin`);
-  await page.getByLabel("E-mail").first().fill(email);
-  await page.getByLabel("Password", { exact: true }).fill(password);
-  await page.getByRole("button", { name: "Sign in", exact: true }).click();
-  await page.getByRole("heading", { name: "API keys" }).waitFor();
+  await signUpAndIn(page, BASE, LOG, email, password);
   const key = execFileSync(BIN, ["keys", "create", "--account", email, "--name", "snippets", "--db", DB], { encoding: "utf8" }).trim();
 
   // A streamed multi-turn chat; the snippets of the first request give its answer.

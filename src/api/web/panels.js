@@ -57,20 +57,23 @@ export function schemaPanel() {
   return { ...a, el: h("details", { class: "panel", id: "pg-schema-panel" }, h("summary", {}, "Structured output"), a.el) };
 }
 
-// Image attachments for the next message, as data: URLs.
+// Image attachments for the next message, as data: URLs: `peek` reads them (for "Show code"),
+// `take` reads them and empties the picker (for Send).
 export function imagePanel() {
   const input = h("input", { type: "file", id: "pg-image", accept: "image/png,image/jpeg,image/webp,image/gif", multiple: true });
   const el = h("details", { class: "panel", id: "pg-image-panel" }, h("summary", {}, "Images"),
     h("label", {}, "Attach images to the next message", input));
+  const peek = () => Promise.all([...input.files].map((f) => new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(new Error(`Could not read ${f.name}.`));
+    r.readAsDataURL(f);
+  })));
   return {
     el,
+    peek,
     async take() {
-      const urls = await Promise.all([...input.files].map((f) => new Promise((resolve, reject) => {
-        const r = new FileReader();
-        r.onload = () => resolve(r.result);
-        r.onerror = () => reject(new Error(`Could not read ${f.name}.`));
-        r.readAsDataURL(f);
-      })));
+      const urls = await peek();
       input.value = "";
       return urls;
     },

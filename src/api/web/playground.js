@@ -35,6 +35,23 @@ function messageText(m) {
   return images ? `${text} [${images} image${images > 1 ? "s" : ""}]` : text;
 }
 
+// The images a user turn carries, shown small (the CSP allows `data:` images).
+function thumbnails(m) {
+  if (!Array.isArray(m.content)) return null;
+  const urls = m.content.filter((p) => p.type === "image_url").map((p) => p.image_url.url);
+  return urls.length ? h("div", { class: "thumbs" },
+    urls.map((src, i) => h("img", { src, class: "thumb", alt: `Attached image ${i + 1}` }))) : null;
+}
+
+// The user turn for `text` with image `urls`: the images come before the question, as in the
+// chat examples of the image-reading models (Gemma 3, SmolVLM, Qwen2.5-VL).
+function userMessage(text, urls) {
+  const content = urls.length
+    ? [...urls.map((url) => ({ type: "image_url", image_url: { url } })), { type: "text", text }]
+    : text;
+  return { role: "user", content };
+}
+
 // One side of the playground (the model, and the compared model): its conversation and log.
 function side(id, title) {
   const conv = conversation();
@@ -94,12 +111,13 @@ export async function viewPlayground() {
       if (m.role === "user") {
         const edit = h("button", { type: "button", class: "link" }, "Edit");
         edit.addEventListener("click", () => editFrom(i));
-        return h("div", { class: "turn user" }, h("div", { class: "who" }, "You"), h("div", {}, messageText(m)), edit);
+        return h("div", { class: "turn user" }, h("div", { class: "who" }, "You"), h("div", {}, messageText(m)),
+          thumbnails(m), edit);
       }
       if (m.role === "tool") return h("div", { class: "turn tool" }, h("div", { class: "who" }, "Tool result"), h("pre", {}, m.content));
       const t = s.conv.turns[i] || {};
       return h("div", { class: "turn assistant" }, h("div", { class: "who" }, "Assistant"),
-        t.reasoning ? h("details", { class: "reasoning" }, h("summary", {}, "Reasoning"), h("div", {}, t.reasoning)) : null,
+        t.reasoning ? h("details", { class: "reasoning" }, h("summary", {}, "Reasoning"), h("div", { class: "reasoning-text" }, t.reasoning)) : null,
         h("div", { class: "answer-text" }, m.content || ""),
         (m.tool_calls || []).map((c) => h("pre", { class: "tool-call" }, `${c.function.name}(${c.function.arguments})`)),
         h("p", { class: "muted turn-meta" }, turnFigures(t)));
@@ -178,13 +196,15 @@ export async function viewPlayground() {
     if (which.length) run(which);
   });
   const showCode = h("button", { type: "button", id: "pg-show-code", "aria-expanded": "false" }, "Show code");
-  showCode.addEventListener("click", () => {
+  // The request Send would make: the history, the message being written and its images.
+  showCode.addEventListener("click", async () => {
     codeBox.hidden = !codeBox.hidden;
     showCode.setAttribute("aria-expanded", String(!codeBox.hidden));
     if (!codeBox.hidden) {
       try {
+        const urls = images.el.hidden ? [] : await images.peek();
         codeBox.replaceChildren(codeView(requestBody(select.value, history(main).concat(
-          user.value ? [{ role: "user", content: user.value }] : []), opts())));
+          user.value ? [userMessage(user.value, urls)] : []), opts())));
       } catch (e) {
         feedback(showCode, e.message, true);
       }
@@ -197,10 +217,7 @@ export async function viewPlayground() {
     ev.preventDefault();
     if (!user.value.trim()) return feedback(send, "Write a message first.", true);
     const urls = images.el.hidden ? [] : await images.take();
-    const content = urls.length
-      ? [{ type: "text", text: user.value }, ...urls.map((url) => ({ type: "image_url", image_url: { url } }))]
-      : user.value;
-    for (const s of sides()) s.conv.messages.push({ role: "user", content });
+    for (const s of sides()) s.conv.messages.push(userMessage(user.value, urls));
     user.value = "";
     run(sides());
   } },

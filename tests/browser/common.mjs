@@ -1,0 +1,61 @@
+// Helpers shared by the playground's browser suites (playground.mjs on the real models,
+// playground-fixtures.mjs on the fixture models): the e-mailed link read from a server log,
+// a confirmed account signed in, Chromium, and the "show code" snippets run with a key.
+import { chromium } from "playwright-core";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync, rmSync } from "node:fs";
+import path from "node:path";
+
+export const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const PYTHON = process.env.PYTHON || `${root}/.venv/bin/python`;
+
+// The last e-mailed link of `kind` ("verify") in the server log `log` (no SMTP relay in tests).
+export async function linkFromLog(log, kind) {
+  const re = new RegExp(`(https?:\\/\\/\\S+\\/${kind}\\?token=[0-9a-f]{64})`, "g");
+  for (let i = 0; i < 50; i++) {
+    const m = [...readFileSync(log, "utf8").matchAll(re)].filter((x) => !x[1].includes("undefined"));
+    if (m.length) return m[m.length - 1][1];
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no ${kind} link in the server log`);
+}
+
+// Signs up `email` on the server at `base` (log file `log`), confirms it and signs in.
+export async function signUpAndIn(page, base, log, email, password) {
+  await page.goto(`${base}/#/signup`);
+  await page.getByLabel("E-mail").fill(email);
+  await page.getByLabel("Password (at least 8 characters)").fill(password);
+  await page.getByRole("button", { name: "Create account" }).click();
+  await page.getByRole("heading", { name: "Check your e-mail" }).waitFor();
+  await page.goto(await linkFromLog(log, "verify"));
+  await page.getByText("Your address is confirmed").waitFor();
+  await page.goto(`${base}/#/signin`);
+  await page.getByLabel("E-mail").first().fill(email);
+  await page.getByLabel("Password", { exact: true }).fill(password);
+  await page.getByRole("button", { name: "Sign in", exact: true }).click();
+  await page.getByRole("heading", { name: "API keys" }).waitFor();
+}
+
+// Debian's Chromium, headless; `args` are added to the defaults.
+export function launch(args = []) {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", ...args],
+  });
+}
+
+// Runs one "show code" snippet (`kind`: curl, python or node) with `key` and returns the answer
+// it printed.
+export function runSnippet(kind, code, key) {
+  const env = { ...process.env, TOLLGATE_API_KEY: key };
+  if (kind === "curl") return JSON.parse(execFileSync("bash", ["-c", code], { env, encoding: "utf8" })).choices[0].message.content;
+  if (kind === "python") return execFileSync(PYTHON, ["-c", code], { env, encoding: "utf8" }).replace(/\n$/, "");
+  // The Node snippet imports "openai": run it where tests/node's packages are.
+  const file = `${root}/tests/node/snippet-${process.pid}.mjs`;
+  writeFileSync(file, code);
+  try {
+    return execFileSync("node", [file], { env, encoding: "utf8", cwd: `${root}/tests/node` }).replace(/\n$/, "");
+  } finally {
+    rmSync(file, { force: true });
+  }
+}
