@@ -9,7 +9,8 @@
 //   code" snippet with the same image gives the streamed answer;
 // - sees the Images panel only on models that read images;
 // - chats two turns with the thinker: each reasoning is folded under "Reasoning", the answer
-//   is apart from it, and the reasoning tokens are billed as completion tokens;
+//   is apart from it, and the reasoning tokens are billed as completion tokens; then once with
+//   the Thinking switch off (`reasoning_effort: "none"`): the answer alone;
 // - finds every request in the activity list as "Playground"; screenshots at desktop and phone
 //   sizes; `ledger check` on the ledger.
 //
@@ -115,6 +116,7 @@ try {
   }
   await page.locator("#pg-model").selectOption("text-only");
   await imagePanel.waitFor({ state: "hidden" });
+  assert.equal(await page.getByLabel("Thinking").isVisible(), false, "only thinking models have the switch");
 
   // The thinker: two turns, each with its reasoning folded apart from the answer.
   await page.locator("#pg-model").selectOption(THINKER);
@@ -139,6 +141,21 @@ try {
   }
   assert.ok((await numbers(1)).prompt > (await numbers(0)).prompt, "the second turn carries the first");
   await shot("41-playground-reasoning");
+
+  // Thinking off: the template closes the thinking in the prompt; the answer comes at once, and
+  // the "show code" request carries the switch.
+  await page.getByRole("button", { name: "Clear" }).click();
+  await page.getByLabel("Thinking").selectOption("none");
+  await page.getByLabel("Your message").fill("What is the capital of France?");
+  await page.getByRole("button", { name: "Show code" }).click();
+  const python = await page.locator("#pg-code-python").filter({ hasText: '"reasoning_effort": "none"' }).textContent();
+  await page.getByRole("button", { name: "Show code" }).click();
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  assert.equal(await answered(1), "Paris!");
+  assert.equal((await numbers(0)).completion, 3, '"Paris", "!" and the end token: no thinking');
+  assert.equal(await folds.count(), 0, "no reasoning to fold");
+  assert.equal(runSnippet("python", python, key).trim(), "Paris!");
+  await page.getByLabel("Thinking").selectOption("");
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(150);
   const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
@@ -149,7 +166,7 @@ try {
   // Every request is billed on the session, at the shown price, and listed as "Playground".
   const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
   assert.deepEqual([...new Set(usage.map((u) => u.model))].sort(), [...FAMILIES.map(([f]) => f), THINKER].sort());
-  assert.equal(usage.length, FAMILIES.length + 2);
+  assert.equal(usage.length, FAMILIES.length + 3);
   for (const u of usage) {
     assert.equal(u.key_id, null);
     assert.equal(u.cost_micros, cost(u.prompt_tokens, u.cached_tokens || 0, u.completion_tokens), JSON.stringify(u));

@@ -13,6 +13,7 @@ export function requestBody(model, messages, opts) {
   const body = { model, messages, stream: true, stream_options: { include_usage: true } };
   if (opts.max_tokens) body.max_tokens = opts.max_tokens;
   if (opts.temperature != null) body.temperature = opts.temperature;
+  if (opts.reasoning_effort) body.reasoning_effort = opts.reasoning_effort;
   if (opts.tools && opts.tools.length) {
     body.tools = opts.tools;
     if (opts.tool_choice && opts.tool_choice !== "auto") body.tool_choice = opts.tool_choice;

@@ -73,6 +73,11 @@ export async function viewPlayground() {
   const system = h("textarea", { name: "system", rows: "2" });
   const maxTokens = h("input", { name: "max_tokens", type: "number", min: "1", max: "4096", value: "128" });
   const temperature = h("input", { name: "temperature", type: "number", min: "0", max: "2", step: "0.1", value: "0.7" });
+  // A thinking model's switch (`reasoning_effort`): "none" is accepted by every model, so a
+  // compared model that does not think takes it too.
+  const thinking = h("select", { name: "reasoning_effort", id: "pg-thinking" },
+    h("option", { value: "" }, "On (the model's default)"), h("option", { value: "none" }, "Off"));
+  const thinkingLabel = h("label", {}, "Thinking", thinking);
   const main = side("pg-log", "Conversation"), other = side("pg-log-compare", "Comparison");
   const sides = () => (compare.value ? [main, other] : [main]);
   const model = (s) => (s === main ? select.value : compare.value);
@@ -90,6 +95,7 @@ export async function viewPlayground() {
     tools.el.hidden = !params.includes("tools");
     schema.el.hidden = !params.includes("response_format");
     images.el.hidden = !(m && m.architecture.input_modalities.includes("image"));
+    thinkingLabel.hidden = !params.includes("reasoning_effort");
   };
   select.addEventListener("change", showModel);
 
@@ -99,6 +105,7 @@ export async function viewPlayground() {
     tools: tools.el.hidden ? null : tools.read(),
     tool_choice: tools.choice(),
     schema: schema.el.hidden ? null : schema.read(),
+    reasoning_effort: thinkingLabel.hidden ? null : thinking.value || null,
   });
   const history = (s) => (system.value ? [{ role: "system", content: system.value }] : []).concat(s.conv.messages);
   const codeBox = h("div", { id: "pg-code-box", hidden: true });
@@ -231,7 +238,7 @@ export async function viewPlayground() {
         h("label", {}, "Compare with", compare),
         h("label", {}, "System message (optional)", system),
         h("label", {}, "Max tokens", maxTokens),
-        h("label", {}, "Temperature (0 = always the most likely token)", temperature),
+        h("label", {}, "Temperature (0 = always the most likely token)", temperature), thinkingLabel,
         tools.el, schema.el, images.el),
       h("div", { class: "sides" }, main.column, other.column),
       f, codeBox,
