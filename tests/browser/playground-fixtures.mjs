@@ -6,7 +6,7 @@
 // greedy decoding writes one fixed thinking reply), with its own SQLite ledger. A new account:
 // - attaches an image on each vision model; the prompt's token count is the transformers
 //   processor's for that image (reference.json), the charge is exact, and the Python "show
-//   code" snippet with the same image gives the streamed answer;
+//   code" snippet with the same image gives the streamed answer; Edit keeps the image;
 // - sees the Images panel only on models that read images;
 // - chats two turns with the thinker: each reasoning is folded under "Reasoning", the answer
 //   is apart from it, and the reasoning tokens are billed as completion tokens; then once with
@@ -111,7 +111,16 @@ try {
     assert.equal(n.prompt, item.n_tokens, `${family}: the prompt with its ${item.n_image_tokens} image tokens`);
     assert.equal(n.shown, usd(cost(n.prompt, n.cached, n.completion)), `${family}: the charge`);
     assert.equal(runSnippet("python", python, key).trim(), answer, `${family}: the Python snippet gives the streamed answer`);
-    if (family === "gemma3") await shot("40-playground-image");
+    if (family === "gemma3") {
+      await shot("40-playground-image");
+      // Edit takes the turn back with its image; sent again, it is the same request.
+      await turn.getByRole("button", { name: "Edit" }).click();
+      assert.equal(await page.getByLabel("Your message").inputValue(), ref.prompt.messages[0].content[1].text);
+      assert.equal(await page.getByLabel("Attach images to the next message").evaluate((i) => i.files.length), 1);
+      await page.getByRole("button", { name: "Send", exact: true }).click();
+      assert.equal(await answered(1), answer, "the edited turn carries the same image");
+      assert.equal((await numbers(0)).prompt, item.n_tokens);
+    }
     await page.getByRole("button", { name: "Clear" }).click();
   }
   await page.locator("#pg-model").selectOption("text-only");
@@ -166,7 +175,7 @@ try {
   // Every request is billed on the session, at the shown price, and listed as "Playground".
   const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
   assert.deepEqual([...new Set(usage.map((u) => u.model))].sort(), [...FAMILIES.map(([f]) => f), THINKER].sort());
-  assert.equal(usage.length, FAMILIES.length + 3);
+  assert.equal(usage.length, FAMILIES.length + 4);
   for (const u of usage) {
     assert.equal(u.key_id, null);
     assert.equal(u.cost_micros, cost(u.prompt_tokens, u.cached_tokens || 0, u.completion_tokens), JSON.stringify(u));

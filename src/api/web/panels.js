@@ -58,7 +58,7 @@ export function schemaPanel() {
 }
 
 // Image attachments for the next message, as data: URLs: `peek` reads them (for "Show code"),
-// `take` reads them and empties the picker (for Send).
+// `take` reads them and empties the picker (for Send), `restore` attaches them again (Edit).
 export function imagePanel() {
   const input = h("input", { type: "file", id: "pg-image", accept: "image/png,image/jpeg,image/webp,image/gif", multiple: true });
   const el = h("details", { class: "panel", id: "pg-image-panel" }, h("summary", {}, "Images"),
@@ -76,6 +76,18 @@ export function imagePanel() {
       const urls = await peek();
       input.value = "";
       return urls;
+    },
+    // Attaches `urls` again (a turn taken back by Edit), as files made from their bytes.
+    restore(urls) {
+      const files = new DataTransfer();
+      urls.forEach((url, i) => {
+        const [head, data] = url.split(",", 2);
+        const type = head.slice("data:".length).split(";")[0];
+        const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+        files.items.add(new File([bytes], `image-${i + 1}.${type.split("/")[1]}`, { type }));
+      });
+      input.files = files.files;
+      if (urls.length) el.open = true;
     },
   };
 }

@@ -26,19 +26,27 @@ function modelSelect(list, attrs, none) {
       absent.map((m) => h("option", { value: m.id, disabled: true }, `${label(m)} (${m.unavailable_reason})`))) : null);
 }
 
-// A message's text for the log: its string, or its text parts and how many images it carries.
-function messageText(m) {
+// A message's text: its string, or its text parts.
+function textOf(m) {
   if (typeof m.content === "string") return m.content;
   if (!Array.isArray(m.content)) return "";
-  const images = m.content.filter((p) => p.type === "image_url").length;
-  const text = m.content.filter((p) => p.type === "text").map((p) => p.text).join("\n");
-  return images ? `${text} [${images} image${images > 1 ? "s" : ""}]` : text;
+  return m.content.filter((p) => p.type === "text").map((p) => p.text).join("\n");
+}
+
+// The `data:` URLs of a message's images.
+function imagesOf(m) {
+  return Array.isArray(m.content) ? m.content.filter((p) => p.type === "image_url").map((p) => p.image_url.url) : [];
+}
+
+// A message's text for the log, with how many images it carries.
+function messageText(m) {
+  const images = imagesOf(m).length;
+  return images ? `${textOf(m)} [${images} image${images > 1 ? "s" : ""}]` : textOf(m);
 }
 
 // The images a user turn carries, shown small (the CSP allows `data:` images).
 function thumbnails(m) {
-  if (!Array.isArray(m.content)) return null;
-  const urls = m.content.filter((p) => p.type === "image_url").map((p) => p.image_url.url);
+  const urls = imagesOf(m);
   return urls.length ? h("div", { class: "thumbs" },
     urls.map((src, i) => h("img", { src, class: "thumb", alt: `Attached image ${i + 1}` }))) : null;
 }
@@ -185,7 +193,8 @@ export async function viewPlayground() {
 
   stop.addEventListener("click", () => sides().forEach((s) => s.conv.controller && s.conv.controller.abort()));
   const editFrom = (i) => {
-    user.value = messageText(main.conv.messages[i]);
+    user.value = textOf(main.conv.messages[i]);
+    images.restore(imagesOf(main.conv.messages[i]));
     for (const s of [main, other]) {
       s.conv.messages.length = Math.min(i, s.conv.messages.length);
       draw(s);
