@@ -44,6 +44,30 @@ export function launch(args = []) {
   });
 }
 
+// A 1200x900 page of `browser` with the playground's locators: `problems` collects script errors
+// and CSP refusals, `shot(name)` saves a full-page screenshot under `out`, `answered(n)` waits
+// for the n-th answer (the Stop button is enabled from the click that sends until every side
+// has answered) and returns its text.
+export async function playgroundPage(browser, out, timeout) {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const problems = [], shots = [];
+  page.on("pageerror", (e) => problems.push(e.message));
+  page.on("console", (m) => { if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(m.text()); });
+  const shot = async (name) => { const p = `${out}/${name}.png`; await page.screenshot({ path: p, fullPage: true }); shots.push(p); };
+  const assistant = () => page.locator("#pg-log .turn.assistant");
+  const figures = (i) => assistant().nth(i).locator(".turn-meta");
+  const send = async (text) => {
+    await page.getByLabel("Your message").fill(text);
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+  };
+  const answered = async (n) => {
+    await page.locator("#pg-stop:disabled").waitFor({ timeout });
+    await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor();
+    return (await assistant().nth(n - 1).locator(".answer-text").textContent()).trim();
+  };
+  return { page, problems, shots, shot, assistant, figures, send, answered };
+}
+
 // Runs one "show code" snippet (`kind`: curl, python or node) with `key` and returns the answer
 // it printed.
 export function runSnippet(kind, code, key) {

@@ -21,7 +21,7 @@ import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, wr
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import assert from "node:assert/strict";
-import { root, signUpAndIn, launch, runSnippet } from "./common.mjs";
+import { root, signUpAndIn, launch, runSnippet, playgroundPage } from "./common.mjs";
 
 const { BIN, OUT } = process.env;
 for (const [k, v] of Object.entries({ BIN, OUT })) assert.ok(v, `${k} is not set`);
@@ -62,19 +62,7 @@ assert.ok(up, `the fixture server did not start:\n${readFileSync(LOG, "utf8")}`)
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
-  const problems = [];
-  page.on("pageerror", (e) => problems.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(m.text()); });
-  const shots = [];
-  const shot = async (name) => { const p = `${OUT}/${name}.png`; await page.screenshot({ path: p, fullPage: true }); shots.push(p); };
-  const assistant = () => page.locator("#pg-log .turn.assistant");
-  const figures = (i) => assistant().nth(i).locator(".turn-meta");
-  const answered = async (n) => {
-    await page.locator("#pg-stop:disabled").waitFor(LONG);
-    await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor();
-    return (await assistant().nth(n - 1).locator(".answer-text").textContent()).trim();
-  };
+  const { page, problems, shots, shot, figures, send, answered } = await playgroundPage(browser, OUT, LONG.timeout);
   const numbers = async (i) => {
     const m = (await figures(i).textContent()).match(/^(\d+) prompt \((\d+) cached\) \+ (\d+) completion tokens · (\$[\d.]+) · /);
     assert.ok(m, await figures(i).textContent());
@@ -131,8 +119,7 @@ try {
   await page.locator("#pg-model").selectOption(THINKER);
   await page.getByLabel("Max tokens").fill("64");
   for (const [i, question] of ["What is the capital of France?", "Are you sure?"].entries()) {
-    await page.getByLabel("Your message").fill(question);
-    await page.getByRole("button", { name: "Send", exact: true }).click();
+    await send(question);
     assert.equal(await answered(i + 1), "Paris!");
     const n = await numbers(i);
     // <think>, 10 reasoning tokens, </think>, "\n\n", "Paris", "!" and the end token.

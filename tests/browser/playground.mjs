@@ -14,7 +14,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
-import { root, signUpAndIn, launch, runSnippet } from "./common.mjs";
+import { root, signUpAndIn, launch, runSnippet, playgroundPage } from "./common.mjs";
 
 const { BASE, LOG, BIN, DB, OUT } = process.env;
 for (const [k, v] of Object.entries({ BASE, LOG, BIN, DB, OUT })) assert.ok(v, `${k} is not set`);
@@ -28,24 +28,7 @@ const LONG = { timeout: 180000 };
 const browser = await launch(["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
   `--use-file-for-fake-audio-capture=${root}/tests/fixtures/speech/fox.wav%noloop`]);
 try {
-  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
-  const problems = [];
-  page.on("pageerror", (e) => problems.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(m.text()); });
-  const shots = [];
-  const shot = async (name) => { const p = `${OUT}/${name}.png`; await page.screenshot({ path: p, fullPage: true }); shots.push(p); };
-  const assistant = () => page.locator("#pg-log .turn.assistant");
-  const figures = (i) => assistant().nth(i).locator(".turn-meta");
-  const send = async (text) => {
-    await page.getByLabel("Your message").fill(text);
-    await page.getByRole("button", { name: "Send", exact: true }).click();
-  };
-  // The Stop button is enabled from the click that sends until every side has answered.
-  const answered = async (n) => {
-    await page.locator("#pg-stop:disabled").waitFor(LONG);
-    await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor();
-    return (await assistant().nth(n - 1).locator(".answer-text").textContent()).trim();
-  };
+  const { page, problems, shots, shot, assistant, figures, send, answered } = await playgroundPage(browser, OUT, LONG.timeout);
 
   // A confirmed account, signed in.
   await signUpAndIn(page, BASE, LOG, email, password);
