@@ -3,7 +3,8 @@
 // a confirmed account signed in, Chromium, and the "show code" snippets run with a key.
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync, rmSync } from "node:fs";
+import { readFileSync, writeFileSync, rmSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 
 export const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
@@ -44,6 +45,15 @@ export function launch(args = []) {
   });
 }
 
+// Collects `page`'s script errors and Content-Security-Policy refusals into `problems`.
+export function watchProblems(page, problems) {
+  page.on("pageerror", (e) => problems.push(`${page.url()}: ${e.message}`));
+  page.on("console", (m) => {
+    if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(`${page.url()}: ${m.text()}`);
+  });
+  return page;
+}
+
 // A 1200x900 page of `browser` with the playground's locators: `problems` collects script errors
 // and CSP refusals, `shot(name)` saves a full-page screenshot under `out`, `answered(n)` waits
 // for the n-th answer (the Stop button is enabled from the click that sends until every side
@@ -51,8 +61,7 @@ export function launch(args = []) {
 export async function playgroundPage(browser, out, timeout) {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const problems = [], shots = [];
-  page.on("pageerror", (e) => problems.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(m.text()); });
+  watchProblems(page, problems);
   const shot = async (name) => { const p = `${out}/${name}.png`; await page.screenshot({ path: p, fullPage: true }); shots.push(p); };
   const assistant = () => page.locator("#pg-log .turn.assistant");
   const figures = (i) => assistant().nth(i).locator(".turn-meta");
@@ -62,24 +71,27 @@ export async function playgroundPage(browser, out, timeout) {
   };
   const answered = async (n) => {
     await page.locator("#pg-stop:disabled").waitFor({ timeout });
-    await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor();
+    // Send disables Stop too while it reads attached images, before the turn is drawn.
+    await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor({ timeout });
     return (await assistant().nth(n - 1).locator(".answer-text").textContent()).trim();
   };
   return { page, problems, shots, shot, assistant, figures, send, answered };
 }
 
 // Runs one "show code" snippet (`kind`: curl, python or node) with `key` and returns the answer
-// it printed.
+// it printed. Each runs from a file, as a user would paste it: an attached image makes the code
+// longer than one command-line argument may be.
 export function runSnippet(kind, code, key) {
   const env = { ...process.env, TOLLGATE_API_KEY: key };
-  if (kind === "curl") return JSON.parse(execFileSync("bash", ["-c", code], { env, encoding: "utf8" })).choices[0].message.content;
-  if (kind === "python") return execFileSync(PYTHON, ["-c", code], { env, encoding: "utf8" }).replace(/\n$/, "");
-  // The Node snippet imports "openai": run it where tests/node's packages are.
-  const file = `${root}/tests/node/snippet-${process.pid}.mjs`;
+  // The Node snippet imports "openai": it runs where tests/node's packages are.
+  const dir = kind === "node" ? `${root}/tests/node` : mkdtempSync(`${tmpdir()}/tollgate-snippet-`);
+  const file = `${dir}/snippet-${process.pid}.${{ curl: "sh", python: "py", node: "mjs" }[kind]}`;
   writeFileSync(file, code);
   try {
-    return execFileSync("node", [file], { env, encoding: "utf8", cwd: `${root}/tests/node` }).replace(/\n$/, "");
+    if (kind === "curl") return JSON.parse(execFileSync("bash", [file], { env, encoding: "utf8" })).choices[0].message.content;
+    const program = kind === "python" ? PYTHON : "node";
+    return execFileSync(program, [file], { env, encoding: "utf8", cwd: dir }).replace(/\n$/, "");
   } finally {
-    rmSync(file, { force: true });
+    rmSync(kind === "node" ? file : dir, { recursive: true, force: true });
   }
 }

@@ -11,12 +11,11 @@
 //
 // Environment: BASE (http://127.0.0.1:PORT), LOG (server log file), BIN (tollgate binary),
 // DB (its ledger), OUT (screenshot directory), CHROMIUM (default /usr/bin/chromium).
-import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createServer } from "node:http";
 import assert from "node:assert/strict";
-import { linkFromLog } from "./common.mjs";
+import { linkFromLog, launch, signUpAndIn, watchProblems } from "./common.mjs";
 
 const { BASE, LOG, BIN, DB, OUT } = process.env;
 for (const [k, v] of Object.entries({ BASE, LOG, BIN, DB, OUT })) assert.ok(v, `${k} is not set`);
@@ -35,10 +34,7 @@ function chatWithCurl(key) {
   return Number(out);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
   const shot = async (name) => {
@@ -48,13 +44,7 @@ try {
   };
   // Script errors and Content-Security-Policy refusals on any page fail the suite at the end.
   const problems = [];
-  const watch = (p) => {
-    p.on("pageerror", (e) => problems.push(`${p.url()}: ${e.message}`));
-    p.on("console", (m) => {
-      if (m.type() === "error" && /Content Security Policy|Refused to/.test(m.text())) problems.push(`${p.url()}: ${m.text()}`);
-    });
-    return p;
-  };
+  const watch = (p) => watchProblems(p, problems);
   watch(page);
   const statusIs = (text) => page.locator("#status").filter({ hasText: text }).waitFor();
   // Feedback is shown beside the control that caused it, not in the status bar.
@@ -398,15 +388,7 @@ try {
   // Delete a throwaway account: after it, its sign-in fails.
   const gone = `browser-gone-${Date.now()}@example.com`;
   const bye = watch(await (await browser.newContext({ viewport: { width: 1100, height: 800 } })).newPage());
-  await bye.goto(`${BASE}/#/signup`);
-  await bye.getByLabel("E-mail").fill(gone);
-  await bye.getByLabel("Password (at least 8 characters)").fill(password);
-  await bye.getByRole("button", { name: "Create account" }).click();
-  await bye.getByRole("heading", { name: "Check your e-mail" }).waitFor();
-  await bye.goto(await linkFromLog(LOG, "verify"));
-  await bye.getByText("Your address is confirmed").waitFor();
-  await signIn(bye, gone, password);
-  await bye.getByRole("heading", { name: "API keys" }).waitFor();
+  await signUpAndIn(bye, BASE, LOG, gone, password);
   await bye.goto(`${BASE}/#/account`);
   await bye.getByLabel("Type your e-mail address to confirm").fill("someone-else@example.com");
   await bye.getByRole("button", { name: "Delete my account" }).click();

@@ -6,7 +6,8 @@
 // greedy decoding writes one fixed thinking reply), with its own SQLite ledger. A new account:
 // - attaches an image on each vision model; the prompt's token count is the transformers
 //   processor's for that image (reference.json), the charge is exact, and the Python "show
-//   code" snippet with the same image gives the streamed answer; Edit keeps the image;
+//   code" snippet with the same image gives the streamed answer; Edit keeps the image; the curl
+//   snippet with a photo-sized image gives the streamed answer too;
 // - sees the Images panel only on models that read images;
 // - chats two turns with the thinker: each reasoning is folded under "Reasoning", the answer
 //   is apart from it, and the reasoning tokens are billed as completion tokens; then once with
@@ -20,6 +21,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
+import { randomFillSync } from "node:crypto";
+import { crc32, deflateSync } from "node:zlib";
 import assert from "node:assert/strict";
 import { root, signUpAndIn, launch, runSnippet, playgroundPage } from "./common.mjs";
 
@@ -34,6 +37,27 @@ const THINKER = "thinker";
 const cost = (prompt, cached, completion) => Math.ceil(((prompt - cached) * 500000 + cached * 50000 + completion * 1500000) / 1e6);
 const usd = (micros) => `$${(micros / 1e6).toFixed(micros % 10000 === 0 ? 2 : 6)}`;
 const LONG = { timeout: 120000 };
+
+// A PNG of random pixels, `w` x `h` RGB: it does not compress, so its data URL is as long as a
+// photo's (the deflate stream's stored blocks hold the bytes as they are).
+function noisePng(w, h) {
+  const chunk = (type, data) => {
+    const out = Buffer.alloc(12 + data.length);
+    out.writeUInt32BE(data.length, 0);
+    out.write(type, 4, "latin1");
+    data.copy(out, 8);
+    out.writeUInt32BE(crc32(out.subarray(4, 8 + data.length)), 8 + data.length);
+    return out;
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(w, 0);
+  header.writeUInt32BE(h, 4);
+  header.set([8, 2, 0, 0, 0], 8); // 8 bits per channel, RGB, deflate, no filter choice, no interlace
+  const rows = Buffer.alloc(h * (1 + 3 * w));
+  for (let y = 0; y < h; y++) randomFillSync(rows, y * (1 + 3 * w) + 1, 3 * w); // filter byte 0
+  return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk("IHDR", header),
+    chunk("IDAT", deflateSync(rows)), chunk("IEND", Buffer.alloc(0))]);
+}
 
 const freePort = () => new Promise((resolve) => {
   const s = createServer().listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
@@ -53,15 +77,16 @@ const BASE = `http://127.0.0.1:${port}`, LOG = `${work}/server.log`, DB = `${wor
 const server = spawn(BIN, ["serve", "--bind", `127.0.0.1:${port}`, "--db", DB, "--models", catalogue, "--weights", weights,
   "--load", `${FAMILIES.map(([f]) => f).join(",")},text-only,${THINKER}`, "--threads", "1", "--insecure-cookies",
   "--public-url", BASE], { cwd: root, stdio: ["ignore", openSync(LOG, "w"), openSync(LOG, "a")] });
-let up = false;
-for (let i = 0; i < 240 && !up && server.exitCode == null; i++) {
-  up = await fetch(`${BASE}/health`).then((r) => r.ok, () => false);
-  if (!up) await new Promise((r) => setTimeout(r, 500));
-}
-assert.ok(up, `the fixture server did not start:\n${readFileSync(LOG, "utf8")}`);
-
-const browser = await launch();
+const exited = () => server.exitCode != null || server.signalCode != null;
+let browser;
 try {
+  let up = false;
+  for (let i = 0; i < 240 && !up && !exited(); i++) {
+    up = await fetch(`${BASE}/health`).then((r) => r.ok, () => false);
+    if (!up) await new Promise((r) => setTimeout(r, 500));
+  }
+  assert.ok(up, `the fixture server did not start:\n${readFileSync(LOG, "utf8")}`);
+  browser = await launch();
   const { page, problems, shots, shot, figures, send, answered } = await playgroundPage(browser, OUT, LONG.timeout);
   const numbers = async (i) => {
     const m = (await figures(i).textContent()).match(/^(\d+) prompt \((\d+) cached\) \+ (\d+) completion tokens · (\$[\d.]+) · /);
@@ -93,7 +118,7 @@ try {
     const answer = await answered(1);
     const turn = page.locator("#pg-log .turn.user").first();
     assert.match(await turn.textContent(), /\[1 image\]/);
-    assert.deepEqual(await turn.getByRole("img", { name: "Attached image 1" }).evaluate((i) => [i.naturalWidth, i.naturalHeight]),
+    assert.deepEqual(await turn.getByRole("img", { name: "Attached image 1" }).evaluate(async (i) => { await i.decode(); return [i.naturalWidth, i.naturalHeight]; }),
       [item.width, item.height], "the attached image is shown");
     const n = await numbers(0);
     assert.equal(n.prompt, item.n_tokens, `${family}: the prompt with its ${item.n_image_tokens} image tokens`);
@@ -111,6 +136,22 @@ try {
     }
     await page.getByRole("button", { name: "Clear" }).click();
   }
+  // A photo-sized image: the curl snippet (its body longer than one command-line argument may
+  // be) still gives the streamed answer.
+  const photo = `${work}/photo.png`;
+  writeFileSync(photo, noisePng(320, 240));
+  await page.locator("#pg-model").selectOption("gemma3");
+  await page.getByLabel("Attach images to the next message").setInputFiles(photo);
+  await page.getByLabel("Your message").fill("Describe this.");
+  await page.getByRole("button", { name: "Show code" }).click();
+  const curl = await page.locator("#pg-code-curl").filter({ hasText: "data:image/png;base64," }).textContent();
+  assert.ok(curl.length > 131072, `the curl snippet is ${curl.length} characters`);
+  await page.getByRole("button", { name: "Show code" }).click();
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  const seen = await answered(1);
+  assert.equal(runSnippet("curl", curl, key).trim(), seen, "the curl snippet with a photo gives the streamed answer");
+  await page.getByRole("button", { name: "Clear" }).click();
+
   await page.locator("#pg-model").selectOption("text-only");
   await imagePanel.waitFor({ state: "hidden" });
   assert.equal(await page.getByLabel("Thinking").isVisible(), false, "only thinking models have the switch");
@@ -162,7 +203,7 @@ try {
   // Every request is billed on the session, at the shown price, and listed as "Playground".
   const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
   assert.deepEqual([...new Set(usage.map((u) => u.model))].sort(), [...FAMILIES.map(([f]) => f), THINKER].sort());
-  assert.equal(usage.length, FAMILIES.length + 4);
+  assert.equal(usage.length, FAMILIES.length + 5);
   for (const u of usage) {
     assert.equal(u.key_id, null);
     assert.equal(u.cost_micros, cost(u.prompt_tokens, u.cached_tokens || 0, u.completion_tokens), JSON.stringify(u));
@@ -173,9 +214,9 @@ try {
   assert.deepEqual(problems, [], "no script errors or CSP refusals");
   console.log(`playground fixtures suite: ok (${usage.length} requests billed; screenshots:\n${shots.join("\n")})`);
 } finally {
-  await browser.close();
+  if (browser) await browser.close();
   server.kill();
-  await new Promise((r) => server.exitCode != null ? r() : server.once("exit", r));
+  await new Promise((r) => exited() ? r() : server.once("exit", r));
 }
 execFileSync(BIN, ["ledger", "check", "--db", DB], { stdio: "inherit" });
 rmSync(work, { recursive: true, force: true });

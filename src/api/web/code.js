@@ -9,14 +9,17 @@ function plain(body) {
   return rest;
 }
 
-const shellQuote = (s) => `'${s.replace(/'/g, `'\\''`)}'`;
-
+// The body goes in on standard input (a quoted here-document: nothing in it is expanded), not
+// as an argument: Linux refuses a single argument over 128 KiB, which an attached photo passes.
+// JSON.stringify writes no raw newline, so the body is one line and cannot end the document.
 export function curlSnippet(base, body) {
   return [
     `curl -s ${base}/chat/completions \\`,
     `  -H "Authorization: Bearer $TOLLGATE_API_KEY" \\`,
     `  -H 'Content-Type: application/json' \\`,
-    `  -d ${shellQuote(JSON.stringify(plain(body)))}`,
+    `  --data-binary @- <<'JSON'`,
+    JSON.stringify(plain(body)),
+    "JSON",
   ].join("\n");
 }
 

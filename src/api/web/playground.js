@@ -90,6 +90,7 @@ export async function viewPlayground() {
   const sides = () => (compare.value ? [main, other] : [main]);
   const model = (s) => (s === main ? select.value : compare.value);
   const current = () => list.find((x) => x.id === select.value);
+  const thinks = (id) => ((list.find((x) => x.id === id) || {}).supported_parameters || []).includes("reasoning_effort");
 
   const showModel = () => {
     const m = current();
@@ -103,9 +104,10 @@ export async function viewPlayground() {
     tools.el.hidden = !params.includes("tools");
     schema.el.hidden = !params.includes("response_format");
     images.el.hidden = !(m && m.architecture.input_modalities.includes("image"));
-    thinkingLabel.hidden = !params.includes("reasoning_effort");
+    thinkingLabel.hidden = !(thinks(select.value) || thinks(compare.value));
   };
   select.addEventListener("change", showModel);
+  compare.addEventListener("change", showModel);
 
   const opts = () => ({
     max_tokens: Number(maxTokens.value) || 128,
@@ -159,6 +161,7 @@ export async function viewPlayground() {
     try {
       body = which.map((s) => requestBody(model(s), history(s), opts()));
     } catch (e) {
+      send.disabled = false;
       feedback(send, e.message, true);
       return;
     }
@@ -193,8 +196,10 @@ export async function viewPlayground() {
 
   stop.addEventListener("click", () => sides().forEach((s) => s.conv.controller && s.conv.controller.abort()));
   const editFrom = (i) => {
-    user.value = textOf(main.conv.messages[i]);
-    images.restore(imagesOf(main.conv.messages[i]));
+    const turn = main.conv.messages[i], urls = imagesOf(turn);
+    user.value = textOf(turn);
+    if (urls.length && images.el.hidden) feedback(send, "This model does not read images: the turn's images are left out.", true);
+    else if (urls.length) images.restore(urls);
     for (const s of [main, other]) {
       s.conv.messages.length = Math.min(i, s.conv.messages.length);
       draw(s);
@@ -232,7 +237,15 @@ export async function viewPlayground() {
   const f = h("form", { class: "composer", onsubmit: async (ev) => {
     ev.preventDefault();
     if (!user.value.trim()) return feedback(send, "Write a message first.", true);
-    const urls = images.el.hidden ? [] : await images.take();
+    // Disabled while the images are read, so a second Enter cannot send the turn twice.
+    send.disabled = true;
+    let urls;
+    try {
+      urls = images.el.hidden ? [] : await images.take();
+    } catch (e) {
+      send.disabled = false;
+      return feedback(send, e.message, true);
+    }
     for (const s of sides()) s.conv.messages.push(userMessage(user.value, urls));
     user.value = "";
     run(sides());
