@@ -113,8 +113,12 @@ async fn three_replicas_share_balance_revocation_and_idempotency() {
     }
 
     // A revoked key is refused by all three replicas, which all had it cached as valid: 20
-    // tries, each timed. The bound is 200 ms, well under the once-a-second epoch poll, so it
-    // is the NOTIFY that must deliver it.
+    // tries, each timed. It is the NOTIFY that must deliver it, not the once-a-second epoch
+    // poll: with the poll alone each replica sees it at a tick spread evenly over 0..1 s, so
+    // the median of 20 tries would be 500 ms or more, and under 200 ms with odds below 1 in
+    // 1,000 (11 of 20 tries under 200 ms, at 1 in 5 each, even for one replica). The median is
+    // bounded, not each try, so one try stalled by a loaded machine does not fail the test;
+    // every try must still end within the poll's reach (2 s).
     let rich = ledger
         .create_account("rich@example.com", Micros(1_000_000_000))
         .unwrap();
@@ -135,8 +139,8 @@ async fn three_replicas_share_balance_revocation_and_idempotency() {
                     break;
                 }
                 assert!(
-                    t.elapsed() < Duration::from_millis(200),
-                    "still accepted after 200 ms"
+                    t.elapsed() < Duration::from_secs(2),
+                    "still accepted after 2 s"
                 );
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -147,6 +151,11 @@ async fn three_replicas_share_balance_revocation_and_idempotency() {
     eprintln!(
         "revocation seen by all three replicas: min {:?}, p50 {:?}, p90 {:?}, max {:?}",
         delays[0], delays[10], delays[18], delays[19]
+    );
+    assert!(
+        delays[10] < Duration::from_millis(200),
+        "the median revocation took {:?}: the NOTIFY did not deliver it",
+        delays[10]
     );
 
     // One Idempotency-Key sent to all three at once: exactly one runs.
