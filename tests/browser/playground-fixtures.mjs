@@ -112,7 +112,8 @@ try {
     await page.getByLabel("Attach images to the next message").setInputFiles(`${root}/tests/data/vision/images/${name}.png`);
     await page.getByLabel("Your message").fill(ref.prompt.messages[0].content[1].text);
     await page.getByRole("button", { name: "Show code" }).click();
-    const python = await page.locator("#pg-code-python").filter({ hasText: "data:image/png;base64," }).textContent();
+    const python = await page.locator("#pg-code-python").filter({ hasText: `"model": "${family}"` })
+      .filter({ hasText: "data:image/png;base64," }).textContent();
     await page.getByRole("button", { name: "Show code" }).click();
     await page.getByRole("button", { name: "Send", exact: true }).click();
     const answer = await answered(1);
@@ -144,7 +145,8 @@ try {
   await page.getByLabel("Attach images to the next message").setInputFiles(photo);
   await page.getByLabel("Your message").fill("Describe this.");
   await page.getByRole("button", { name: "Show code" }).click();
-  const curl = await page.locator("#pg-code-curl").filter({ hasText: "data:image/png;base64," }).textContent();
+  const curl = await page.locator("#pg-code-curl").filter({ hasText: '"model":"gemma3"' })
+    .filter({ hasText: "data:image/png;base64," }).textContent();
   assert.ok(curl.length > 131072, `the curl snippet is ${curl.length} characters`);
   await page.getByRole("button", { name: "Show code" }).click();
   await page.getByRole("button", { name: "Send", exact: true }).click();

@@ -222,6 +222,9 @@ export async function viewPlayground() {
     codeBox.hidden = !codeBox.hidden;
     showCode.setAttribute("aria-expanded", String(!codeBox.hidden));
     if (!codeBox.hidden) {
+      // Emptied first: the images are read asynchronously, and the last request's code must
+      // not show meanwhile as if it were this one's.
+      codeBox.replaceChildren();
       try {
         const urls = images.el.hidden ? [] : await images.peek();
         codeBox.replaceChildren(codeView(requestBody(select.value, history(main).concat(
