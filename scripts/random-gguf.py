@@ -12,7 +12,8 @@ the token embedding included, is Q4_K: 256-value blocks of random 4-bit codes an
 with fixed block scales (`d` = `dmin` = 2^-14), so weights stay within +-0.06. Norms are 1.
 
 Format: GGUF v3 (llama.cpp's docs/gguf.md; ggml's `block_q4_K` for the block layout). Standard
-library only; about 2 seconds per GB.
+library only, not llama.cpp's gguf-py: that needs NumPy, which a GPU machine that cannot reach
+PyPI may not have. About 5 seconds per GB.
 
 Usage: scripts/random-gguf.py --like weights/SmolLM2-135M-Instruct.Q4_1.gguf \\
            --shape smollm2-1.7b OUT.gguf

@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, rmSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import assert from "node:assert/strict";
 
 export const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
 const PYTHON = process.env.PYTHON || `${root}/.venv/bin/python`;
@@ -57,7 +58,9 @@ export function watchProblems(page, problems) {
 // A 1200x900 page of `browser` with the playground's locators: `problems` collects script errors
 // and CSP refusals, `shot(name)` saves a full-page screenshot under `out`, `answered(n)` waits
 // for the n-th answer (the Stop button is enabled from the click that sends until every side
-// has answered) and returns its text.
+// has answered) and returns its text, `onPhone(name)` checks that nothing scrolls sideways at
+// 390 px and saves screenshot `name` there, `playgroundUsage(base)` returns the account's
+// playground usage rows once the activity list shows them as "Playground".
 export async function playgroundPage(browser, out, timeout) {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const problems = [], shots = [];
@@ -75,7 +78,21 @@ export async function playgroundPage(browser, out, timeout) {
     await figures(n - 1).filter({ hasText: "completion tokens" }).waitFor({ timeout });
     return (await assistant().nth(n - 1).locator(".answer-text").textContent()).trim();
   };
-  return { page, problems, shots, shot, assistant, figures, send, answered };
+  const onPhone = async (name) => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(150);
+    const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+    assert.ok(scroll <= inner, `the playground is ${scroll} px wide on a 390 px phone`);
+    await shot(name);
+    await page.setViewportSize({ width: 1200, height: 900 });
+  };
+  const playgroundUsage = async (base) => {
+    const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
+    await page.goto(`${base}/#/balance`);
+    await page.locator(".requests td").filter({ hasText: "Playground" }).first().waitFor();
+    return usage;
+  };
+  return { page, problems, shots, shot, assistant, figures, send, answered, onPhone, playgroundUsage };
 }
 
 // Runs one "show code" snippet (`kind`: curl, python or node) with `key` and returns the answer

@@ -87,7 +87,8 @@ try {
   }
   assert.ok(up, `the fixture server did not start:\n${readFileSync(LOG, "utf8")}`);
   browser = await launch();
-  const { page, problems, shots, shot, figures, send, answered } = await playgroundPage(browser, OUT, LONG.timeout);
+  const { page, problems, shots, shot, figures, send, answered, onPhone, playgroundUsage } =
+    await playgroundPage(browser, OUT, LONG.timeout);
   const numbers = async (i) => {
     const m = (await figures(i).textContent()).match(/^(\d+) prompt \((\d+) cached\) \+ (\d+) completion tokens · (\$[\d.]+) · /);
     assert.ok(m, await figures(i).textContent());
@@ -195,23 +196,16 @@ try {
   assert.equal(await folds.count(), 0, "no reasoning to fold");
   assert.equal(runSnippet("python", python, key).trim(), "Paris!");
   await page.getByLabel("Thinking").selectOption("");
-  await page.setViewportSize({ width: 390, height: 844 });
-  await page.waitForTimeout(150);
-  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
-  assert.ok(scroll <= inner, `the playground is ${scroll} px wide on a 390 px phone`);
-  await shot("42-playground-reasoning-phone");
-  await page.setViewportSize({ width: 1200, height: 900 });
+  await onPhone("42-playground-reasoning-phone");
 
   // Every request is billed on the session, at the shown price, and listed as "Playground".
-  const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
+  const usage = await playgroundUsage(BASE);
   assert.deepEqual([...new Set(usage.map((u) => u.model))].sort(), [...FAMILIES.map(([f]) => f), THINKER].sort());
   assert.equal(usage.length, FAMILIES.length + 5);
   for (const u of usage) {
     assert.equal(u.key_id, null);
     assert.equal(u.cost_micros, cost(u.prompt_tokens, u.cached_tokens || 0, u.completion_tokens), JSON.stringify(u));
   }
-  await page.goto(`${BASE}/#/balance`);
-  await page.locator(".requests td").filter({ hasText: "Playground" }).first().waitFor();
 
   assert.deepEqual(problems, [], "no script errors or CSP refusals");
   console.log(`playground fixtures suite: ok (${usage.length} requests billed; screenshots:\n${shots.join("\n")})`);

@@ -28,7 +28,8 @@ const LONG = { timeout: 180000 };
 const browser = await launch(["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
   `--use-file-for-fake-audio-capture=${root}/tests/fixtures/speech/fox.wav%noloop`]);
 try {
-  const { page, problems, shots, shot, assistant, figures, send, answered } = await playgroundPage(browser, OUT, LONG.timeout);
+  const { page, problems, shots, shot, assistant, figures, send, answered, onPhone, playgroundUsage } =
+    await playgroundPage(browser, OUT, LONG.timeout);
 
   // A confirmed account, signed in.
   await signUpAndIn(page, BASE, LOG, email, password);
@@ -165,21 +166,14 @@ try {
   await shot("34-playground-panels");
 
   // Phone width: nothing scrolls sideways.
-  await page.setViewportSize({ width: 390, height: 844 });
-  await page.waitForTimeout(150);
-  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
-  assert.ok(scroll <= inner, `the playground is ${scroll} px wide on a 390 px phone`);
-  await shot("35-playground-phone");
-  await page.setViewportSize({ width: 1200, height: 900 });
+  await onPhone("35-playground-phone");
 
   // Every playground request is in the activity list, marked "Playground".
-  const usage = await page.evaluate(async () => (await (await fetch("/api/v1/usage?key_id=playground&limit=50")).json()).data.usage);
+  const usage = await playgroundUsage(BASE);
   const models = new Set(usage.map((u) => u.model));
   for (const m of [SMOL, QWEN, SMALL_QWEN, "whisper-base", "piper-joe-medium", "all-MiniLM-L6-v2"]) assert.ok(models.has(m), `${m} billed on the session`);
   assert.ok(usage.every((u) => u.key_id === null && u.cost_micros >= 0));
   assert.ok(usage.some((u) => u.status === "cancelled"), "the stopped answer is billed as cancelled");
-  await page.goto(`${BASE}/#/balance`);
-  await page.locator(".requests td").filter({ hasText: "Playground" }).first().waitFor();
 
   assert.deepEqual(problems, [], "no script errors or CSP refusals");
   console.log(`playground suite: ok (${usage.length} requests billed; screenshots:\n${shots.join("\n")})`);

@@ -48,7 +48,7 @@ function messageText(m) {
 function thumbnails(m) {
   const urls = imagesOf(m);
   return urls.length ? h("div", { class: "thumbs" },
-    urls.map((src, i) => h("img", { src, class: "thumb", alt: `Attached image ${i + 1}` }))) : null;
+    urls.map((src, i) => h("img", { src, alt: `Attached image ${i + 1}` }))) : null;
 }
 
 // The user turn for `text` with image `urls`: the images come before the question, as in the
