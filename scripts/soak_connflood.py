@@ -1,7 +1,7 @@
-"""The connection flood of scripts/soak: an attacker on another loopback source address
-(127.0.0.2) holds thousands of TCP connections open to the server, sends nothing on them, and
-opens a new one as soon as the server closes or refuses one, while the normal client (from
-127.0.0.1) runs. One connection in PROBE_EVERY sends a minimal request head at once and reads
+"""The connection floods of scripts/soak: an attacker on another loopback source address
+(127.0.0.2; `conn-spread`: 17 of them, 127.0.0.100 up) holds thousands of TCP connections open
+to the server, sends nothing on them, and opens a new one as soon as the server closes or
+refuses one, while the normal client (from 127.0.0.1, with its key) runs. One connection in PROBE_EVERY sends a minimal request head at once and reads
 the answer, so refusals that come as a 503 can be told from resets. The attacker runs in a
 forked child process (non-blocking sockets under `selectors`), so its loop does not hold the
 GIL the normal client's thread needs.
@@ -18,6 +18,7 @@ import time
 from soak_scenarios import HOST, latency_figures, say
 
 ATTACKER = "127.0.0.2"
+SPREAD = tuple(f"127.0.0.{100 + i}" for i in range(17))  # conn-spread's 17 addresses
 PROBE_EVERY = 10           # one connection in 10 sends a request head at once
 PROBE = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
 REFUSED_WITHIN_S = 2.0     # closed without a word this soon after connecting: a refusal
@@ -28,8 +29,9 @@ IP_BIND_ADDRESS_NO_PORT = 24  # Linux: pick the source port at connect (4-tuple 
 class Attack:
     """`n` connections from ATTACKER held open against `port`, replaced as they go."""
 
-    def __init__(self, port, n):
+    def __init__(self, port, n, sources=(ATTACKER,)):
         self.port, self.n, self.sel = port, n, selectors.DefaultSelector()
+        self.sources = sources
         self.count, self.serial = collections.Counter(), 0
         self.idle_closed_after, self.other = [], collections.Counter()
 
@@ -44,7 +46,7 @@ class Attack:
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1)
-            sock.bind((ATTACKER, 0))
+            sock.bind((self.sources[self.serial % len(self.sources)], 0))
             err = sock.connect_ex((HOST, self.port))
         except OSError as e:
             err = e.errno
@@ -157,22 +159,22 @@ class Attack:
         return out
 
 
-def attacker_child(pipe, port, n, secs):
+def attacker_child(pipe, port, n, secs, sources):
     # Niced: on a small CI machine the attacker's busy loop would otherwise take a core from
     # the server and the normal client, and the p99 would measure this script, not the server.
     os.nice(10)
     try:
-        pipe.send(Attack(port, n).run(secs))
+        pipe.send(Attack(port, n, sources).run(secs))
     except Exception as e:  # reported by the parent, which keeps going
         pipe.send({"error": f"{type(e).__name__}: {e}"})
     pipe.close()
 
 
-def run_attacker(port, n, secs, normal):
+def run_attacker(port, n, secs, normal, sources=(ATTACKER,)):
     """Runs the attack in a child process while `normal` runs here: (attack figures, samples)."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=attacker_child, args=(child, port, n, secs), daemon=True)
+    proc = ctx.Process(target=attacker_child, args=(child, port, n, secs, sources), daemon=True)
     proc.start()  # before the normal client's thread: fork with no other thread running
     child.close()
     normal.start()
@@ -195,4 +197,18 @@ def scenario_conn_flood(server, normal, size, quiet_p99):
     alive = server.alive() and server.healthy()
     say("conn-flood", attacker=ATTACKER, conns=n, secs=secs, **attack, **figures,
         rss_before_mb=rss_before, rss_after_mb=server.mem().get("VmRSS"), server_alive=alive)
+    return {**figures, "alive": alive, "attack_error": attack.get("error")}
+
+
+def scenario_conn_spread(server, normal, size, quiet_p99):
+    """The flood from 17 addresses (each up to its per-address cap): the normal client, which
+    sends its key, keeps being served."""
+    n, secs = size("spread_conns"), size("flood_secs")
+    attack, samples = run_attacker(server.port, n, secs, normal, SPREAD)
+    figures = latency_figures(samples, quiet_p99)
+    ok = sum(1 for s in samples if s[1])
+    figures["normal_success"] = ok / len(samples) if samples else None
+    alive = server.alive() and server.healthy()
+    say("conn-spread", addresses=len(SPREAD), conns=n, secs=secs, **attack, **figures,
+        server_alive=alive)
     return {**figures, "alive": alive, "attack_error": attack.get("error")}

@@ -35,6 +35,14 @@ pub struct ServeConfig {
     pub device: String,
     pub engine: EngineKind,
     pub queue_depth: usize,
+    /// Jobs one account may have queued (0: a quarter of the queue).
+    pub queued_per_account: usize,
+    /// Sequences one key may have queued and running (0: twice the batch).
+    pub sequences_per_key: usize,
+    /// Target step time while another tenant decodes, ms (0: off).
+    pub interleave_ms: u64,
+    /// One request's image decode bytes and the server's decode budget.
+    pub images: crate::engine::vision::ImageConfig,
     pub max_batch: usize,
     pub step_tokens: usize,
     /// Most decode and draft tokens per step for speculative decoding (0: off).
@@ -138,6 +146,10 @@ pub fn build_state(cfg: &ServeConfig) -> anyhow::Result<AppState> {
                 models,
                 device,
                 queue_depth: cfg.queue_depth,
+                queued_per_account: cfg.queued_per_account,
+                sequences_per_key: cfg.sequences_per_key,
+                interleave_ms: cfg.interleave_ms,
+                images: cfg.images,
                 limits_max_batch: cfg.max_batch,
                 limits_step_tokens: cfg.step_tokens,
                 speculative_tokens: cfg.speculative_tokens,
@@ -306,6 +318,10 @@ pub fn assemble(
             ),
             embedder: crate::engine::embed::Embedder::new(),
             image_urls: s.image_urls,
+            image_fetches: api::shared::image_fetch::FetchSlots::new(
+                api::shared::image_fetch::FETCHES_IN_FLIGHT,
+                api::shared::image_fetch::FETCHES_PER_PAYER,
+            ),
         },
         accounts: Accounts {
             service: Arc::new(crate::accounts::AccountService::new(ledger, auth.clone())),
@@ -550,8 +566,42 @@ pub async fn serve(
     spawn_replica_upkeep(&state);
     crate::heap::spawn_trimmer();
     let limits = state.http;
-    api::shared::server::serve(listener, api::router(state), limits, shutdown).await;
+    let engine = state.models.engine.clone();
+    let stopped_at = Arc::new(std::sync::OnceLock::new());
+    let at = stopped_at.clone();
+    let stopping = async move {
+        shutdown.await;
+        let _ = at.set(std::time::Instant::now());
+        engine.drain();
+    };
+    api::shared::server::serve(listener, api::router(state.clone()), limits, stopping).await;
+    let since = stopped_at.get().map_or(Duration::ZERO, |t| t.elapsed());
+    settle_before_exit(&state, limits.drain_timeout.saturating_sub(since)).await;
     Ok(())
+}
+
+/// The end of a clean stop: wait up to `left` for every admitted request to settle; past it,
+/// cut off the generations still running (charged for what they produced, as a client that
+/// left) and wait for those charges, so the process exits with no hold open.
+async fn settle_before_exit(state: &AppState, left: Duration) {
+    let meter = &state.paid.meter;
+    if meter.wait_settled(left).await {
+        tracing::info!("stopped: every request settled");
+        return;
+    }
+    tracing::warn!(
+        in_flight = meter.in_flight(),
+        "drain time over: cutting off the requests still running"
+    );
+    state.models.engine.cancel_running();
+    if meter.wait_settled(Duration::from_secs(10)).await {
+        tracing::info!("stopped: every request settled");
+    } else {
+        tracing::error!(
+            in_flight = meter.in_flight(),
+            "stopping with requests unsettled; their holds are released at the next start"
+        );
+    }
 }
 
 /// Bind `addr` and serve `state` until ctrl-c / SIGTERM; logs the bound address.

@@ -273,6 +273,7 @@ async fn engine_reports_exact_counts_for_a_cancelled_generation() {
         ..SamplingParams::default()
     };
     let req = GenerateRequest {
+        tenant: Default::default(),
         request_id: "req_test".into(),
         prompt,
         sampling,

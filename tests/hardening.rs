@@ -343,7 +343,7 @@ fn connect_from(local: &str, addr: SocketAddr) -> TcpStream {
 #[test]
 fn one_address_over_its_cap_gets_a_readable_503_while_another_address_is_served() {
     let s = server(HttpLimits {
-        max_connections_per_ip: 3,
+        max_connections_per_ip: Some(3),
         ..HttpLimits::default()
     });
     let _held: Vec<TcpStream> = (0..3).map(|_| connect(s.addr)).collect();
@@ -391,4 +391,233 @@ fn a_new_connection_must_send_its_first_request_in_time_then_keeps_the_header_ti
         .unwrap();
     let (raw, _) = read_until_closed(&mut c, Duration::from_secs(5));
     assert!(raw.starts_with("HTTP/1.1 200"), "second request: {raw}");
+}
+
+/// The property test of every request parser and the prepare path behind it (issue 72): on
+/// the FAKE engine, through HTTP, arbitrary JSON bodies, and valid requests with one field
+/// replaced by an arbitrary value, sent to each JSON endpoint, are answered 2xx or 4xx, never
+/// 5xx; every 4xx carries the contract's envelope (`message`, `type`, `param`, `code`) and no
+/// panic text; and the server keeps answering. The keys are drawn mostly from the fields the
+/// endpoints know, so the values reach the parsers' deep paths.
+mod arbitrary_requests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const ENDPOINTS: [&str; 4] = [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+    ];
+
+    /// Field names the endpoints read, at any depth.
+    const FIELDS: [&str; 48] = [
+        "model",
+        "messages",
+        "role",
+        "content",
+        "type",
+        "text",
+        "image_url",
+        "url",
+        "detail",
+        "tools",
+        "function",
+        "name",
+        "parameters",
+        "tool_choice",
+        "response_format",
+        "json_schema",
+        "schema",
+        "strict",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stream",
+        "stream_options",
+        "include_usage",
+        "stop",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "presence_penalty",
+        "prediction",
+        "reasoning_effort",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "format",
+        "previous_response_id",
+        "store",
+        "reasoning",
+        "effort",
+        "prompt",
+        "suffix",
+        "echo",
+        "encoding_format",
+        "dimensions",
+        "prompt_name",
+    ];
+
+    /// The top-level fields each endpoint accepts (the parsers' own lists), and for chat a
+    /// message's.
+    fn fields(path: &str) -> &'static [&'static str] {
+        use tollgate::api::shared::request;
+        match path {
+            "/v1/chat/completions" => &request::ACCEPTED_PARAMETERS,
+            "/v1/completions" => &request::completions::ACCEPTED_PARAMETERS,
+            "/v1/responses" => &request::responses::ACCEPTED_PARAMETERS,
+            "/v1/embeddings" => &request::embeddings::ACCEPTED_PARAMETERS,
+            _ => &["role", "content", "name", "tool_calls", "tool_call_id"],
+        }
+    }
+
+    /// A valid request of each endpoint, to mutate one field of.
+    fn base(path: &str) -> Value {
+        match path {
+            "/v1/chat/completions" => json!({"model": "fake-model", "max_tokens": 3,
+                "messages": [{"role": "user", "content": "Hi there"}]}),
+            "/v1/completions" => json!({"model": "fake-model", "prompt": "Hi", "max_tokens": 3}),
+            "/v1/responses" => {
+                json!({"model": "fake-model", "input": "Hi", "max_output_tokens": 3})
+            }
+            _ => json!({"model": "fake-embedding", "input": "Hi"}),
+        }
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => proptest::sample::select(&FIELDS[..]).prop_map(str::to_owned),
+            1 => "[a-z_]{1,10}",
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                proptest::collection::vec((key(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            1 => Just(Value::Null),
+            1 => any::<bool>().prop_map(Value::Bool),
+            3 => (-2i64..=8).prop_map(Value::from),
+            2 => (-0.5f64..2.5).prop_map(Value::from),
+            1 => prop_oneof![Just(i64::MAX), Just(i64::MIN), Just(1i64 << 53), Just(4097)]
+                .prop_map(Value::from),
+            1 => prop_oneof![Just(1e308), Just(f64::MIN_POSITIVE), Just(-1e-9)].prop_map(Value::from),
+            2 => ".{0,24}".prop_map(Value::String),
+            4 => proptest::sample::select(&["user", "system", "assistant", "tool", "developer",
+                "text", "image_url", "input_text", "input_image", "function", "json_schema",
+                "json_object", "auto", "required", "none", "low", "high", "fake-model",
+                "fake-vision", "fake-embedding", "base64", "float", "object", "string",
+                "data:image/png;base64,iVBORw0KGgo=", "https://127.0.0.1/x.png", ""][..])
+                .prop_map(|s| Value::String(s.to_owned())),
+        ]
+    }
+
+    /// Send `body` to `path` and check the answer's class and envelope.
+    fn check(s: &TestServer, path: &str, body: &Value) -> Result<(), TestCaseError> {
+        static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+        let rt = RT.get_or_init(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+        });
+        let text = body.to_string();
+        let (status, _, v) = rt.block_on(s.post(path, &text, &[]));
+        prop_assert!(status < 500, "{path} {text}: {status} {v}");
+        if status >= 400 {
+            let e = &v["error"];
+            prop_assert!(
+                e["message"].is_string() && e["type"].is_string(),
+                "{status} {v}"
+            );
+            prop_assert!(
+                e["code"].is_string() && e.get("param").is_some(),
+                "{status} {v}"
+            );
+        }
+        Ok(())
+    }
+
+    fn server() -> &'static TestServer {
+        static S: std::sync::OnceLock<TestServer> = std::sync::OnceLock::new();
+        S.get_or_init(|| {
+            let catalog = tollgate::catalog::Catalog::parse(
+                &[
+                    entry("fake-model", 64, "\"text\"", true),
+                    entry("fake-vision", 64, "\"text\", \"image\"", true),
+                ]
+                .concat(),
+            )
+            .expect("catalogue");
+            let fake = std::sync::Arc::new(tollgate::engine::fake::FakeEngine::new(
+                vec![("fake-model".into(), 64), ("fake-vision".into(), 64)],
+                Duration::ZERO,
+            ));
+            serve(fake, catalog)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bodies_are_4xx_with_the_envelope(
+            path in proptest::sample::select(&ENDPOINTS[..]),
+            body in value(),
+        ) {
+            check(server(), path, &body)?;
+        }
+
+        #[test]
+        fn arbitrary_fields_in_a_valid_request_are_never_a_5xx(
+            path in proptest::sample::select(&ENDPOINTS[..]),
+            picks in proptest::collection::vec(
+                (any::<proptest::sample::Index>(), prop_oneof![leaf(), value()]),
+                1..3,
+            ),
+            in_message in any::<bool>(),
+        ) {
+            let mut body = base(path);
+            for (pick, v) in picks {
+                if in_message && path == "/v1/chat/completions" {
+                    let field = pick.get(fields("message"));
+                    body["messages"][0][*field] = v;
+                } else {
+                    body[*pick.get(fields(path))] = v;
+                }
+            }
+            check(server(), path, &body)?;
+        }
+    }
+
+    /// After the property tests (same process, same server): it still answers, and the books
+    /// balance.
+    #[test]
+    fn the_server_still_answers_after_arbitrary_requests() {
+        let s = server();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (status, _, v) = rt.block_on(s.post(
+            "/v1/chat/completions",
+            &base("/v1/chat/completions").to_string(),
+            &[],
+        ));
+        assert_eq!(status, 200, "{v}");
+        assert!(s.ledger.check().unwrap().is_empty());
+    }
 }

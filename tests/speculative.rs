@@ -68,6 +68,11 @@ fn engine(mode: Mode) -> CandleEngine {
         memory_budget: 0,
         kv_cache_budget: 0,
         prefix_cache_budget: 64 << 20,
+        images: Default::default(),
+        // One tenant submits everything here: its shares are the whole queue.
+        queued_per_account: 1 << 20,
+        sequences_per_key: 1 << 20,
+        interleave_ms: 0,
     })
     .expect("engine starts")
 }
@@ -114,6 +119,7 @@ async fn run(
         input.prediction = predictions.get(i).filter(|p| !p.is_empty()).cloned();
         let prompt = engine.prepare(QWEN, &input).unwrap();
         let req = GenerateRequest {
+            tenant: Default::default(),
             request_id: format!("req_spec_{i}"),
             prompt,
             sampling: sampling.clone(),

@@ -6,19 +6,16 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use base64::Engine as _;
 use candle_core::Device;
 use common::*;
 use serde_json::{json, Value};
 use tollgate::api::shared::image_fetch::ImageUrls;
-use tollgate::catalog::Catalog;
 use tollgate::engine::model::attention::{KvType, SeqCache};
 use tollgate::engine::model::{mrope_position, ImageGrid, InputRows, StepSeq, Transformer};
 use tollgate::engine::vision::{decode, ImageLimits, VisionModel};
 use tollgate::engine::weights::gguf::GgufFile;
-use tollgate::engine::{CandleEngine, EngineConfig};
 
 fn dir(family: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -252,39 +249,6 @@ fn qwen25vl_positions_follow_the_image_grid() {
 /// The tiny models as catalogue entries (`tests/data/vision/models.toml`): `gemma3`,
 /// `smolvlm` and `qwen25vl` read images, `text-only` is the Gemma 3 model without its vision
 /// part.
-fn vision_catalog() -> Catalog {
-    Catalog::load(&dir("models.toml")).expect("catalogue")
-}
-
-fn vision_server() -> TestServer {
-    vision_server_with(ImageUrls::default())
-}
-
-fn vision_server_with(image_urls: ImageUrls) -> TestServer {
-    let catalog = vision_catalog();
-    let engine = CandleEngine::start(EngineConfig {
-        models: vec![],
-        device: Device::Cpu,
-        queue_depth: 8,
-        limits_max_batch: 4,
-        // Small steps, so prompts are prefilled in several chunks around the image runs.
-        limits_step_tokens: 24,
-        speculative_tokens: 16,
-        weight_read_rows: tollgate::engine::WEIGHT_READ_ROWS,
-        draft_models: true,
-        kv_cache: tollgate::engine::model::attention::KvTypes::default(),
-        on_demand: Some((Arc::new(catalog.clone()), dir(""))),
-        memory_budget: 0,
-        kv_cache_budget: 0,
-        prefix_cache_budget: 1 << 20,
-    })
-    .expect("engine starts");
-    serve_tweaked(Arc::new(engine), catalog, |state| {
-        state.models.weights_dir = Arc::new(dir(""));
-        state.models.image_urls = image_urls;
-    })
-}
-
 fn data_url(path: &Path) -> String {
     let bytes = std::fs::read(path).expect("image");
     format!(

@@ -25,6 +25,11 @@ pub fn engine(model: &str, path: PathBuf) -> CandleEngine {
         memory_budget: 0,
         kv_cache_budget: 0,
         prefix_cache_budget: 512 << 20,
+        images: Default::default(),
+        // One tenant submits everything here: its shares are the whole queue.
+        queued_per_account: 1 << 20,
+        sequences_per_key: 1 << 20,
+        interleave_ms: 0,
     })
     .expect("engine")
 }
@@ -50,6 +55,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// A greedy (temperature 0) request for one choice of up to `max_new_tokens` tokens, no stops.
 pub fn greedy(request_id: String, prompt: Prompt, max_new_tokens: usize) -> GenerateRequest {
     GenerateRequest {
+        tenant: Default::default(),
         request_id,
         prompt,
         sampling: SamplingParams {

@@ -21,10 +21,11 @@ pub struct HttpArgs {
     #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
     /// Open connections at once from one client address (IPv6: one /64); one more is answered
-    /// 503 and closed. `0` turns the per-address cap off (behind a reverse proxy, whose
-    /// connections all come from one address).
-    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS_PER_IP", default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
-    pub max_connections_per_ip: u64,
+    /// 503 and closed. Default: a thirty-second of `--max-connections` (128 of 4,096). `0`
+    /// turns the per-address cap off (behind a reverse proxy, whose connections all come from
+    /// one address).
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub max_connections_per_ip: Option<u64>,
     /// Seconds a new connection has to send its first request's headers before it is closed.
     #[arg(long, env = "TOLLGATE_FIRST_REQUEST_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub first_request_timeout: u64,
@@ -40,6 +41,11 @@ pub struct HttpArgs {
     /// Most characters of message text in one request, before the chat template.
     #[arg(long, env = "TOLLGATE_MAX_PROMPT_CHARS", default_value_t = 1 << 20)]
     pub max_prompt_chars: usize,
+    /// On SIGTERM or ctrl-c, seconds the requests in flight may take to finish (queued ones
+    /// end at once, unrun and uncharged); then those still running are cut off and charged
+    /// for what they produced, and the server exits once every charge is recorded.
+    #[arg(long, env = "TOLLGATE_DRAIN_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub drain_timeout: u64,
 }
 
 impl HttpArgs {
@@ -50,12 +56,13 @@ impl HttpArgs {
             header_timeout: Duration::from_secs(self.header_timeout),
             body_timeout: Duration::from_secs(self.body_timeout),
             max_connections: size(self.max_connections),
-            max_connections_per_ip: size(self.max_connections_per_ip),
+            max_connections_per_ip: self.max_connections_per_ip.map(size),
             first_request_timeout: Duration::from_secs(self.first_request_timeout),
             max_body_bytes: size(self.max_body_bytes),
             max_messages: self.max_messages,
             max_content_parts: self.max_content_parts,
             max_prompt_chars: self.max_prompt_chars,
+            drain_timeout: Duration::from_secs(self.drain_timeout),
         }
     }
 }

@@ -38,6 +38,29 @@ pub struct ServeArgs {
     /// Requests that may wait for the engine; more get 429 `engine_overloaded`.
     #[arg(long, env = "TOLLGATE_QUEUE_DEPTH", default_value_t = 64)]
     pub queue_depth: usize,
+    /// Requests one account may have waiting for the engine (all its keys and its playground
+    /// together); more get 429 `too_many_concurrent_requests`. `0`: a quarter of
+    /// `--queue-depth`.
+    #[arg(long, env = "TOLLGATE_MAX_QUEUED_PER_ACCOUNT", default_value_t = 0)]
+    pub max_queued_per_account: usize,
+    /// Sequences one API key (or one account's playground) may have waiting and running
+    /// together (a request of `n` choices is `n`); more get 429
+    /// `too_many_concurrent_requests`. `0`: twice `--max-batch`.
+    #[arg(long, env = "TOLLGATE_MAX_SEQUENCES_PER_KEY", default_value_t = 0)]
+    pub max_sequences_per_key: usize,
+    /// While one tenant's sequences decode, another tenant's prefill is cut to chunks that
+    /// keep each step near this many milliseconds (from the measured step times), so long
+    /// prompts never stall others' streams for whole chunks; `0` turns it off.
+    #[arg(long, env = "TOLLGATE_INTERLEAVE_MS", default_value_t = 250)]
+    pub interleave_ms: u64,
+    /// Most bytes all of one request's images may take to decode (read from their headers
+    /// before the balance is held), e.g. `128MiB`; more is 400 `image_too_large`.
+    #[arg(long, env = "TOLLGATE_MAX_IMAGE_DECODE_BYTES", default_value = "128MiB", value_parser = parse_bytes)]
+    pub max_image_decode_bytes: u64,
+    /// Most bytes of images decoded at once, server-wide, e.g. `256MiB`; an image waits up to
+    /// 10 s for room, then its request is 503 `image_decode_busy`.
+    #[arg(long, env = "TOLLGATE_IMAGE_DECODE_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
+    pub image_decode_budget: u64,
     /// Most sequences decoded together in one batch.
     #[arg(long, env = "TOLLGATE_MAX_BATCH", default_value_t = 16)]
     pub max_batch: usize,
@@ -206,6 +229,14 @@ impl ServeArgs {
             device: self.device.clone(),
             engine: self.engine,
             queue_depth: self.queue_depth,
+            queued_per_account: self.max_queued_per_account,
+            sequences_per_key: self.max_sequences_per_key,
+            interleave_ms: self.interleave_ms,
+            images: crate::engine::vision::ImageConfig {
+                request_bytes: self.max_image_decode_bytes,
+                decode_budget_bytes: self.image_decode_budget,
+                ..Default::default()
+            },
             max_batch: self.max_batch,
             step_tokens: self.step_tokens,
             speculative_tokens: self.speculative_tokens,

@@ -146,11 +146,32 @@ impl Prompt {
     }
 }
 
+/// Who a generation is for: the account that pays and the API key that asked (`None` on the
+/// playground's session path). The scheduler shares its queue, its batch and each step's
+/// prefill between tenants by these (`runtime::tenants`); `Tenant::default()` (account 0, no
+/// key) is one tenant for work of nobody in particular (benches, tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tenant {
+    pub account: crate::ids::AccountId,
+    pub key: Option<crate::ids::KeyId>,
+}
+
+impl Default for Tenant {
+    fn default() -> Self {
+        Self {
+            account: crate::ids::AccountId(0),
+            key: None,
+        }
+    }
+}
+
 /// A generation job for the scheduler.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
     /// Request id (`req_...`), for logs.
     pub request_id: String,
+    /// Who it is for (fair shares of the queue, the batch and prefill).
+    pub tenant: Tenant,
     pub prompt: Prompt,
     pub sampling: SamplingParams,
     /// Most new tokens to generate (already checked against the context).
@@ -174,12 +195,16 @@ pub enum FinishReason {
     Cancelled,
     /// The forward pass failed; the message is for logs.
     Failed(String),
+    /// Ended in the queue without running: the server is stopping (`Engine::drain`). Nothing
+    /// was read, so nothing is charged.
+    NotRun,
 }
 
 /// The authoritative result of a generation: exact token counts, also when cancelled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// Tokens in the prompt (input tokens).
+    /// Tokens in the prompt (input tokens); 0 for a job that ended before it was admitted
+    /// (its client left while it waited, or the server stopped): nothing of it was read.
     pub prompt_tokens: usize,
     /// Of `prompt_tokens`, those whose KV cache came from the prefix cache instead of being
     /// prefilled for this request (OpenAI's `cached_tokens`).
@@ -251,6 +276,10 @@ pub enum EngineError {
     ModelNotLoaded(String),
     #[error("the generation queue is full")]
     Overloaded,
+    /// The tenant's share of the engine is taken: its account's queued jobs, or its key's
+    /// queued and running sequences, are at `limit` (`runtime::tenants::TenantLimits`).
+    #[error("{scope} has {limit} requests waiting or running, its most")]
+    TenantLimit { scope: &'static str, limit: usize },
     #[error("the engine is shut down")]
     ShutDown,
     #[error("failed to render the chat template: {0}")]
@@ -290,6 +319,13 @@ pub enum EngineError {
     Unavailable { model: String, tried: Vec<String> },
     #[error("the prompt's images were not encoded before it was submitted")]
     Unencoded,
+    /// The rendered prompt has no tokens (an empty completions `prompt` for a model that adds
+    /// no BOS): nothing to prefill.
+    #[error("the prompt has no tokens")]
+    EmptyPrompt,
+    /// The server's image decode budget (`vision::budget`) had no room within its wait.
+    #[error("{0}")]
+    ImagesBusy(String),
     #[error("the vision encoder failed: {0}")]
     Encoder(String),
 }
@@ -315,6 +351,17 @@ pub trait Engine: Send + Sync + 'static {
     /// before the rest is tokenized), `Tokenize`, `Grammar`, `Image` (an image that cannot be
     /// read or is too large), `NoVision`.
     fn prepare(&self, model: &str, input: &ChatInput) -> Result<Prompt, EngineError>;
+    /// The fewest prompt tokens `input` can have on a loaded `model`, whatever its images turn
+    /// out to be (each counted as its family's cheapest; their bytes are not read, so images
+    /// not fetched yet may be empty placeholders; only their number counts): for the balance and
+    /// context checks of a request whose images are not fetched yet. CPU-bound like
+    /// `prepare`. The default is `prepare`'s count (an engine whose prompts carry no images).
+    ///
+    /// # Errors
+    /// As `prepare`, but for errors of the images themselves.
+    fn prompt_floor(&self, model: &str, input: &ChatInput) -> Result<usize, EngineError> {
+        self.prepare(model, input).map(|p| p.token_ids.len())
+    }
     /// Prompt tokens of `messages` exactly as `prepare` counts them, but only when `model` is
     /// loaded now: never loads a model and does not count as a use (for cost estimates).
     /// `None` when the model is not loaded or its template fails. CPU-bound like `prepare`.
@@ -325,7 +372,9 @@ pub trait Engine: Send + Sync + 'static {
     /// money is held. Blocking: call from a blocking task.
     ///
     /// # Errors
-    /// `ModelNotLoaded` (evicted since `prepare`), `NoVision`, `Encoder`.
+    /// `ModelNotLoaded` (evicted since `prepare`), `NoVision`, `Image` (pixels that cannot be
+    /// decoded after a readable header), `ImagesBusy` (no room in the decode budget in time),
+    /// `Encoder`.
     fn encode_images(&self, prompt: &mut Prompt) -> Result<(), EngineError>;
     /// Queue a generation; never blocks. Returns one handle per choice (`request.n`, at least
     /// one), in choice order; each choice's outcome counts the whole prompt, which was
@@ -337,6 +386,13 @@ pub trait Engine: Send + Sync + 'static {
     fn submit(&self, request: GenerateRequest) -> Result<Vec<Generation>, EngineError>;
     /// Scheduler counters per model.
     fn stats(&self) -> Vec<ModelStats>;
+    /// Stop for a clean shutdown: refuse new jobs from now on (`ShutDown`) and end every
+    /// queued one unrun (`FinishReason::NotRun`: its hold is voided); running sequences go on
+    /// to their normal end. Never blocks. The default does nothing (an engine without a queue).
+    fn drain(&self) {}
+    /// End every running sequence now as if its client had left (`Cancelled`: the tokens so
+    /// far are charged), for a shutdown whose drain time is over. Never blocks.
+    fn cancel_running(&self) {}
     /// Models being fetched or loaded now (`weights::progress`); none for an engine that
     /// loads nothing on demand.
     fn preparing(&self) -> Vec<weights::progress::Preparation> {

@@ -44,6 +44,21 @@ impl Ledger {
         self.write(|tx| reserve_in(tx, request_id, account, None, amount, &self.replica))
     }
 
+    /// Whether a hold of `amount` micros for `account` (and `key`'s spend limit) would be taken
+    /// now, read without writing: the check before work that comes before the hold itself
+    /// (fetching a request's remote images). A later `reserve` decides for real.
+    ///
+    /// # Errors
+    /// `InsufficientBalance`, `KeySpendLimit`, `NoSuchAccount`, database errors.
+    pub fn could_reserve(
+        &self,
+        account: AccountId,
+        key: Option<KeyId>,
+        amount: Micros,
+    ) -> Result<(), LedgerError> {
+        self.read(|tx| room_in(tx, account, key, amount).map(|_| ()))
+    }
+
     /// Charge the actual cost (never more than reserved) and release the rest; records usage.
     /// Idempotent: a second settle of the same request changes nothing.
     ///
@@ -152,6 +167,33 @@ pub(super) fn reserve_in(
     if amount < Micros::ZERO {
         return Err(LedgerError::BadAmount);
     }
+    let available = room_in(tx, account, key, amount)?;
+    tx.exec(
+        &format!(
+            "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id, owner, lease_until)
+             VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6, {} + ?7)",
+            db_now(tx)
+        ),
+        args![request_id, account, amount, now(), key, owner, LEASE_S],
+    )?;
+    insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
+    Ok(Reservation {
+        reserved_micros: amount,
+        available_after: available - amount,
+    })
+}
+
+/// Whether `key`'s spend limit and `account`'s balance less its open holds cover `amount`:
+/// the account's available micros when they do.
+///
+/// # Errors
+/// `KeySpendLimit`, `InsufficientBalance`, `NoSuchAccount`, database errors.
+fn room_in(
+    tx: &Tx<'_>,
+    account: AccountId,
+    key: Option<KeyId>,
+    amount: Micros,
+) -> Result<Micros, LedgerError> {
     if let Some(key) = key {
         super::keys::check_key_limit(tx, key, amount)?;
     }
@@ -169,19 +211,7 @@ pub(super) fn reserve_in(
             available,
         });
     }
-    tx.exec(
-        &format!(
-            "INSERT INTO holds (request_id, account_id, reserved_micros, state, created_at, key_id, owner, lease_until)
-             VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6, {} + ?7)",
-            db_now(tx)
-        ),
-        args![request_id, account, amount, now(), key, owner, LEASE_S],
-    )?;
-    insert_entry(tx, account, "hold", amount, Some(request_id), None)?;
-    Ok(Reservation {
-        reserved_micros: amount,
-        available_after: available - amount,
-    })
+    Ok(available)
 }
 
 #[cfg(test)]
@@ -230,6 +260,29 @@ mod tests {
         assert_eq!(l.account(a.id).unwrap().balance_micros, 750);
         assert_eq!(l.usage("r3").unwrap().unwrap().status, UsageStatus::Failed);
         assert!(l.check().unwrap().is_empty());
+    }
+
+    /// `could_reserve` answers what `reserve` would, open holds counted, and writes nothing.
+    #[test]
+    fn could_reserve_reads_what_reserve_would_decide() {
+        let (_d, l) = temp_ledger();
+        let a = l.create_account("a@example.com", Micros(1000)).unwrap();
+        l.could_reserve(a.id, None, Micros(1000))
+            .expect("the whole balance");
+        l.reserve("r1", a.id, Micros(600)).unwrap();
+        l.could_reserve(a.id, None, Micros(400))
+            .expect("what is left");
+        let e = l.could_reserve(a.id, None, Micros(401)).unwrap_err();
+        assert!(
+            matches!(e, LedgerError::InsufficientBalance { required, available } if required == Micros(401) && available == Micros(400)),
+            "{e:?}"
+        );
+        let acct = l.account(a.id).unwrap();
+        assert_eq!((acct.balance_micros.0, acct.reserved_micros.0), (1000, 600));
+        assert!(
+            l.entries(a.id, 10).unwrap().len() == 2,
+            "a credit and one hold, nothing more"
+        );
     }
 
     #[test]

@@ -35,12 +35,54 @@ pub enum MeterError {
     /// the background, so the request is not charged.
     #[error("the charge could not be recorded: {0}")]
     NotRecorded(String),
+    /// An image of the request could not be decoded (after its header was read and the hold
+    /// taken); the hold was released. `label` is the request's name for it.
+    #[error("{message}")]
+    Image {
+        label: Option<String>,
+        message: String,
+        /// Over a size limit, rather than unreadable.
+        too_large: bool,
+    },
+    /// The server's image decode budget had no room in time (the hold was released).
+    #[error("{0}")]
+    ImagesBusy(String),
+    /// The tenant's share of the engine queue is taken (`scope`: the account or the API key;
+    /// `limit` its cap); the hold was released.
+    #[error("{scope} has {limit} requests waiting or running, its most")]
+    TenantLimit { scope: &'static str, limit: usize },
+    /// The server is stopping: the request was refused, or ended in the queue without running
+    /// (the hold was released).
+    #[error("the server is shutting down")]
+    ShuttingDown,
     /// A metering task died (a bug); nothing is charged.
     #[error("metering failed: {0}")]
     Internal(String),
 }
 
 impl MeterError {
+    /// The engine's refusal of a held request (`encode_images` or `submit` failed): the hold
+    /// is void by now. `labels` name the request's images.
+    pub(super) fn refused(e: crate::engine::EngineError, model: &str, labels: &[String]) -> Self {
+        use crate::engine::EngineError as E;
+        match e {
+            E::Overloaded => Self::Overloaded(model.to_owned()),
+            E::Image {
+                index,
+                message,
+                too_large,
+            } => Self::Image {
+                label: labels.get(index).cloned(),
+                message,
+                too_large,
+            },
+            E::ImagesBusy(m) => Self::ImagesBusy(m),
+            E::TenantLimit { scope, limit } => Self::TenantLimit { scope, limit },
+            E::ShutDown => Self::ShuttingDown,
+            other => Self::EngineFailed(other.to_string()),
+        }
+    }
+
     /// Map a failure of the admission transaction.
     pub(super) fn from_admission(e: LedgerError) -> Self {
         match e {

@@ -33,6 +33,7 @@
 //! with its charge.
 
 mod error;
+mod flights;
 mod settle;
 mod units;
 
@@ -53,6 +54,8 @@ use crate::ledger::{Admitted, Claim, Ledger, LedgerError};
 pub struct Meter {
     ledger: Arc<Ledger>,
     engine: SharedEngine,
+    /// Requests between admission and the end of their settlement.
+    flights: Arc<flights::Flights>,
 }
 
 /// A client's `Idempotency-Key` for a request: where it lives and the body's fingerprint.
@@ -86,6 +89,10 @@ pub struct PaidRequest {
     /// request runs with the most output tokens it does cover, instead of 402; 402 only when
     /// not even one output token after the prompt is covered.
     pub fit_to_balance: bool,
+    /// How the client's request names each of the prompt's images (its field path, e.g.
+    /// `messages[0].content[1]`), in `ChatInput::images` order: an image that fails to decode
+    /// after the hold is reported by that name (`MeterError::Image`).
+    pub image_labels: Vec<String>,
 }
 
 /// What `Meter::hold` did.
@@ -118,7 +125,23 @@ pub enum Admission {
 impl Meter {
     /// A metering service over `ledger` and `engine`.
     pub fn new(ledger: Arc<Ledger>, engine: SharedEngine) -> Self {
-        Self { ledger, engine }
+        Self {
+            ledger,
+            engine,
+            flights: Arc::default(),
+        }
+    }
+
+    /// Paid requests admitted whose settlement (charge or void) has not committed yet.
+    pub fn in_flight(&self) -> usize {
+        self.flights.open()
+    }
+
+    /// Wait, at most `limit`, until every admitted request has settled (charged, or its hold
+    /// voided): a clean stop waits on this before the process exits, so no hold is left open.
+    /// Whether all have.
+    pub async fn wait_settled(&self, limit: std::time::Duration) -> bool {
+        self.flights.wait_landed(limit).await
     }
 
     /// Start-up recovery after a crash, before the server listens: release the open holds
@@ -161,7 +184,9 @@ impl Meter {
         if matches!(mode, Mode::Stream) && req.idempotency.is_some() {
             return Err(MeterError::StreamWithIdempotency);
         }
-        tokio::spawn(self.clone().admit_detached(req, mode))
+        let flight = self.flights.start();
+        let me = self.clone();
+        tokio::spawn(async move { me.admit_detached(req, mode, flight).await })
             .await
             .unwrap_or_else(|e| Err(MeterError::Internal(format!("admission task: {e}"))))
     }
@@ -170,6 +195,7 @@ impl Meter {
         self,
         mut req: PaidRequest,
         mode: Mode,
+        flight: flights::Flight,
     ) -> Result<Admission, MeterError> {
         let prompt_tokens = req.generate.prompt.token_ids.len();
         let hold = match self.hold(&mut req).await? {
@@ -190,6 +216,7 @@ impl Meter {
             hold_micros: hold,
             claim: req.idempotency.map(|c| c.scope),
             units: None,
+            flight,
         };
         let submitted = match self.encode_images(req.generate).await {
             Ok(generate) => self.engine.submit(generate),
@@ -199,10 +226,7 @@ impl Meter {
             Ok(g) => g,
             Err(e) => {
                 settle::void(&ctx, 0).await;
-                return Err(match e {
-                    EngineError::Overloaded => MeterError::Overloaded(req.model),
-                    other => MeterError::EngineFailed(other.to_string()),
-                });
+                return Err(MeterError::refused(e, &req.model, &req.image_labels));
             }
         };
         let (events, outcomes): (Vec<_>, Vec<_>) = generations
@@ -222,6 +246,28 @@ impl Meter {
                 Admission::Completing(completion)
             }
         })
+    }
+
+    /// Whether `account` (and `key`'s spend limit) covers the least a request can cost, its
+    /// `prompt_tokens` and `output_tokens` (`billing::hold_micros`), read without holding
+    /// anything: the check before work that comes before the hold (fetching a request's remote
+    /// images), so a payer who cannot pay gets the 402 before that work is done. The hold
+    /// itself still decides (`admit`).
+    ///
+    /// # Errors
+    /// `InsufficientBalance`, `KeySpendLimit`, `Storage`.
+    pub async fn precheck(
+        &self,
+        (account, key): (AccountId, Option<KeyId>),
+        pricing: &Pricing,
+        prompt_tokens: usize,
+        output_tokens: usize,
+    ) -> Result<(), MeterError> {
+        let least = billing::hold_micros(pricing, prompt_tokens, output_tokens);
+        self.ledger
+            .run(move |l| l.could_reserve(account, key, least))
+            .await
+            .map_err(MeterError::from_admission)
     }
 
     /// Step 2's encoder run for `generate`'s images, off the async threads; `generate` back

@@ -119,6 +119,8 @@ pub(super) struct Context {
     pub(super) claim: Option<IdempotencyScope>,
     /// For a unit-priced request (speech), what it bills instead of tokens.
     pub(super) units: Option<billing::PricedUnits>,
+    /// Keeps the request counted in flight until its settlement ends.
+    pub(super) flight: super::flights::Flight,
 }
 
 /// Wait for a streamed generation's outcomes (one per choice) and settle them; the caller owns
@@ -130,9 +132,9 @@ pub(super) async fn after_stream(
 ) {
     let outcomes = wait_outcomes(&ctx, outcomes).await;
     let result = match charge_of(&ctx, &outcomes) {
-        Err(msg) => {
+        Err(e) => {
             void(&ctx, completion_tokens(&outcomes)).await;
-            Err(MeterError::EngineFailed(msg))
+            Err(e)
         }
         Ok(charge) => settle(&ctx, &charge, None).await.map(|()| charge),
     };
@@ -151,9 +153,9 @@ pub(super) async fn after_completion(
     let text = collect(events, &mut tx, ctx.claim.is_some()).await;
     let outcomes = wait_outcomes(&ctx, outcomes).await;
     let result = match charge_of(&ctx, &outcomes) {
-        Err(msg) => {
+        Err(e) => {
             void(&ctx, completion_tokens(&outcomes)).await;
-            Err(MeterError::EngineFailed(msg))
+            Err(e)
         }
         Ok(charge) => {
             let response = render(&charge, text);
@@ -215,15 +217,17 @@ fn completion_tokens(outcomes: &[Outcome]) -> usize {
     outcomes.iter().map(|o| o.completion_tokens).sum()
 }
 
-/// The charge of the choices' outcomes, or the first failure's message (one failed choice
-/// fails the request: nothing is charged). The prompt counts once: every choice read the same
+/// The charge of the choices' outcomes, or why nothing is charged: the first failure
+/// (`EngineFailed`: one failed choice fails the request) or a job the engine ended unrun
+/// while stopping (`ShuttingDown`). The prompt counts once: every choice read the same
 /// prefill.
-fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, String> {
-    if let Some(msg) = outcomes.iter().find_map(|o| match &o.finish {
-        FinishReason::Failed(msg) => Some(msg.clone()),
+fn charge_of(ctx: &Context, outcomes: &[Outcome]) -> Result<Charge, MeterError> {
+    if let Some(e) = outcomes.iter().find_map(|o| match &o.finish {
+        FinishReason::Failed(msg) => Some(MeterError::EngineFailed(msg.clone())),
+        FinishReason::NotRun => Some(MeterError::ShuttingDown),
         _ => None,
     }) {
-        return Err(msg);
+        return Err(e);
     }
     let prompt = outcomes
         .first()
@@ -363,7 +367,9 @@ pub(super) async fn void(ctx: &Context, completion_tokens: usize) -> bool {
         return outcome.settled_before;
     }
     let request_id = ctx.metered.request_id.clone();
+    let flight = ctx.flight.clone();
     tokio::spawn(async move {
+        let _flight = flight;
         let mut wait = VOID_BACKOFF.0;
         loop {
             tokio::time::sleep(wait).await;

@@ -66,6 +66,7 @@ impl Rig {
                 output: PricePerMTok(2_000_000),
             },
             generate: GenerateRequest {
+                tenant: Default::default(),
                 request_id: id.into(),
                 prompt: Prompt::plain(MODEL, vec![1, 2, 3, 4], 256),
                 sampling: SamplingParams::default(),
@@ -83,6 +84,7 @@ impl Rig {
             }),
             started: Instant::now(),
             fit_to_balance: false,
+            image_labels: Vec::new(),
         }
     }
 }

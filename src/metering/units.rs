@@ -72,7 +72,8 @@ impl Meter {
         R: FnOnce(Micros, T) -> StoredResponse + Send + 'static,
     {
         let me = self.clone();
-        tokio::spawn(async move { me.run_units_detached(req, work, render).await })
+        let flight = self.flights.start();
+        tokio::spawn(async move { me.run_units_detached(req, work, render, flight).await })
             .await
             .unwrap_or_else(|e| Err(MeterError::Internal(format!("admission task: {e}"))))
     }
@@ -82,6 +83,7 @@ impl Meter {
         req: PaidUnits,
         work: W,
         render: R,
+        flight: super::flights::Flight,
     ) -> Result<UnitsAdmission<E>, MeterError>
     where
         W: Future<Output = Result<T, E>>,
@@ -115,6 +117,7 @@ impl Meter {
             hold_micros: cost,
             claim: req.idempotency.map(|c| c.scope),
             units: Some(units),
+            flight,
         };
         match work.await {
             Err(e) => {

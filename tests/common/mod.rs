@@ -88,6 +88,16 @@ impl TestServer {
             .unwrap()
     }
 
+    /// Another key, named `name`, for `account`: (the account, the key).
+    pub fn account_with_key(
+        &self,
+        account: tollgate::ids::AccountId,
+        name: &str,
+    ) -> (tollgate::ids::AccountId, String) {
+        let (key, _) = tollgate::auth::create_key(&self.ledger, account, name).unwrap();
+        (account, key)
+    }
+
     /// A new account with `micros` and a key for it.
     pub fn account_with(&self, email: &str, micros: i64) -> (tollgate::ids::AccountId, String) {
         let a = self.ledger.create_account(email, Micros(micros)).unwrap();
@@ -237,6 +247,10 @@ pub fn real_server_cached(
         memory_budget: 0,
         kv_cache_budget,
         prefix_cache_budget,
+        images: Default::default(),
+        queued_per_account: 0,
+        sequences_per_key: 0,
+        interleave_ms: 0,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
@@ -259,6 +273,10 @@ pub fn on_demand_server(catalog: Catalog, memory_budget: u64) -> TestServer {
         memory_budget,
         kv_cache_budget: 0,
         prefix_cache_budget: PREFIX_CACHE,
+        images: Default::default(),
+        queued_per_account: 0,
+        sequences_per_key: 0,
+        interleave_ms: 0,
     })
     .expect("engine starts");
     serve(Arc::new(engine), catalog)
@@ -286,8 +304,22 @@ pub async fn post(
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.text().await.unwrap();
+    assert_no_panic_text(status, &text);
     let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, headers, v)
+}
+
+/// Every test's error answers: a 4xx or 5xx body never carries panic text (a panic's message
+/// or a tokio `JoinError`), so a panic in the server never reaches a tenant as a message.
+pub fn assert_no_panic_text(status: u16, body: &str) {
+    if status >= 400 {
+        for mark in ["panicked", "JoinError"] {
+            assert!(
+                !body.contains(mark),
+                "{status} body carries `{mark}`: {body}"
+            );
+        }
+    }
 }
 
 pub async fn get(url: &str) -> (u16, reqwest::header::HeaderMap, Value) {
@@ -475,4 +507,48 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
         .sum();
     let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (n(a) * n(b))
+}
+
+/// `tests/data/vision/<rel>`: the tiny vision fixture models and their catalogue.
+pub fn vision_dir(rel: &str) -> PathBuf {
+    root().join("tests/data/vision").join(rel)
+}
+
+pub fn vision_catalog() -> Catalog {
+    Catalog::load(&vision_dir("models.toml")).expect("catalogue")
+}
+
+/// A real engine on the vision fixture catalogue (models loaded on first use).
+pub fn vision_server() -> TestServer {
+    vision_server_with(Default::default())
+}
+
+/// `vision_server` fetching remote images as `image_urls` says.
+pub fn vision_server_with(image_urls: tollgate::api::shared::image_fetch::ImageUrls) -> TestServer {
+    let catalog = vision_catalog();
+    let engine = CandleEngine::start(EngineConfig {
+        models: vec![],
+        device: candle_core::Device::Cpu,
+        queue_depth: 8,
+        limits_max_batch: 4,
+        // Small steps, so prompts are prefilled in several chunks around the image runs.
+        limits_step_tokens: 24,
+        speculative_tokens: 16,
+        weight_read_rows: tollgate::engine::WEIGHT_READ_ROWS,
+        draft_models: true,
+        kv_cache: tollgate::engine::model::attention::KvTypes::default(),
+        on_demand: Some((Arc::new(catalog.clone()), vision_dir(""))),
+        memory_budget: 0,
+        kv_cache_budget: 0,
+        prefix_cache_budget: 1 << 20,
+        images: Default::default(),
+        queued_per_account: 0,
+        sequences_per_key: 0,
+        interleave_ms: 0,
+    })
+    .expect("engine starts");
+    serve_tweaked(Arc::new(engine), catalog, |state| {
+        state.models.weights_dir = Arc::new(vision_dir(""));
+        state.models.image_urls = image_urls;
+    })
 }

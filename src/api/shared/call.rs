@@ -4,8 +4,8 @@
 //! handler then reads the body (`json` or `multipart`), names its `Idempotency-Key`
 //! (`idempotency`), and answers through `answer`, which puts the `x-ratelimit-*` headers on
 //! every authenticated response.
-//! May use: `paid`, `access`, `limits`, `state`, `error`, `metering`. Never: an endpoint
-//! file.
+//! May use: `paid`, `access`, `limits`, `state`, `error`, `metering`, `connections` (to mark
+//! the connection as paying). Never: an endpoint file.
 
 use std::time::Instant;
 
@@ -87,6 +87,14 @@ impl FromRequest<AppState> for PaidCall {
             }
         };
         let (payer, rate) = paid::payer(state, &parts.headers).await?;
+        // A connection that sent a valid key may use the part of the connection cap that is
+        // kept for paying clients (`connections::Registry`).
+        if let Some(conn) = parts
+            .extensions
+            .get::<std::sync::Arc<super::connections::Conn>>()
+        {
+            conn.proven();
+        }
         Ok(Self {
             caller: Caller {
                 payer,

@@ -117,6 +117,20 @@ pub enum ApiError {
     /// 429 `engine_overloaded` with `Retry-After`.
     #[error("The model `{0}` is at capacity; retry shortly.")]
     Overloaded(String),
+    /// 429 `too_many_concurrent_requests` with `Retry-After`: the payer's share of the engine
+    /// queue is taken (`scope`: its account's queued requests or its key's requests waiting
+    /// and running, `limit` the cap), so one tenant cannot fill the queue for the others.
+    #[error("Too many concurrent requests: {scope} has {limit} requests waiting or running, the most this server allows; retry when one finishes.")]
+    TooManyConcurrent { scope: &'static str, limit: usize },
+    /// 503 `image_decode_busy` with `Retry-After`: the server's budget for decoding images at
+    /// once had no room within its wait; nothing was charged.
+    #[error("The server is decoding other requests' images and had no room for this one in time; retry shortly. Nothing was charged.")]
+    ImagesBusy(String),
+    /// 503 `shutting_down` with `Retry-After`: the server is stopping; nothing was charged.
+    #[error(
+        "The server is shutting down; retry (another replica may answer). Nothing was charged."
+    )]
+    ShuttingDown,
     /// 503 `model_capacity` with `Retry-After`: the memory budget is held by busy models.
     #[error("{0}")]
     NoCapacity(String),
@@ -174,6 +188,9 @@ impl ApiError {
             E::FileTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, Code::FileTooLarge, Some("file".into())),
             E::RateLimited { .. } | E::PublicRateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Code::RateLimitExceeded, None),
             E::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Code::EngineOverloaded, None),
+            E::TooManyConcurrent { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Code::TooManyConcurrentRequests, None),
+            E::ImagesBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::ImageDecodeBusy, None),
+            E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::ShuttingDown, None),
             E::NoCapacity(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", Code::ModelCapacity, None),
             E::ModelNotAvailable { .. } => (StatusCode::NOT_FOUND, "not_found_error", Code::ModelNotAvailable, model()),
             E::ModelUnavailable { .. } => (StatusCode::BAD_GATEWAY, "api_error", Code::ModelUnavailable, model()),
@@ -233,6 +250,7 @@ impl ApiError {
         if status.is_server_error() {
             let detail = match self {
                 ApiError::EngineFailed(d)
+                | ApiError::ImagesBusy(d)
                 | ApiError::Internal(d)
                 | ApiError::LedgerUnavailable(d)
                 | ApiError::ModelUnavailable { detail: d, .. } => d.as_str(),
@@ -316,6 +334,22 @@ impl From<MeterError> for ApiError {
                     .into(),
             },
             MeterError::Overloaded(model) => Self::Overloaded(model),
+            MeterError::TenantLimit { scope, limit } => Self::TooManyConcurrent { scope, limit },
+            MeterError::ImagesBusy(d) => Self::ImagesBusy(d),
+            MeterError::ShuttingDown => Self::ShuttingDown,
+            MeterError::Image {
+                label,
+                message,
+                too_large,
+            } => Self::BadRequest {
+                param: label,
+                code: if too_large {
+                    Code::ImageTooLarge
+                } else {
+                    Code::InvalidImage
+                },
+                message: format!("The image cannot be used: {message}."),
+            },
             MeterError::EngineFailed(d) => Self::EngineFailed(d),
             e @ (MeterError::Storage(_) | MeterError::NotRecorded(_)) => {
                 Self::LedgerUnavailable(e.to_string())
@@ -390,6 +424,7 @@ impl ApiError {
         match e {
             EmbedError::TooLong { index, tokens, limit } => Self::bad(at(index), Code::InputTooLong, format!("The input has {tokens} tokens; `{model}` reads at most {limit} (special tokens included). Split it; nothing is truncated and nothing was charged.")),
             EmbedError::TextTooLong { index, bytes, limit } => Self::bad(at(index), Code::InputTooLong, format!("The input has {bytes} bytes; `{model}` reads at most {limit} tokens, and no text that long fits. Split it; nothing is truncated and nothing was charged.")),
+            EmbedError::RequestTooLong { counted, limit, .. } => Self::bad("input", Code::InputTooLong, format!("The inputs have more than {limit} tokens in all (counting stopped at {counted}); one request may have at most {limit}. Send them in several requests; nothing was charged.")),
             EmbedError::Empty { index } => Self::bad(at(index), Code::InvalidValue, "The input is empty.".into()),
             EmbedError::BadToken { index, id, vocab } => Self::bad(at(index), Code::InvalidValue, format!("Token id {id} is outside the vocabulary of `{model}` (ids 0 to {}).", vocab.saturating_sub(1))),
             EmbedError::Load(m) => Self::ModelUnavailable { model: model.to_owned(), detail: m },
@@ -410,7 +445,12 @@ impl IntoResponse for ApiError {
         resp.extensions_mut().insert(envelope);
         let h = resp.headers_mut();
         match &self {
-            ApiError::Overloaded(_) | ApiError::NoCapacity(_) | ApiError::TooManyConnections => {
+            ApiError::Overloaded(_)
+            | ApiError::NoCapacity(_)
+            | ApiError::TooManyConnections
+            | ApiError::TooManyConcurrent { .. }
+            | ApiError::ImagesBusy(_)
+            | ApiError::ShuttingDown => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::LedgerUnavailable(_) => {

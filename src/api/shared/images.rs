@@ -1,7 +1,8 @@
 //! A request's images from the URLs of its `image_url` / `input_image` parts: `data:` URLs
 //! (base64 PNG, JPEG, WebP or GIF) decoded to bytes, and `http(s)` URLs fetched only when the
-//! operator allows it (`image_fetch`), with the count and size bounded before any pixel is
-//! decoded (`engine::vision::decode` bounds the rest). Every failure is a 400 naming the part.
+//! operator allows it (`image_fetch`), each fetch in one of the payer's places
+//! (`image_fetch::FetchSlots`), with the count and size bounded before any pixel is decoded
+//! (`engine::vision::decode` bounds the rest). Every failure is a 400 naming the part.
 //!
 //! May use: `request`, `error`, `codes`, `image_fetch`, `engine`, `base64`. Never: the ledger,
 //! handlers.
@@ -13,7 +14,7 @@ use base64::Engine as _;
 
 use super::codes::Code;
 use super::error::ApiError;
-use super::image_fetch::{self, FetchError, ImageUrls};
+use super::image_fetch::{self, FetchError, FetchSlots, ImageUrls};
 use super::request::ImagePart;
 use crate::engine::vision::ImageLimits;
 use crate::engine::InputImage;
@@ -33,8 +34,17 @@ const TYPES: [&str; 5] = [
 /// Most seconds all of a request's remote images may take to fetch together.
 const FETCH_BUDGET: Duration = Duration::from_secs(30);
 
+/// Whether and how a request's remote images are fetched: the server's rules, its fetch
+/// places, and the payer whose places the fetches take.
+pub struct Remote<'a> {
+    pub urls: ImageUrls,
+    pub slots: &'a Arc<FetchSlots>,
+    /// The payer's name in `slots` (its key, or its account on the session path).
+    pub payer: String,
+}
+
 /// The bytes of each part's image, in order. `param` names a part in the surface's terms;
-/// `urls` says whether remote URLs are fetched.
+/// `remote` says whether and how remote URLs are fetched.
 ///
 /// # Errors
 /// 400 `too_many_images` (more than `MAX_IMAGES`), `image_url_not_allowed` (a remote URL when
@@ -44,7 +54,7 @@ const FETCH_BUDGET: Duration = Duration::from_secs(30);
 pub async fn input_images(
     parts: &[ImagePart],
     param: &(dyn Fn(&ImagePart) -> String + Sync),
-    urls: ImageUrls,
+    remote: &Remote<'_>,
 ) -> Result<Vec<InputImage>, ApiError> {
     if let Some(extra) = parts.get(MAX_IMAGES) {
         return Err(ApiError::bad(
@@ -57,7 +67,7 @@ pub async fn input_images(
     let mut out = Vec::with_capacity(parts.len());
     for part in parts {
         let image = if image_fetch::is_http(&part.url) {
-            remote(&part.url, urls, started).await
+            fetched(&part.url, remote, started).await
         } else {
             data_url(&part.url)
         };
@@ -66,36 +76,45 @@ pub async fn input_images(
     Ok(out)
 }
 
-/// A remote image, when `urls` allows it, fetched on a blocking thread within what is left of
-/// the request's `FETCH_BUDGET`.
-async fn remote(
+/// A remote image, when `remote.urls` allows it, fetched on a blocking thread in one of the
+/// payer's places (waiting for one within what is left of the request's `FETCH_BUDGET`).
+async fn fetched(
     url: &str,
-    urls: ImageUrls,
+    remote: &Remote<'_>,
     started: Instant,
 ) -> Result<InputImage, (Code, String)> {
-    if !urls.allow {
+    if !remote.urls.allow {
         return Err((
             Code::ImageUrlNotAllowed,
             "This server does not fetch images from URLs; send the image inline as a `data:` URL (for example `data:image/png;base64,...`).".into(),
         ));
     }
-    let left = FETCH_BUDGET.saturating_sub(started.elapsed());
-    if left.is_zero() {
-        return Err((
+    let out_of_time = || {
+        (
             Code::InvalidImage,
             format!(
                 "The request's images took more than {} s to fetch.",
                 FETCH_BUDGET.as_secs()
             ),
-        ));
+        )
+    };
+    let deadline = started + FETCH_BUDGET;
+    let Some(slot) = remote.slots.take(&remote.payer, deadline).await else {
+        return Err(out_of_time());
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(out_of_time());
     }
     let limit = ImageLimits::default().max_bytes;
-    let url = url.to_owned();
+    let (url, private) = (url.to_owned(), remote.urls.allow_private);
     let fetched = tokio::task::spawn_blocking(move || {
-        image_fetch::fetch(&url, limit, urls.allow_private, left)
+        let got = image_fetch::fetch(&url, limit, private, left);
+        drop(slot);
+        got
     })
     .await
-    .unwrap_or_else(|e| Err(FetchError::Failed(e.to_string())));
+    .unwrap_or_else(|_| Err(FetchError::Failed("the fetch stopped unexpectedly".into())));
     match fetched {
         Ok(bytes) => Ok(InputImage {
             bytes: Arc::from(bytes),
@@ -170,8 +189,17 @@ mod tests {
         format!("m[{}].c[{}]", p.message, p.part)
     }
 
+    fn remote(urls: ImageUrls) -> Remote<'static> {
+        static SLOTS: std::sync::OnceLock<Arc<FetchSlots>> = std::sync::OnceLock::new();
+        Remote {
+            urls,
+            slots: SLOTS.get_or_init(|| FetchSlots::new(4, 2)),
+            payer: "key 1".into(),
+        }
+    }
+
     async fn code_with(url: &str, urls: ImageUrls) -> Code {
-        match input_images(&[part(url)], &named, urls).await {
+        match input_images(&[part(url)], &named, &remote(urls)).await {
             Err(ApiError::BadRequest { code, param, .. }) => {
                 assert_eq!(param.as_deref(), Some("m[0].c[1]"));
                 code
@@ -187,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn data_urls_decode_and_the_rest_is_refused_by_name() {
         let png = [part("data:image/png;base64,iVBORw0KGgo=")];
-        let ok = input_images(&png, &named, ImageUrls::default())
+        let ok = input_images(&png, &named, &remote(ImageUrls::default()))
             .await
             .expect("png");
         assert_eq!(&ok[0].bytes[..4], b"\x89PNG");
@@ -212,7 +240,7 @@ mod tests {
             .map(|_| part("data:image/png;base64,AA=="))
             .collect();
         assert!(matches!(
-            input_images(&many, &named, ImageUrls::default()).await,
+            input_images(&many, &named, &remote(ImageUrls::default())).await,
             Err(ApiError::BadRequest {
                 code: Code::TooManyImages,
                 ..

@@ -241,7 +241,8 @@ fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
 ///
 /// # Errors
 /// 404 `model_not_available` (no weights found after all), 502 `model_unavailable` (cannot
-/// load), 400 `invalid_messages` (the template refuses them), 503 `model_capacity`, 500.
+/// load), 400 `invalid_messages` (the template refuses them), 400 `invalid_value` (a prompt
+/// with no tokens), 503 `model_capacity`, 500.
 pub async fn prepare(
     state: &AppState,
     model: &str,
@@ -249,20 +250,61 @@ pub async fn prepare(
     image_params: &[String],
 ) -> Result<Prompt, ApiError> {
     let engine = state.models.engine.clone();
-    let (id, model, input) = (model, model.to_owned(), input.clone());
-    let grammar_param = match input.constraint {
-        Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
-        _ => "tools",
-    };
+    let (owned, input) = (model.to_owned(), input.clone());
+    let grammar_param = grammar_param(&input);
     let result = tokio::task::spawn_blocking(move || {
         engine
-            .load(&model)
-            .and_then(|()| engine.prepare(&model, &input))
+            .load(&owned)
+            .and_then(|()| engine.prepare(&owned, &input))
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("prepare task: {e}")))?;
+    .map_err(|_| ApiError::Internal("the prompt task stopped unexpectedly".into()))?;
+    result.map_err(|e| prepare_error(state, model, e, image_params, grammar_param))
+}
+
+/// The fewest prompt tokens `input` (with `images` images, none fetched yet) can have on
+/// `model` (`Engine::prompt_floor`), loading it first, and the model's context length.
+///
+/// # Errors
+/// As `prepare`.
+pub async fn prompt_floor(
+    state: &AppState,
+    model: &str,
+    input: &ChatInput,
+    image_params: &[String],
+) -> Result<(usize, usize), ApiError> {
+    let engine = state.models.engine.clone();
+    let (owned, input) = (model.to_owned(), input.clone());
+    let grammar_param = grammar_param(&input);
+    let result = tokio::task::spawn_blocking(move || {
+        engine.load(&owned)?;
+        let floor = engine.prompt_floor(&owned, &input)?;
+        let context = engine.loaded().into_iter().find(|m| m.id == owned);
+        Ok((floor, context.map_or(usize::MAX, |m| m.context_length)))
+    })
+    .await
+    .map_err(|_| ApiError::Internal("the prompt task stopped unexpectedly".into()))?;
+    result.map_err(|e| prepare_error(state, model, e, image_params, grammar_param))
+}
+
+/// The field an output constraint of `input` came from.
+fn grammar_param(input: &ChatInput) -> &'static str {
+    match input.constraint {
+        Some(crate::engine::OutputConstraint::Json(_)) => "response_format",
+        _ => "tools",
+    }
+}
+
+/// `prepare`'s answer to the engine's error `e` for model `id`.
+fn prepare_error(
+    state: &AppState,
+    id: &str,
+    e: EngineError,
+    image_params: &[String],
+    grammar_param: &str,
+) -> ApiError {
     // The catalogue entry, looked up only when there is an error to name it in.
-    result.map_err(|e| match (e, state.models.catalog.get(id)) {
+    match (e, state.models.catalog.get(id)) {
         (EngineError::ModelNotLoaded(m), Some(entry)) => not_available(
             entry,
             &format!("`{m}` is not loaded and this engine does not load models on demand"),
@@ -273,6 +315,11 @@ pub async fn prepare(
             code: Code::InvalidMessages,
             message: format!("The messages cannot be rendered with the model's chat template: {t}"),
         },
+        (EngineError::EmptyPrompt, _) => ApiError::bad(
+            "messages",
+            Code::InvalidValue,
+            "The prompt is empty: it has no tokens for the model to read. Send some text.".into(),
+        ),
         (e @ EngineError::NoRoom { .. }, _) => ApiError::NoCapacity(e.to_string()),
         (EngineError::NoFim, _) => ApiError::bad(
             "suffix",
@@ -314,7 +361,7 @@ pub async fn prepare(
             detail: e.to_string(),
         },
         (other, _) => ApiError::Internal(other.to_string()),
-    })
+    }
 }
 
 /// Tokens the request may generate: its limit, else the rest of the context.
@@ -326,7 +373,18 @@ pub fn max_new_tokens(
     prompt: &Prompt,
     max_tokens: Option<(usize, &'static str)>,
 ) -> Result<usize, ApiError> {
-    let (n, ctx) = (prompt.token_ids.len(), prompt.context_length);
+    output_room(prompt.token_ids.len(), prompt.context_length, max_tokens)
+}
+
+/// `max_new_tokens` for a prompt of `n` tokens in a context of `ctx`.
+///
+/// # Errors
+/// As `max_new_tokens`.
+pub fn output_room(
+    n: usize,
+    ctx: usize,
+    max_tokens: Option<(usize, &'static str)>,
+) -> Result<usize, ApiError> {
     let exceeded = |param: &str, asked: usize| {
         ApiError::BadRequest {
         param: Some(param.into()),

@@ -1,5 +1,7 @@
 //! The HTTP/1.1 server loop and the limits of the HTTP layer: which connections are accepted
-//! (a global cap and one per client address, `connections`; refused with a 503 envelope),
+//! (a global cap with a part reserved for connections that sent a valid key, silent
+//! connections closed to make room, and a cap per client address derived from the global one,
+//! `connections`; refused with a 503 envelope),
 //! how long a new connection may take to send its first request, hyper's header read timeout
 //! (which also closes idle keep-alive connections), tower-http's request body timeout, the
 //! open-file limit, and graceful shutdown (hyper-util's `GracefulShutdown`). The timers are
@@ -7,7 +9,6 @@
 //! Owns: `HttpLimits` (also the per-request size limits the request parsers apply).
 //! May use: hyper, hyper-util, tower-http, the router, `connections`. Never: handlers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
-use super::connections::{self, PerAddress};
+use super::connections::{self, PerAddress, Registry};
 
 /// The limits of the HTTP layer and of one request's size, with the defaults the README
 /// documents (`tollgate serve --help` names each flag).
@@ -41,9 +42,10 @@ pub struct HttpLimits {
     pub max_connections: usize,
     /// Open connections at once from one client address (IPv6: one /64); one more is answered
     /// 503 `too_many_connections` and closed. `0`: no per-address cap (a server behind a
-    /// reverse proxy, whose connections all come from one address).
-    /// `--max-connections-per-ip`, default 256.
-    pub max_connections_per_ip: usize,
+    /// reverse proxy, whose connections all come from one address). `None`: derived from the
+    /// global cap (`per_address_cap`). `--max-connections-per-ip`, default derived (128 of
+    /// 4,096).
+    pub max_connections_per_ip: Option<usize>,
     /// Time a new connection has to send its first request's headers; then it is closed.
     /// `--first-request-timeout`, default 10 s (at most `header_timeout` applies).
     pub first_request_timeout: Duration,
@@ -60,6 +62,10 @@ pub struct HttpLimits {
     /// values before the chat template (400 `prompt_too_long`). `--max-prompt-chars`, default
     /// 1,048,576.
     pub max_prompt_chars: usize,
+    /// On a stop (SIGTERM, ctrl-c), how long the connections in flight may take to finish
+    /// their requests before the server stops waiting for them. `--drain-timeout`, default
+    /// 30 s.
+    pub drain_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -68,12 +74,13 @@ impl Default for HttpLimits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
-            max_connections_per_ip: 256,
+            max_connections_per_ip: None,
             first_request_timeout: Duration::from_secs(10),
             max_body_bytes: 4 * 1024 * 1024,
             max_messages: 2048,
             max_content_parts: 4096,
             max_prompt_chars: 1 << 20,
+            drain_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -114,6 +121,20 @@ pub fn raise_open_file_limit() -> u64 {
     }
 }
 
+/// The part of the connection cap only connections that sent a valid key may use: an eighth
+/// (512 of 4,096), so a flood of connections that never authenticate leaves paying clients
+/// room (`connections::Registry`).
+pub fn reserved_connections(cap: usize) -> usize {
+    cap / 8
+}
+
+/// The per-address cap when `--max-connections-per-ip` is not given: a thirty-second of the
+/// global cap (128 of 4,096, at least 8), so it takes 28 or more addresses to fill the part
+/// of the cap connections without a key may hold.
+pub fn per_address_cap(cap: usize) -> usize {
+    (cap / 32).max(8)
+}
+
 /// The connection cap that fits under `open_files` (the soft open-file limit).
 pub fn connection_cap(wanted: usize, open_files: u64) -> usize {
     let fits = open_files.saturating_sub(RESERVED_FDS).max(1);
@@ -121,7 +142,8 @@ pub fn connection_cap(wanted: usize, open_files: u64) -> usize {
 }
 
 /// Serve `router` on `listener` over HTTP/1.1 until `shutdown` resolves, then stop accepting
-/// and wait for the connections in flight to finish their requests.
+/// and wait for the connections in flight to finish their requests, at most
+/// `limits.drain_timeout`.
 ///
 /// Each connection gets the client's address as `ConnectInfo<SocketAddr>` and its request
 /// bodies wrapped in tower-http's `TimeoutBody` (`body_timeout` between frames). A connection
@@ -141,8 +163,12 @@ pub async fn serve(
             "connection cap lowered to fit the open-file limit"
         );
     }
-    let permits = Arc::new(Semaphore::new(cap));
-    let per_address = PerAddress::new(limits.max_connections_per_ip);
+    let registry = Registry::new(cap, reserved_connections(cap));
+    let per_address = PerAddress::new(
+        limits
+            .max_connections_per_ip
+            .unwrap_or_else(|| per_address_cap(cap)),
+    );
     let reading_refusals = Arc::new(Semaphore::new(connections::READING_REFUSALS));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -163,8 +189,8 @@ pub async fn serve(
         };
         let admitted = per_address
             .try_acquire(addr.ip())
-            .and_then(|a| Some((a, permits.clone().try_acquire_owned().ok()?)));
-        let Some(places) = admitted else {
+            .and_then(|a| Some((a, registry.admit()?)));
+        let Some((address_place, place)) = admitted else {
             // Without a place to read its head, the refused connection is dropped: closed.
             if let Ok(place) = reading_refusals.clone().try_acquire_owned() {
                 tokio::spawn(connections::refuse(stream, place));
@@ -174,37 +200,45 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let body_timeout = limits.body_timeout;
-        let asked = Arc::new(AtomicBool::new(false));
-        let first = asked.clone();
+        let in_service = place.clone();
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-            first.store(true, Ordering::Relaxed);
+            in_service.asked();
             let mut req = req.map(|b| Body::new(TimeoutBody::new(body_timeout, b)));
             req.extensions_mut().insert(ConnectInfo(addr));
+            req.extensions_mut().insert(in_service.clone());
             router.clone().oneshot(req)
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         let first_request = limits.first_request_timeout;
         tokio::spawn(async move {
             let mut conn = std::pin::pin!(conn);
+            let closer = place.closer.clone();
             let done = tokio::select! {
                 done = &mut conn => Some(done),
                 () = tokio::time::sleep(first_request) => None,
+                () = closer.notified() => None,
             };
-            // Past the first-request time without a request: dropping the connection closes
-            // it (nothing is in flight). With one, the connection runs on under hyper's timers.
+            // Past the first-request time without a request, or closed to make room: dropping
+            // the connection closes it (nothing is in flight). With a request, the connection
+            // runs on under hyper's timers.
             let done = match done {
                 Some(done) => Some(done),
-                None if asked.load(Ordering::Relaxed) => Some(conn.await),
+                None if place.has_asked() => Some(conn.await),
                 None => None,
             };
             if let Some(Err(e)) = done {
                 tracing::debug!("connection from {addr}: {e}");
             }
-            drop(places);
+            drop((address_place, place));
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain time over with connections still open");
+    }
 }
 
 /// Errors from `accept` are the listener's, not a client's: per-connection ones (reset before

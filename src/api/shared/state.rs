@@ -46,6 +46,8 @@ pub struct Models {
     pub embedder: crate::engine::embed::Embedder,
     /// Whether remote image URLs are fetched (`--allow-image-urls`).
     pub image_urls: super::image_fetch::ImageUrls,
+    /// Places for remote image fetches, server-wide and per payer.
+    pub image_fetches: Arc<super::image_fetch::FetchSlots>,
 }
 
 /// Paid requests: the metering service and the request limits of keys and sessions.

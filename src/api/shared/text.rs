@@ -1,9 +1,11 @@
 //! The text generation request that chat completions and the Responses API share: once the
 //! endpoint has parsed its body into a `ChatRequest` and named its `Idempotency-Key`, the
 //! model is checked (catalogue, licence, weights), images are refused for a text-only model,
-//! the prompt is rendered and tokenized, the completion's token budget is fitted to the
-//! context, and the `PaidRequest` for `metering` is built. Only the field names in errors
-//! differ between the two surfaces (`Surface`).
+//! a request with images has its fewest prompt tokens checked against the context and the
+//! balance before any image is read or fetched, the prompt is rendered and tokenized (images by
+//! their headers only: pixels are decoded after the hold), the completion's token budget is
+//! fitted to the context, and the `PaidRequest` for `metering` is built. Only the field names
+//! in errors differ between the surfaces (`Surface`).
 //! May use: `paid`, `call`, `request`, `images`, `error`, `state`, `engine`, `metering`.
 
 use super::call::Caller;
@@ -50,10 +52,29 @@ impl Surface {
         }
     }
 
-    /// A `context_length_exceeded` or `reasoning_effort` error in this surface's field names
-    /// (other errors pass).
+    /// An error naming `messages`, `max_tokens` (for `context_length_exceeded`) or
+    /// `reasoning_effort` in this surface's field names (other errors pass).
     pub fn in_its_terms(self, e: ApiError) -> ApiError {
         match (self, e) {
+            (
+                Self::Responses | Self::Completions,
+                ApiError::BadRequest {
+                    param,
+                    code,
+                    message,
+                },
+            ) if param.as_deref() == Some("messages") && code != Code::ContextLengthExceeded => {
+                let field = if self == Self::Responses {
+                    "input"
+                } else {
+                    "prompt"
+                };
+                ApiError::BadRequest {
+                    param: Some(field.into()),
+                    code,
+                    message,
+                }
+            }
             (
                 Self::Responses,
                 ApiError::BadRequest {
@@ -127,9 +148,26 @@ pub async fn paid_request(
         });
     }
     let image_params: Vec<String> = chat.images.iter().map(|i| surface.image_param(i)).collect();
+    let urls = state.models.image_urls;
+    if !chat.images.is_empty() {
+        before_images(
+            state,
+            caller,
+            &chat,
+            n,
+            (&entry.pricing, &image_params),
+            surface,
+        )
+        .await?;
+    }
     let mut chat = chat;
     let param = |i: &ImagePart| surface.image_param(i);
-    chat.input.images = images::input_images(&chat.images, &param, state.models.image_urls).await?;
+    let remote = images::Remote {
+        urls,
+        slots: &state.models.image_fetches,
+        payer: payer_name(caller),
+    };
+    chat.input.images = images::input_images(&chat.images, &param, &remote).await?;
     let prompt = paid::prepare(state, &chat.model, &chat.input, &image_params)
         .await
         .map_err(|e| surface.in_its_terms(e))?;
@@ -148,6 +186,10 @@ pub async fn paid_request(
         pricing: entry.pricing,
         generate: GenerateRequest {
             request_id,
+            tenant: crate::engine::Tenant {
+                account: caller.payer.account_id(),
+                key: caller.payer.key_id(),
+            },
             prompt,
             sampling: chat.sampling,
             max_new_tokens,
@@ -157,6 +199,56 @@ pub async fn paid_request(
         idempotency,
         started: caller.started,
         fit_to_balance: chat.max_tokens.is_none(),
+        image_labels: image_params,
     };
     Ok((request, syntax))
+}
+
+/// The checks of a request with images, before any is read or fetched: its prompt's fewest
+/// tokens (each image at its family's cheapest, `Engine::prompt_floor`) must leave room in
+/// the context for its output, and the payer must cover them and the output the hold will
+/// need (all of `max_tokens`, or one token per choice without it). So a key that cannot pay
+/// gets its 402 before an image's header is read or a URL fetched.
+///
+/// # Errors
+/// 400 `context_length_exceeded`, 402, and `paid::prompt_floor`'s errors.
+async fn before_images(
+    state: &AppState,
+    caller: &Caller,
+    chat: &ChatRequest,
+    n: usize,
+    (pricing, image_params): (&crate::catalog::Pricing, &[String]),
+    surface: Surface,
+) -> Result<(), ApiError> {
+    let mut input = chat.input.clone();
+    input.images = chat
+        .images
+        .iter()
+        .map(|_| crate::engine::InputImage {
+            bytes: std::sync::Arc::from(Vec::new()),
+        })
+        .collect();
+    let (floor, context) = paid::prompt_floor(state, &chat.model, &input, image_params)
+        .await
+        .map_err(|e| surface.in_its_terms(e))?;
+    paid::output_room(floor, context, chat.max_tokens).map_err(|e| surface.in_its_terms(e))?;
+    let choices = n.max(1);
+    let output = chat
+        .max_tokens
+        .map_or(choices, |(m, _)| m.saturating_mul(choices));
+    let payer = (caller.payer.account_id(), caller.payer.key_id());
+    state
+        .paid
+        .meter
+        .precheck(payer, pricing, floor, output)
+        .await
+        .map_err(|e| ApiError::from(e).with_remedy(surface.remedy(chat.max_tokens)))
+}
+
+/// The payer's name for its fetch places: its key, or its account on the session path.
+fn payer_name(caller: &Caller) -> String {
+    match caller.payer.key_id() {
+        Some(k) => format!("key {k}"),
+        None => format!("account {}", caller.payer.account_id()),
+    }
 }

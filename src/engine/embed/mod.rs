@@ -59,6 +59,16 @@ pub enum EmbedError {
         bytes: usize,
         limit: usize,
     },
+    /// The inputs up to `index` have more tokens together than one request may (`limit`);
+    /// counting stopped there (`counted` at least), so the rest was never tokenized.
+    #[error(
+        "the inputs have more than {limit} tokens in all (at least {counted} by input {index})"
+    )]
+    RequestTooLong {
+        index: usize,
+        counted: usize,
+        limit: usize,
+    },
     /// Input `index` is empty (no text, or no token ids).
     #[error("input {index} is empty")]
     Empty { index: usize },
@@ -217,63 +227,109 @@ impl EmbeddingModel {
     /// `encode(prompt=...)` puts it; token-id inputs take none.
     ///
     /// # Errors
-    /// `Empty`, `BadToken`, `TooLong` (the first input in order that is), `Tokenize`.
+    /// `Empty`, `BadToken`, `TooLong`, `TextTooLong` (the first input in order that is),
+    /// `Tokenize`.
     pub fn tokenize(
         &self,
         inputs: &[EmbedInput],
         prompt: Option<&str>,
     ) -> Result<Vec<Vec<u32>>, EmbedError> {
-        let vocab = self.tokenizer.get_vocab_size(true);
-        inputs
-            .iter()
-            .enumerate()
-            .map(|(index, input)| {
-                let ids = match input {
-                    EmbedInput::Text(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
-                    EmbedInput::Tokens(t) if t.is_empty() => {
-                        return Err(EmbedError::Empty { index })
-                    }
-                    EmbedInput::Text(t) if t.len() > self.max_tokens * MAX_BYTES_PER_TOKEN => {
-                        return Err(EmbedError::TextTooLong {
-                            index,
-                            bytes: t.len(),
-                            limit: self.max_tokens,
-                        })
-                    }
-                    EmbedInput::Text(t) => {
-                        let text = match prompt {
-                            Some(p) => std::borrow::Cow::Owned(format!("{p}{t}")),
-                            None => std::borrow::Cow::Borrowed(t.as_str()),
-                        };
-                        self.tokenizer
-                            .encode(text.as_ref(), true)
-                            .map_err(|e| EmbedError::Tokenize(e.to_string()))?
-                            .get_ids()
-                            .to_vec()
-                    }
-                    EmbedInput::Tokens(t) => {
-                        if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
-                            return Err(EmbedError::BadToken { index, id, vocab });
-                        }
-                        let (cls, sep) = self.wrap;
-                        let head = (t.first() != Some(&cls)).then_some(cls);
-                        let tail = (t.last() != Some(&sep)).then_some(sep);
-                        head.into_iter()
-                            .chain(t.iter().copied())
-                            .chain(tail)
-                            .collect()
-                    }
-                };
-                if ids.len() > self.max_tokens {
-                    return Err(EmbedError::TooLong {
+        self.tokenize_within(inputs, prompt, usize::MAX)
+    }
+
+    /// `tokenize`, counting the request's tokens as it goes: once the inputs so far pass
+    /// `request_limit` tokens together (or a text input is too long to fit what is left, at
+    /// `MAX_BYTES_PER_TOKEN` bytes a token), it stops, and the rest is never tokenized.
+    ///
+    /// # Errors
+    /// As `tokenize`; `RequestTooLong`.
+    pub fn tokenize_within(
+        &self,
+        inputs: &[EmbedInput],
+        prompt: Option<&str>,
+        request_limit: usize,
+    ) -> Result<Vec<Vec<u32>>, EmbedError> {
+        let mut counted = 0usize;
+        let mut rows = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            let left = request_limit.saturating_sub(counted);
+            if let EmbedInput::Text(t) = input {
+                // No token covers more than MAX_BYTES_PER_TOKEN bytes: past this, it cannot fit.
+                if t.len() / MAX_BYTES_PER_TOKEN > left {
+                    return Err(EmbedError::RequestTooLong {
                         index,
-                        tokens: ids.len(),
-                        limit: self.max_tokens,
+                        counted: counted.saturating_add(t.len() / MAX_BYTES_PER_TOKEN),
+                        limit: request_limit,
                     });
                 }
-                Ok(ids)
-            })
-            .collect()
+            }
+            let ids = self.input_ids(index, input, prompt)?;
+            counted = counted.saturating_add(ids.len());
+            if counted > request_limit {
+                return Err(EmbedError::RequestTooLong {
+                    index,
+                    counted,
+                    limit: request_limit,
+                });
+            }
+            rows.push(ids);
+        }
+        Ok(rows)
+    }
+
+    /// The token ids of input `index`, within the model's length.
+    ///
+    /// # Errors
+    /// As `tokenize`, for this input.
+    fn input_ids(
+        &self,
+        index: usize,
+        input: &EmbedInput,
+        prompt: Option<&str>,
+    ) -> Result<Vec<u32>, EmbedError> {
+        let vocab = self.tokenizer.get_vocab_size(true);
+        let ids = match input {
+            EmbedInput::Text(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
+            EmbedInput::Tokens(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
+            EmbedInput::Text(t) if t.len() > self.max_tokens * MAX_BYTES_PER_TOKEN => {
+                return Err(EmbedError::TextTooLong {
+                    index,
+                    bytes: t.len(),
+                    limit: self.max_tokens,
+                })
+            }
+            EmbedInput::Text(t) => {
+                let text = match prompt {
+                    Some(p) => std::borrow::Cow::Owned(format!("{p}{t}")),
+                    None => std::borrow::Cow::Borrowed(t.as_str()),
+                };
+                self.tokenizer
+                    .encode(text.as_ref(), true)
+                    .map_err(|e| EmbedError::Tokenize(e.to_string()))?
+                    .get_ids()
+                    .to_vec()
+            }
+            EmbedInput::Tokens(t) => {
+                if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
+                    return Err(EmbedError::BadToken { index, id, vocab });
+                }
+                let (cls, sep) = self.wrap;
+                let head = (t.first() != Some(&cls)).then_some(cls);
+                let tail = (t.last() != Some(&sep)).then_some(sep);
+                head.into_iter()
+                    .chain(t.iter().copied())
+                    .chain(tail)
+                    .collect()
+            }
+        };
+        if ids.len() > self.max_tokens {
+            return Err(EmbedError::TooLong {
+                index,
+                tokens: ids.len(),
+                limit: self.max_tokens,
+            });
+        }
+        Ok(ids)
     }
 
     /// The unit-length vector of each token-id row (`tokenize`), in order, `dimensions` long.

@@ -8,33 +8,26 @@
 //! thread.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::counters::Counters;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use candle_core::Device;
 
 use super::draft;
-use super::scheduler::{self, ChoiceTx, Cmd, Job, Limits, Runtime};
+use super::front::Front;
+use super::loader::{load, vision_part, weights_bytes};
+use super::prepare::{constrained_prompt, place_error, prompt_floor};
+use super::scheduler::{self, ChoiceTx, Job};
+use super::tenants::{Book, Refusal, TenantLimits};
+use super::thread::{Cmd, Limits, Runtime};
 use crate::catalog::Catalog;
-use crate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
-use crate::engine::constrain::tools::{ToolFormat, ToolSyntax};
-use crate::engine::model::attention::{KvType, KvTypes};
-use crate::engine::model::Transformer;
-use crate::engine::text::chat::{ChatInput, OutputConstraint, ToolChoice};
-use crate::engine::text::prompt::PromptFormat;
-use crate::engine::text::template::ChatTemplate;
-use crate::engine::text::tokenizer::ModelTokenizer;
-use crate::engine::vision::{ImageError, ImageLimits, Images, PlaceError, VisionModel};
-use crate::engine::weights::gguf::GgufFile;
-use crate::engine::weights::hf_files;
+use crate::engine::model::attention::KvTypes;
+use crate::engine::text::chat::ChatInput;
+use crate::engine::vision::{ImageBounds, ImageConfig};
 use crate::engine::weights::progress::Preparing;
 use crate::engine::weights::resolve;
-use crate::engine::weights::safetensors::{self as st, HfModel, MatrixType};
-use crate::engine::weights::store::TensorStore;
 use crate::engine::{
     Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
 };
@@ -47,6 +40,12 @@ pub struct EngineConfig {
     pub device: Device,
     /// Jobs that may wait in the admission queue; more get `Overloaded`.
     pub queue_depth: usize,
+    /// Jobs one account may have waiting, and sequences one key may have waiting and running
+    /// (`tenants::TenantLimits`); 0 takes `TenantLimits::for_queue`'s default for each.
+    pub queued_per_account: usize,
+    pub sequences_per_key: usize,
+    /// `scheduler::Limits::interleave_ms` (0: off).
+    pub interleave_ms: u64,
     pub limits_max_batch: usize,
     pub limits_step_tokens: usize,
     /// Most decode and draft tokens per step for speculative decoding (0: off); see
@@ -71,23 +70,9 @@ pub struct EngineConfig {
     /// Bytes of KV blocks each model's prefix cache keeps (0: no prefix cache); see
     /// `prefix_cache`.
     pub prefix_cache_budget: u64,
-}
-
-/// The request-side view of a loaded model.
-struct Front {
-    id: String,
-    context_length: usize,
-    tokenizer: Arc<ModelTokenizer>,
-    template: ChatTemplate,
-    counts: Arc<Counters>,
-    /// Size of the weights file, bytes (the residency estimate).
-    bytes: u64,
-    /// Milliseconds since the engine started, at the last request (for LRU eviction).
-    last_used: AtomicU64,
-    /// The vocabulary's token trie for constrained decoding, built on first use.
-    grammar_env: OnceLock<Result<GrammarEnv, String>>,
-    /// The vision encoder and projector, for a model that reads images.
-    vision: Option<Arc<VisionModel>>,
+    /// The bounds on request images: one request's decode bytes and the server's decode
+    /// budget (`vision::budget`).
+    pub images: ImageConfig,
 }
 
 /// Real inference with candle.
@@ -107,6 +92,24 @@ pub struct CandleEngine {
     kv_cache: KvTypes,
     /// Models being fetched or loaded on demand now.
     preparing: Preparing,
+    /// The bounds on request images and the server's decode budget.
+    images: ImageBounds,
+    /// The tenants' places in the queue and the batch (`tenants`).
+    book: Arc<Book>,
+    /// `drain` was called: new jobs are refused.
+    draining: AtomicBool,
+}
+
+/// The tenant caps of `config`: its own where set, the defaults for its queue and batch else.
+fn tenant_limits(config: &EngineConfig) -> TenantLimits {
+    let mut t = TenantLimits::for_queue(config.queue_depth, config.limits_max_batch.max(1));
+    if config.queued_per_account > 0 {
+        t.queued_per_account = config.queued_per_account;
+    }
+    if config.sequences_per_key > 0 {
+        t.sequences_per_key = config.sequences_per_key;
+    }
+    t
 }
 
 impl CandleEngine {
@@ -115,7 +118,10 @@ impl CandleEngine {
     /// # Errors
     /// The first model that fails to load (missing file, unsupported architecture or tokenizer).
     pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
-        let (tx, rx) = sync_channel::<Cmd>(config.queue_depth.max(1));
+        // The book bounds the jobs in flight; the channel only carries them to the engine
+        // thread, which takes them off at once, with room for load and control commands.
+        let (tx, rx) = sync_channel::<Cmd>(config.queue_depth.max(1) + 16);
+        let book = Book::new(tenant_limits(&config));
         let limits = Limits {
             max_batch: config.limits_max_batch.max(1),
             step_tokens: config.limits_step_tokens.max(1),
@@ -123,6 +129,7 @@ impl CandleEngine {
             prefix_cache_bytes: usize::try_from(config.prefix_cache_budget).unwrap_or(usize::MAX),
             speculative_tokens: config.speculative_tokens,
             weight_read_rows: config.weight_read_rows,
+            interleave_ms: config.interleave_ms,
         };
         let mut runtimes = Vec::new();
         let mut fronts = Vec::new();
@@ -167,6 +174,9 @@ impl CandleEngine {
             draft_models: config.draft_models,
             kv_cache: config.kv_cache,
             preparing: Preparing::default(),
+            images: ImageBounds::new(config.images),
+            book,
+            draining: AtomicBool::new(false),
         })
     }
 
@@ -312,226 +322,6 @@ impl CandleEngine {
     }
 }
 
-/// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
-/// of the model's format (with the `auto` trigger), or the trigger banned under `none`. The
-/// prompt leaves room for at least one generated token in the model's context.
-fn constrained_prompt(f: &Front, model: &str, input: &ChatInput) -> Result<Prompt, EngineError> {
-    let limit = f.context_length.saturating_sub(1);
-    let images = match (input.images.is_empty(), &f.vision) {
-        (true, _) => None,
-        (false, None) => return Err(EngineError::NoVision),
-        (false, Some(vision)) => Some((
-            vision,
-            Images::read(vision, &input.images, &ImageLimits::default()).map_err(place_error)?,
-        )),
-    };
-    let expand = |text: String| match &images {
-        None => Ok(text),
-        Some((vision, images)) => images.expand(vision, &text).map_err(place_error),
-    };
-    let (ids, reasoning) = crate::engine::text::prompt::rendered_prompt_with(
-        &f.id,
-        &f.tokenizer,
-        &f.template,
-        input,
-        limit,
-        &expand,
-    )?;
-    let placed = match images {
-        None => (Vec::new(), None),
-        Some((vision, images)) => {
-            let token = f
-                .tokenizer
-                .tokenizer
-                .token_to_id(vision.image_token())
-                .ok_or_else(|| {
-                    EngineError::Tokenize(format!("no `{}` token", vision.image_token()))
-                })?;
-            let (placed, pending) = images.place(vision, &ids, token).map_err(place_error)?;
-            (placed, Some(pending))
-        }
-    };
-    let mut prompt = Prompt::plain(model, ids, f.context_length);
-    (prompt.images, prompt.pending_images) = placed;
-    prompt.reasoning = reasoning;
-    prompt.vocab_size = Some(f.tokenizer.tokenizer.get_vocab_size(true));
-    if let Some(text) = &input.prediction {
-        prompt.prediction =
-            crate::engine::text::prompt::prediction_ids(&f.tokenizer, text, f.context_length)?;
-    }
-    let env = || {
-        f.grammar_env
-            .get_or_init(|| GrammarEnv::new(f.tokenizer.clone()))
-            .as_ref()
-            .map_err(|e| EngineError::Grammar(e.clone()))
-    };
-    match &input.constraint {
-        None => {}
-        Some(OutputConstraint::Json(schema)) => {
-            let g = env()?
-                .compile(GrammarSpec::JsonSchema(schema.clone()), Start::Now)
-                .map_err(EngineError::Grammar)?;
-            prompt.grammar = Some(Box::new(g));
-        }
-        Some(OutputConstraint::Tools {
-            choice,
-            parallel,
-            answer,
-        }) => {
-            let format = ToolFormat::for_model(&f.id);
-            if *choice == ToolChoice::None {
-                let ids = f.tokenizer.encode(format.trigger()).unwrap_or_default();
-                if ids.len() == 1 {
-                    prompt.banned_tokens = ids;
-                }
-            } else if let Some((spec, start)) =
-                format.grammar(&input.tools, choice, *parallel, answer.as_ref())
-            {
-                let g = env()?.compile(spec, start).map_err(EngineError::Grammar)?;
-                prompt.grammar = Some(Box::new(g));
-                prompt.tool_syntax = Some(ToolSyntax {
-                    format,
-                    names: input.tools.iter().map(|t| t.name.clone()).collect(),
-                });
-            }
-        }
-    }
-    Ok(prompt)
-}
-
-/// The vision part (`mmproj`) of a model that reads images: the first of its sources present
-/// or fetchable; `None` for a text model.
-///
-/// # Errors
-/// `Load` naming every source tried, when the model reads images and none is found: such a
-/// model is refused, never served with its images dropped.
-fn vision_part(
-    entry: &crate::catalog::ModelEntry,
-    weights_dir: &std::path::Path,
-    progress: (&Preparing, &str),
-) -> Result<Option<PathBuf>, EngineError> {
-    if !entry.reads_images() {
-        return Ok(None);
-    }
-    let tried = match resolve::first_source(&entry.mmproj, weights_dir, progress) {
-        Ok(path) => return Ok(Some(path)),
-        Err(tried) => tried,
-    };
-    Err(EngineError::Load {
-        model: entry.id.clone(),
-        message: format!(
-            "the model reads images, but its vision part (mmproj) was not found; tried: {}",
-            if tried.is_empty() {
-                "no source".to_owned()
-            } else {
-                tried.join("; ")
-            }
-        ),
-    })
-}
-
-/// A request's images that do not fit its prompt, as the engine's error.
-fn place_error(e: PlaceError) -> EngineError {
-    match e {
-        PlaceError::Image { index, error } => EngineError::Image {
-            index,
-            message: error.to_string(),
-            too_large: matches!(
-                error,
-                ImageError::TooLarge { .. } | ImageError::TooManyBytes { .. }
-            ),
-        },
-        PlaceError::Count { .. } => EngineError::Template(e.to_string()),
-        other => EngineError::Tokenize(other.to_string()),
-    }
-}
-
-/// Load one model: weights, tokenizer and chat template (the file's, else the built-in
-/// `builtin` names, else the architecture's default), serving up to `catalog_ctx` tokens; and
-/// its vision part from an `mmproj` file, with the catalogue's `image_pixels` if set; on
-/// `device`, its KV caches stored as `kv`.
-fn load(
-    id: &str,
-    path: &std::path::Path,
-    catalog_ctx: usize,
-    builtin: Option<&str>,
-    mmproj: Option<(&std::path::Path, Option<[usize; 2]>)>,
-    (device, kv): (&Device, KvType),
-) -> Result<(Runtime, Front), EngineError> {
-    let err = |e: anyhow::Error| EngineError::Load {
-        model: id.to_owned(),
-        message: format!("{e:#}"),
-    };
-    let started = Instant::now();
-    // A GGUF file's template compiles with its tokenizer; a checkpoint directory's once its
-    // architecture is known.
-    let (mut store, tokenizer, compiled, own): (Box<dyn TensorStore>, _, _, _) = if path.is_dir() {
-        (
-            Box::new(HfModel::open(path, device, MatrixType::Q8_0).map_err(err)?),
-            ModelTokenizer::from_hf_dir(path).map_err(err)?,
-            None,
-            hf_files::chat_template(path).map_err(err)?,
-        )
-    } else {
-        let file = GgufFile::open(path, device).map_err(err)?;
-        let format = PromptFormat::of_gguf(&file, builtin).map_err(err)?;
-        (
-            Box::new(file),
-            format.tokenizer,
-            Some(format.template),
-            None,
-        )
-    };
-    let tokenizer = Arc::new(tokenizer);
-    let arch = store.architecture().map_err(err)?;
-    let template = match compiled {
-        Some(template) => template,
-        None => ChatTemplate::new(own.as_deref(), builtin.unwrap_or(&arch)).map_err(err)?,
-    };
-    let file_ctx = store.usize_or(&format!("{arch}.context_length"), 4096);
-    let context_length = file_ctx.min(catalog_ctx.max(1));
-    let mut model = Transformer::load_for_context(store.as_mut(), context_length).map_err(err)?;
-    model.kv_type = kv;
-    let context_length = model.config.context_length.min(context_length);
-    let vision = match mmproj {
-        None => None,
-        Some((p, pixels)) => {
-            let mut v = VisionModel::open(p).map_err(err)?;
-            if let Some([min, max]) = pixels {
-                v = v.with_pixel_range(min, max);
-            }
-            if v.text_width() != model.config.hidden {
-                return Err(err(anyhow::anyhow!(
-                    "the vision part `{}` writes rows of {} values, the model takes {}",
-                    p.display(),
-                    v.text_width(),
-                    model.config.hidden
-                )));
-            }
-            Some(Arc::new(v))
-        }
-    };
-    tracing::info!(
-        model = id, arch = %arch, layers = model.config.n_layers, context_length,
-        template = %template.source,
-        load_ms = started.elapsed().as_millis() as u64,
-        "model loaded"
-    );
-    let counts = Arc::new(Counters::default());
-    let front = Front {
-        id: id.to_owned(),
-        context_length,
-        tokenizer: tokenizer.clone(),
-        template,
-        counts: counts.clone(),
-        bytes: weights_bytes(path),
-        last_used: AtomicU64::new(0),
-        grammar_env: OnceLock::new(),
-        vision,
-    };
-    Ok((Runtime::new(id, Box::new(model), tokenizer, counts), front))
-}
-
 impl Engine for CandleEngine {
     fn loaded(&self) -> Vec<LoadedModel> {
         let fronts = self.fronts.read().unwrap_or_else(PoisonError::into_inner);
@@ -557,7 +347,14 @@ impl Engine for CandleEngine {
             .front(model)
             .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))?;
         f.last_used.store(self.now_ms(), Ordering::Relaxed);
-        constrained_prompt(&f, model, input)
+        constrained_prompt(&f, model, input, &self.images)
+    }
+
+    fn prompt_floor(&self, model: &str, input: &ChatInput) -> Result<usize, EngineError> {
+        let (_, f) = self
+            .front(model)
+            .ok_or_else(|| EngineError::ModelNotLoaded(model.to_owned()))?;
+        prompt_floor(&f, input)
     }
 
     fn count_prompt_tokens(&self, model: &str, input: &ChatInput) -> Option<usize> {
@@ -577,9 +374,10 @@ impl Engine for CandleEngine {
             .ok_or_else(|| EngineError::ModelNotLoaded(prompt.model.clone()))?;
         let vision = f.vision.as_ref().ok_or(EngineError::NoVision)?;
         let started = Instant::now();
+        let limits = vision.limits(&self.images.per_image);
         pending
-            .encode(vision, &mut prompt.images)
-            .map_err(|e| EngineError::Encoder(e.to_string()))?;
+            .encode(vision, &mut prompt.images, &self.images.decode, &limits)
+            .map_err(place_error)?;
         f.counts.encoded(pending.len());
         metrics::histogram!("tollgate_image_encode_seconds", "model" => f.id.clone())
             .record(started.elapsed().as_secs_f64());
@@ -590,9 +388,26 @@ impl Engine for CandleEngine {
         if request.prompt.pending_images.is_some() {
             return Err(EngineError::Unencoded);
         }
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(EngineError::ShutDown);
+        }
         let (index, f) = self
             .front(&request.prompt.model)
             .ok_or_else(|| EngineError::ModelNotLoaded(request.prompt.model.clone()))?;
+        let place = self
+            .book
+            .enter(request.tenant, request.n)
+            .map_err(|r| match r {
+                Refusal::QueueFull => EngineError::Overloaded,
+                Refusal::Account(limit) => EngineError::TenantLimit {
+                    scope: "the account",
+                    limit,
+                },
+                Refusal::Key(limit) => EngineError::TenantLimit {
+                    scope: "the API key",
+                    limit,
+                },
+            })?;
         let mut handles = Vec::with_capacity(request.n.max(1));
         let mut senders: Vec<ChoiceTx> = (0..request.n.max(1))
             .map(|_| {
@@ -614,6 +429,7 @@ impl Engine for CandleEngine {
             outcome: first.outcome,
             forks: senders,
             queued: Instant::now(),
+            place,
         };
         match self.tx.try_send(Cmd::Job(Box::new(job))) {
             Ok(()) => Ok(handles),
@@ -629,6 +445,15 @@ impl Engine for CandleEngine {
 
     fn preparing(&self) -> Vec<crate::engine::weights::progress::Preparation> {
         self.preparing.snapshot()
+    }
+
+    fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+        let _ = self.tx.send(Cmd::Drain);
+    }
+
+    fn cancel_running(&self) {
+        let _ = self.tx.send(Cmd::CancelRunning);
     }
 
     fn stats(&self) -> Vec<ModelStats> {
@@ -649,17 +474,4 @@ impl Engine for CandleEngine {
             })
             .collect()
     }
-}
-
-/// Bytes of a weights file, or of a Hugging Face directory's safetensors files.
-fn weights_bytes(path: &std::path::Path) -> u64 {
-    let files = if path.is_dir() {
-        st::safetensors_files(path).unwrap_or_default()
-    } else {
-        vec![path.to_owned()]
-    };
-    files
-        .iter()
-        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
-        .sum()
 }

@@ -34,102 +34,23 @@
 //! `tollgate_prefix_cache_queries_total` / `_hits_total` (prompt tokens looked up / found) and
 //! gauges `tollgate_prefix_cache_hit_rate` (their ratio) and `_bytes`.
 
-use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::counters::Counters;
-
-use super::draft::{self, DraftModel};
-use super::prefix_cache::{Prefix, PrefixCache};
+use super::admission::{Queue, KV_PREALLOC};
+use super::plan::{chunk_inputs, plan_step};
 use super::sequence::{started, Seq};
 pub use super::sequence::{ChoiceTx, Job};
-use super::spec_state::Source;
 use super::speculate;
 use super::step_model::kv_bytes_per_token;
 pub use super::step_model::StepModel;
-use crate::engine::model::attention::{SeqCache, BLOCK};
-use crate::engine::model::{ImageGrid, InputRows, StepSeq};
-use crate::engine::text::tokenizer::ModelTokenizer;
-use crate::engine::{FinishReason, PromptImage};
-
-/// A model as the engine thread holds it.
-pub struct Runtime {
-    pub id: String,
-    pub model: Box<dyn StepModel>,
-    pub tokenizer: Arc<ModelTokenizer>,
-    /// Its running and waiting counts (`counters`), shared with the engine front.
-    pub counts: Arc<Counters>,
-    /// The model's prefix cache, sized by `run` from `Limits::prefix_cache_bytes` (the engine
-    /// thread is its only user).
-    pub prefix: RefCell<PrefixCache>,
-    /// The smaller model that drafts for this one (speculative decoding), if paired.
-    pub draft: Option<DraftModel>,
-}
-
-impl Runtime {
-    /// The runtime of `model` (no prefix cache until `run` takes it in).
-    pub fn new(
-        id: &str,
-        model: Box<dyn StepModel>,
-        tokenizer: Arc<ModelTokenizer>,
-        counts: Arc<Counters>,
-    ) -> Self {
-        Self {
-            id: id.to_owned(),
-            model,
-            tokenizer,
-            counts,
-            prefix: RefCell::new(PrefixCache::new(0)),
-            draft: None,
-        }
-    }
-
-    /// This runtime with `draft` drafting for it.
-    pub fn with_draft(mut self, draft: Option<DraftModel>) -> Self {
-        self.draft = draft;
-        self
-    }
-
-    /// This runtime with a prefix cache of `bytes` (0: none).
-    fn with_prefix_cache(mut self, bytes: usize) -> Self {
-        self.prefix = RefCell::new(PrefixCache::new(bytes));
-        self
-    }
-}
-
-/// Scheduler limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Most sequences in the running batch.
-    pub max_batch: usize,
-    /// Most tokens in one forward step (decode tokens + prefill chunks).
-    pub step_tokens: usize,
-    /// Most KV cache bytes reserved by running sequences (0: no limit). Each sequence reserves
-    /// `(prompt + max_new_tokens) * kv_bytes_per_token` at admission; a job that does not fit
-    /// waits (first come, first served) until enough sequences finish. When nothing runs, the
-    /// next job is admitted whatever its size, so no request waits forever.
-    pub kv_cache_bytes: usize,
-    /// Most bytes of KV blocks each model's prefix cache keeps (0: no prefix cache).
-    pub prefix_cache_bytes: usize,
-    /// Most tokens of a step that are speculative drafts and decode tokens together (0: no
-    /// speculative decoding). Each decoding sequence takes one; what is left goes to drafts
-    /// (`speculate`), so a batch of this many decoding sequences or more drafts nothing.
-    pub speculative_tokens: usize,
-    /// A step's weight read in units of one more row's cost, for deciding whether drafts pay
-    /// in a batch (`Speculation::pays_at`; `spec_state::WEIGHT_READ_ROWS` in the server).
-    pub weight_read_rows: usize,
-}
-
-/// What the engine thread receives: a generation, or a newly loaded model to serve.
-pub enum Cmd {
-    Job(Box<Job>),
-    /// Appended to the runtimes; its index is the next `Job::model`.
-    Load(Box<Runtime>),
-    /// Drop the runtime at this index (evicted while idle); the index is never reused.
-    Unload(usize),
-}
+use super::tenants::Place;
+pub use super::thread::{Cmd, Limits, Runtime};
+use crate::engine::model::attention::BLOCK;
+use crate::engine::model::{ImageGrid, StepSeq};
+use crate::engine::FinishReason;
 
 /// Run the loop until the channel closes. `Job::model` indexes the runtimes in load order.
 pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
@@ -139,31 +60,22 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
         .map(|rt| Some(rt.with_prefix_cache(cache)))
         .collect();
     let mut running: Vec<Vec<Seq>> = runtimes.iter().map(|_| Vec::new()).collect();
+    let mut queue = Queue::default();
     let mut next_model = 0usize;
-    // A job taken off the channel that did not fit the KV budget; admitted before any other.
-    let mut held: Option<Job> = None;
     loop {
-        // Admission: jobs stay in the bounded channel (so a full queue is visible to `submit`)
-        // until a batch slot frees up. Block only when nothing runs.
-        let mut total: usize = running.iter().map(Vec::len).sum();
-        if total == 0 {
-            if let Some(job) = held.take() {
-                admit(&runtimes, &mut running, job);
-                total = 1;
-            }
-        }
-        while total == 0 {
+        // Block only when nothing runs or waits; then take everything the channel holds, so
+        // the queue's order is the scheduler's (`tenants::pick`), not the channel's.
+        if queue.is_empty() && running.iter().all(Vec::is_empty) {
             match rx.recv() {
-                Ok(cmd) => {
-                    if take(cmd, &mut runtimes, &mut running, cache) {
-                        total = 1;
-                    }
-                }
+                Ok(cmd) => queue.take(cmd, &mut runtimes, &mut running, cache),
                 Err(_) => return,
             }
         }
-        admit_more(rx, &mut held, &mut runtimes, &mut running, total, limits);
-        drop_cancelled(&runtimes, &mut running);
+        while let Ok(cmd) = rx.try_recv() {
+            queue.take(cmd, &mut runtimes, &mut running, cache);
+        }
+        queue.drop_cancelled(&runtimes, &mut running);
+        queue.admit_waiting(&runtimes, &mut running, limits);
         let Some(m) = (0..runtimes.len())
             .map(|i| (next_model + i) % runtimes.len())
             .find(|&i| !running[i].is_empty())
@@ -177,89 +89,6 @@ pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {
         };
         let seqs = std::mem::take(&mut running[m]);
         running[m] = guarded_step(rt, seqs, limits);
-    }
-}
-
-/// Take one command off the channel: admit a job (returns true), serve a newly loaded model,
-/// or drop an idle evicted one.
-fn take(
-    cmd: Cmd,
-    runtimes: &mut Vec<Option<Runtime>>,
-    running: &mut Vec<Vec<Seq>>,
-    cache: usize,
-) -> bool {
-    match cmd {
-        Cmd::Job(job) => {
-            admit(runtimes, running, *job);
-            true
-        }
-        Cmd::Load(rt) => {
-            tracing::debug!(model = %rt.id, "engine thread now serves a newly loaded model");
-            runtimes.push(Some(rt.with_prefix_cache(cache)));
-            running.push(Vec::new());
-            false
-        }
-        Cmd::Unload(i) => {
-            if running.get(i).is_some_and(Vec::is_empty) {
-                if let Some(rt) = runtimes.get_mut(i).and_then(Option::take) {
-                    tracing::info!(model = %rt.id, "model evicted");
-                }
-            }
-            false
-        }
-    }
-}
-
-/// Admit jobs without blocking while fewer than `max_batch` sequences run (`total` now) and
-/// the KV budget allows: the `held` job first, then the channel. A job that does not fit is
-/// held for the next round.
-fn admit_more(
-    rx: &Receiver<Cmd>,
-    held: &mut Option<Job>,
-    runtimes: &mut Vec<Option<Runtime>>,
-    running: &mut Vec<Vec<Seq>>,
-    mut total: usize,
-    limits: Limits,
-) {
-    while total < limits.max_batch {
-        let job = match held.take() {
-            Some(job) => job,
-            None => match rx.try_recv() {
-                Ok(Cmd::Job(job)) => *job,
-                Ok(cmd) => {
-                    take(cmd, runtimes, running, limits.prefix_cache_bytes);
-                    continue;
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            },
-        };
-        let reserved: usize = running.iter().flatten().map(|s| s.kv_reserved).sum();
-        if limits.kv_cache_bytes > 0
-            && reserved + kv_reservation(runtimes, &job) > limits.kv_cache_bytes
-        {
-            *held = Some(job);
-            break;
-        }
-        admit(runtimes, running, job);
-        total += 1;
-    }
-}
-
-/// End the sequences whose client went away (their events receiver is closed): they leave
-/// before the next step and their KV cache is freed.
-fn drop_cancelled(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>]) {
-    for (m, seqs) in running.iter_mut().enumerate() {
-        let before = seqs.len();
-        let (keep, gone): (Vec<Seq>, Vec<Seq>) =
-            seqs.drain(..).partition(|s| !s.job.events.is_closed());
-        *seqs = keep;
-        for s in gone {
-            tracing::debug!(request_id = %s.job.request.request_id, "client went away; sequence cancelled");
-            s.finish(FinishReason::Cancelled);
-        }
-        if let Some(rt) = &runtimes[m] {
-            rt.counts.ended(before - seqs.len());
-        }
     }
 }
 
@@ -282,69 +111,15 @@ fn guarded_step(rt: &Runtime, seqs: Vec<Seq>, limits: Limits) -> Vec<Seq> {
     }
 }
 
-fn admit(runtimes: &[Option<Runtime>], running: &mut [Vec<Seq>], job: Job) {
-    let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
-        // The model was evicted after the job was queued: the dropped outcome sender is
-        // reported as an engine failure (nothing is charged).
-        return;
-    };
-    rt.counts.admitted();
-    // The longest cached prefix of the prompt, then room for the rest of the sequence up
-    // front (no copies as it grows), up to `KV_PREALLOC` positions; longer sequences grow
-    // from there.
-    let shape = rt.model.kv_shape();
-    let prompt = &job.request.prompt.token_ids;
-    let found = reuse_prefix(rt, &job.request.prompt.cache_key());
-    let cached = found.tokens();
-    let rest = prompt.len() + job.request.max_new_tokens - cached;
-    let mut cache = SeqCache::after_blocks(found.blocks, shape, rest.min(KV_PREALLOC));
-    if let Some((block, n)) = &found.partial {
-        cache.copy_rows(block, *n);
-    }
-    let kv = kv_reservation(runtimes, &job);
-    let mut s = Seq::new(job, cache, &rt.id, kv);
-    (s.fed, s.cached) = (cached, cached);
-    running[s.job.model].push(s);
-}
-
-/// What the prefix cache holds of `prompt`, counted in the cache metrics (prompt tokens
-/// looked up and found, labelled by model).
-fn reuse_prefix(rt: &Runtime, prompt: &[u32]) -> Prefix {
-    let mut cache = rt.prefix.borrow_mut();
-    if !cache.enabled() {
-        return Prefix::default();
-    }
-    let found = cache.lookup(prompt);
-    let model = rt.id.clone();
-    metrics::counter!("tollgate_prefix_cache_queries_total", "model" => model.clone())
-        .increment(prompt.len() as u64);
-    metrics::counter!("tollgate_prefix_cache_hits_total", "model" => model.clone())
-        .increment(found.tokens() as u64);
-    metrics::gauge!("tollgate_prefix_cache_hit_rate", "model" => model).set(cache.hit_rate());
-    found
-}
-
-/// Most positions a sequence's KV cache reserves at admission (memory is reserved, and backed
-/// only as positions are written).
-const KV_PREALLOC: usize = 4096;
-
+#[cfg(test)]
+#[path = "fairness_tests.rs"]
+mod fairness_tests;
+#[cfg(test)]
+#[path = "scheduler_harness.rs"]
+mod harness;
 #[cfg(test)]
 #[path = "scheduler_tests.rs"]
 mod tests;
-
-/// KV cache bytes a job may fill: `(prompt + n * max_new_tokens) * bytes per token` (keys and
-/// values, every layer, f32, of the model and of its draft model; the prompt's rows are shared
-/// by its `n` choices). 0 when its
-/// model is gone (the job is then dropped at admission).
-fn kv_reservation(runtimes: &[Option<Runtime>], job: &Job) -> usize {
-    let Some(rt) = runtimes.get(job.model).and_then(Option::as_ref) else {
-        return 0;
-    };
-    let choices = 1 + job.forks.len();
-    let per_token = kv_bytes_per_token(rt.model.as_ref())
-        + rt.draft.as_ref().map_or(0, DraftModel::kv_bytes_per_token);
-    (job.request.prompt.token_ids.len() + choices * job.request.max_new_tokens) * per_token
-}
 
 /// At the end of `s`'s prefill: the full blocks of its prompt's KV cache become shared
 /// (`SeqCache::freeze`) and go into the prefix cache, and each pending choice of its job
@@ -377,6 +152,7 @@ fn share_prompt(rt: &Runtime, s: &mut Seq) -> Vec<Seq> {
                 outcome: tx.outcome,
                 forks: Vec::new(),
                 queued: s.job.queued,
+                place: Place::seated(s.job.place.take_seat()),
             };
             let mut f = Seq::new(job, s.cache.fork(room, row), &rt.id, 0);
             (f.fed, f.cached, f.fork) = (s.fed, s.cached, true);
@@ -395,7 +171,13 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, limits: Limits) -> Vec<Seq> {
             .record(plan.len() as f64);
         metrics::histogram!("tollgate_step_tokens", "model" => rt.id.clone()).record(tokens as f64);
     }
-    let logits = match forward_plan(rt, &mut seqs, &plan) {
+    let began = Instant::now();
+    let fed: usize = plan.iter().map(|p| p.1.len()).sum();
+    let forwarded = forward_plan(rt, &mut seqs, &plan);
+    let mut pace = rt.pace.get();
+    pace.record(fed, began.elapsed().as_secs_f64());
+    rt.pace.set(pace);
+    let logits = match forwarded {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(model = %rt.id, "forward failed: {e}");
@@ -415,124 +197,6 @@ fn step(rt: &Runtime, mut seqs: Vec<Seq>, limits: Limits) -> Vec<Seq> {
     let slots = take_rows(rt, seqs, &planned, logits);
     let out = sample_slots(rt, slots);
     record_occupancy(rt, &out);
-    out
-}
-
-/// The step's plan, `(index in seqs, tokens to feed)` in index order: decode tokens first
-/// (each with its draft while `speculative_tokens` leaves room, `speculate::propose`), then
-/// prefill chunks in arrival order within `step_tokens` (at least 1).
-fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<u32>)> {
-    let mut budget = limits.step_tokens.max(1);
-    propose_drafts(rt, seqs, limits);
-    let mut plan: Vec<(usize, Vec<u32>)> = Vec::new();
-    for (i, s) in seqs.iter_mut().enumerate() {
-        if let Some(tok) = s.pending {
-            let mut toks = Vec::with_capacity(1 + s.spec.draft.len());
-            toks.push(tok);
-            toks.extend_from_slice(&s.spec.draft);
-            budget = budget.saturating_sub(toks.len());
-            plan.push((i, toks));
-        }
-    }
-    for (i, s) in seqs.iter().enumerate() {
-        let prompt = &s.job.request.prompt.token_ids;
-        if s.prefilling() && budget > 0 {
-            let n = (prompt.len() - s.fed).min(budget);
-            let n = whole_runs(&s.job.request.prompt.images, s.fed, n);
-            plan.push((i, prompt[s.fed..s.fed + n].to_vec()));
-            budget = budget.saturating_sub(n);
-        }
-    }
-    plan.sort_by_key(|p| p.0);
-    plan
-}
-
-/// Set each decoding sequence's draft for this step (`speculate::propose`: its prediction,
-/// else prompt lookup; else the runtime's draft model, one round for all of them), within
-/// `speculative_tokens` less one per decoding sequence, from sources whose acceptance pays at
-/// this batch size (`Speculation::pays_at`); none while a prompt waits to prefill.
-fn propose_drafts(rt: &Runtime, seqs: &mut [Seq], limits: Limits) {
-    let decoding = seqs.iter().filter(|s| s.pending.is_some()).count();
-    // A step with a prompt to prefill is compute-bound already, and its drafts would take
-    // budget from that prompt's chunk (delaying its first token) to verify guesses.
-    if seqs.iter().any(Seq::prefilling) {
-        return;
-    }
-    // A batch that fills `speculative_tokens` with decode tokens drafts nothing: its step is
-    // already compute-bound, and rejected drafts would slow every sequence in it.
-    let mut left = limits
-        .speculative_tokens
-        .min(limits.step_tokens)
-        .saturating_sub(decoding);
-    let mut want = Vec::new();
-    for (i, s) in seqs.iter_mut().enumerate() {
-        if s.pending.is_none() {
-            continue;
-        }
-        let most = left.min(speculate::room(s));
-        let n = speculate::propose(s, most, (decoding, limits.weight_read_rows));
-        if n == 0
-            && most > 0
-            && rt.draft.is_some()
-            && draft::can_draft(s)
-            && s.spec
-                .pays_at(decoding, Source::Model, limits.weight_read_rows)
-        {
-            let most = most.min(s.spec.len);
-            want.push((i, most));
-            left -= most;
-        } else {
-            left -= n;
-        }
-    }
-    if let (Some(d), false) = (&rt.draft, want.is_empty()) {
-        if let Err(e) = draft::draft_round(d, seqs, &want) {
-            tracing::warn!(model = %rt.id, draft = %d.id, "draft model failed, decoding without: {e}");
-            for &(i, _) in &want {
-                seqs[i].spec.draft.clear();
-                seqs[i].draft_cache = None;
-            }
-        }
-    }
-}
-
-/// A prefill chunk of `n` tokens from `fed` adjusted so no image run is split across steps (a
-/// Gemma 3 image attends to all of itself, so all its keys must be in the cache together): a
-/// chunk that would end inside a run ends before it, or, when the run starts the chunk, takes
-/// all of it (past the step's budget).
-fn whole_runs(images: &[PromptImage], fed: usize, n: usize) -> usize {
-    let end = fed + n;
-    for image in images {
-        let run = image.range();
-        if run.start < end && end < run.end {
-            return if run.start > fed {
-                run.start - fed
-            } else {
-                run.end - fed
-            };
-        }
-    }
-    n
-}
-
-/// The image rows of the prefill chunk `fed..fed + n` of a prompt with `images`, as the
-/// forward takes them (`InputRows`, `at` relative to the chunk).
-fn chunk_inputs(images: &[PromptImage], fed: usize, n: usize) -> Vec<InputRows<'_>> {
-    let mut out = Vec::new();
-    for image in images {
-        let run = image.range();
-        let (from, to) = (run.start.max(fed), run.end.min(fed + n));
-        if from >= to {
-            continue;
-        }
-        let hidden = image.rows.len() / image.len.max(1);
-        out.push(InputRows {
-            at: from - fed,
-            rows: &image.rows[(from - run.start) * hidden..(to - run.start) * hidden],
-            before: from - run.start,
-            bidirectional: image.bidirectional,
-        });
-    }
     out
 }
 

@@ -1,258 +1,13 @@
 //! Unit tests of the scheduler's policies (admission up to `max_batch`, the KV cache budget,
-//! chunked prefill with decode tokens first, cancellation) through the `StepModel` seam, on a
-//! scripted stand-in model: no weights are read and no transformer runs here.
+//! chunked prefill with decode tokens first, cancellation, speculative decoding) through the
+//! scripted stand-in of `scheduler_harness`.
 
-use std::str::FromStr;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Instant;
 
-use tokenizers::Tokenizer;
-use tokio::sync::{mpsc, oneshot};
-
+use super::harness::*;
 use super::*;
-use crate::engine::model::attention::{KvShape, KvType};
-use crate::engine::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingParams};
-
-const VOCAB: u32 = 16;
-
-/// The stand-in (not a model): records the tokens each sequence feeds in every step, appends
-/// zero rows for them to the cache, and predicts `token + 1` (mod 16) after each token, so
-/// greedy decoding is known in advance and never meets a stop token. With `spread`, the
-/// logit of `token + 1 + j` is `-spread * j` (`j` in 0..16): sampling at temperature 1 then
-/// has a known distribution (`spread_probabilities`).
-struct Scripted {
-    steps: Arc<Mutex<Vec<Vec<usize>>>>,
-    spread: Option<f32>,
-    /// How its KV cache counts (f32: 128 bytes a token, f16: 64).
-    kv: KvType,
-}
-
-impl Scripted {
-    fn row(&self, token: u32) -> Vec<f32> {
-        let next = (token + 1) % VOCAB;
-        let mut row = vec![0.0; VOCAB as usize];
-        match self.spread {
-            None => row[next as usize] = 1.0,
-            Some(spread) => {
-                for j in 0..VOCAB {
-                    row[((next + j) % VOCAB) as usize] = -spread * j as f32;
-                }
-            }
-        }
-        row
-    }
-}
-
-impl StepModel for Scripted {
-    /// 2 layers of 8 values: 128 bytes of KV cache per token in f32, 64 in f16.
-    fn kv_shape(&self) -> KvShape {
-        KvShape {
-            layers: 2,
-            row: 8,
-            kv: self.kv,
-        }
-    }
-
-    fn forward(&self, seqs: &mut [StepSeq<'_>]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let fed = seqs.iter().map(|s| s.tokens.len()).collect();
-        self.steps.lock().unwrap().push(fed);
-        Ok(seqs
-            .iter_mut()
-            .map(|s| {
-                // Own rows follow the shared blocks, cached ones copied in included.
-                let own = s.cache.len - s.cache.shared_len();
-                for l in &mut s.cache.layers {
-                    assert_eq!((l.k.len(), l.v.len()), (own * 8, own * 8));
-                    l.k.extend_f32(&vec![0.0; s.tokens.len() * 8]);
-                    l.v.extend_f32(&vec![0.0; s.tokens.len() * 8]);
-                }
-                s.cache.len += s.tokens.len();
-                let rows = s.logits.clamp(1, s.tokens.len());
-                s.tokens[s.tokens.len() - rows..]
-                    .iter()
-                    .map(|&t| self.row(t))
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>()
-            .concat())
-    }
-}
-
-/// A word-level vocabulary `w0`..`w15` with no stop tokens.
-fn tokenizer() -> Arc<ModelTokenizer> {
-    let vocab: Vec<String> = (0..VOCAB).map(|i| format!("\"w{i}\": {i}")).collect();
-    let json = format!(
-        r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-            "normalizer": null, "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null,
-            "decoder": null, "model": {{"type": "WordLevel", "vocab": {{{}}}, "unk_token": "w0"}}}}"#,
-        vocab.join(", ")
-    );
-    Arc::new(ModelTokenizer {
-        tokenizer: Tokenizer::from_str(&json).expect("tokenizer json"),
-        bos_id: None,
-        add_bos: false,
-        stop_ids: Vec::new(),
-        bos_text: String::new(),
-        eos_text: String::new(),
-        fragment_normalizer: None,
-        fragments: std::sync::OnceLock::new(),
-        token_bytes: std::sync::OnceLock::new(),
-    })
-}
-
-struct Harness {
-    tx: SyncSender<Cmd>,
-    /// The engine thread's end, until `start` hands it over.
-    rx: Option<Receiver<Cmd>>,
-    steps: Arc<Mutex<Vec<Vec<usize>>>>,
-    counts: Arc<super::super::counters::Counters>,
-    /// The stand-in's `spread` (None: one-hot greedy rows).
-    spread: Option<f32>,
-    /// With a scripted draft model, the tokens it is fed per step.
-    draft_steps: Option<Arc<Mutex<Vec<Vec<usize>>>>>,
-    /// The stand-in's KV cache type (f32 unless a test sets it).
-    kv: KvType,
-}
-
-/// What a test keeps of a job: its event receiver (dropping it cancels) and its outcome.
-struct Submitted {
-    events: mpsc::UnboundedReceiver<GenerationEvent>,
-    outcome: oneshot::Receiver<Outcome>,
-}
-
-impl Harness {
-    fn new() -> Self {
-        let (tx, rx) = sync_channel(64);
-        Self {
-            tx,
-            rx: Some(rx),
-            steps: Arc::default(),
-            counts: Arc::default(),
-            spread: None,
-            draft_steps: None,
-            kv: KvType::F32,
-        }
-    }
-
-    /// Queue a greedy job of `prompt` tokens generating up to `max_new`.
-    fn submit(&self, prompt: usize, max_new: usize) -> Submitted {
-        self.submit_n(prompt, max_new, 1).remove(0)
-    }
-
-    /// Queue a greedy job of `n` choices; one handle per choice.
-    fn submit_n(&self, prompt: usize, max_new: usize, n: usize) -> Vec<Submitted> {
-        self.submit_request(request(prompt, max_new, n))
-    }
-
-    /// Queue `request` (its `n` choices); one handle per choice.
-    fn submit_request(&self, request: GenerateRequest) -> Vec<Submitted> {
-        let mut handles = Vec::new();
-        let mut senders: Vec<ChoiceTx> = (0..request.n.max(1))
-            .map(|_| {
-                let (events, events_rx) = mpsc::unbounded_channel();
-                let (outcome, outcome_rx) = oneshot::channel();
-                handles.push(Submitted {
-                    events: events_rx,
-                    outcome: outcome_rx,
-                });
-                ChoiceTx { events, outcome }
-            })
-            .collect();
-        let first = senders.remove(0);
-        self.counts.queued();
-        let job = Job {
-            model: 0,
-            request,
-            events: first.events,
-            outcome: first.outcome,
-            forks: senders,
-            queued: Instant::now(),
-        };
-        self.tx
-            .send(Cmd::Job(Box::new(job)))
-            .expect("engine thread alive");
-        handles
-    }
-
-    /// Start the engine thread on the jobs queued so far (so the first admission sees them all).
-    fn start(&mut self, limits: Limits) -> JoinHandle<()> {
-        let rx = self.rx.take().expect("one start per harness");
-        let runtime = Runtime::new(
-            "scripted",
-            Box::new(Scripted {
-                steps: self.steps.clone(),
-                spread: self.spread,
-                kv: self.kv,
-            }),
-            tokenizer(),
-            self.counts.clone(),
-        )
-        .with_draft(self.draft_steps.clone().map(|steps| DraftModel {
-            id: "scripted-draft".into(),
-            // Sure of `token + 1`: its softmax gives it about 0.99995.
-            model: Box::new(Scripted {
-                steps,
-                spread: Some(10.0),
-                kv: self.kv,
-            }),
-        }));
-        std::thread::spawn(move || run(vec![runtime], &rx, limits))
-    }
-
-    /// Stop the engine thread (it returns once nothing runs and the channel is closed).
-    fn finish(self, thread: JoinHandle<()>) -> Vec<Vec<usize>> {
-        drop(self.tx);
-        thread.join().expect("engine thread");
-        self.steps.lock().unwrap().clone()
-    }
-}
-
-/// A greedy request of `prompt` tokens (`i % 16`) generating up to `max_new`, `n` choices.
-fn request(prompt: usize, max_new: usize, n: usize) -> GenerateRequest {
-    GenerateRequest {
-        request_id: format!("req_{prompt}_{max_new}"),
-        prompt: Prompt::plain(
-            "scripted",
-            (0..prompt as u32).map(|i| i % VOCAB).collect(),
-            1024,
-        ),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        max_new_tokens: max_new,
-        stop: Vec::new(),
-        n,
-    }
-}
-
-fn limits(max_batch: usize, step_tokens: usize, kv_cache_bytes: usize) -> Limits {
-    Limits {
-        max_batch,
-        step_tokens,
-        kv_cache_bytes,
-        prefix_cache_bytes: 0,
-        speculative_tokens: 0,
-        weight_read_rows: super::super::spec_state::WEIGHT_READ_ROWS,
-    }
-}
-
-fn wait(s: Submitted) -> (Outcome, String) {
-    let Submitted {
-        mut events,
-        outcome,
-    } = s;
-    let outcome = outcome.blocking_recv().expect("an outcome");
-    let mut text = String::new();
-    while let Ok(ev) = events.try_recv() {
-        if let GenerationEvent::Delta(d) = ev {
-            text.push_str(&d);
-        }
-    }
-    (outcome, text)
-}
+use crate::engine::model::attention::KvType;
+use crate::engine::{GenerateRequest, Outcome, SamplingParams};
 
 #[test]
 fn admission_never_runs_more_than_max_batch() {
@@ -392,6 +147,8 @@ fn n_choices_share_one_prefill_and_each_generates_on_its_own() {
     );
 }
 
+/// Cancelled while it waited: every choice ends cancelled, and since nothing of the prompt
+/// was read, nothing of it is counted (so nothing is charged).
 #[test]
 fn choices_of_a_job_cancelled_during_prefill_end_cancelled_with_nothing_generated() {
     let mut h = Harness::new();
@@ -408,7 +165,7 @@ fn choices_of_a_job_cancelled_during_prefill_end_cancelled_with_nothing_generate
         let o = o.blocking_recv().expect("an outcome");
         assert_eq!(
             (o.prompt_tokens, o.completion_tokens, o.finish),
-            (6, 0, FinishReason::Cancelled)
+            (0, 0, FinishReason::Cancelled)
         );
     }
     assert!(h.finish(thread).is_empty(), "nothing ran");

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::sampler::Sampler;
 use super::spec_state::Speculation;
+use super::tenants::Place;
 use crate::engine::constrain::grammar::{self, Grammar};
 use crate::engine::model::attention::SeqCache;
 use crate::engine::text::reasoning::ReasoningCounter;
@@ -40,6 +41,30 @@ pub struct Job {
     pub forks: Vec<ChoiceTx>,
     /// When `submit` queued it (TTFT is measured from here).
     pub queued: Instant,
+    /// Its places in the tenants' counts (`tenants::Book`): freed as it leaves the queue and
+    /// as each of its sequences ends.
+    pub place: Place,
+}
+
+impl Job {
+    /// End a job that never ran (its client left while it waited, or the engine is stopping):
+    /// every choice's outcome says nothing was read or generated.
+    pub(in crate::engine) fn end_unrun(mut self, finish: FinishReason) {
+        self.place.leave_queue();
+        let outcome = Outcome {
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            reasoning_tokens: 0,
+            accepted_prediction_tokens: 0,
+            rejected_prediction_tokens: 0,
+            finish,
+        };
+        for fork in self.forks {
+            let _ = fork.outcome.send(outcome.clone());
+        }
+        let _ = self.outcome.send(outcome);
+    }
 }
 
 pub(in crate::engine) struct Seq {
@@ -144,6 +169,7 @@ impl Seq {
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
             FinishReason::Failed(_) => "failed",
+            FinishReason::NotRun => "not_run",
         };
         if !self.fork {
             metrics::counter!("tollgate_prompt_tokens_total", "model" => model.clone())

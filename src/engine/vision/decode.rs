@@ -1,12 +1,13 @@
 //! Decoding an image sent with a request (PNG, JPEG, WebP, GIF's first frame) into 8-bit RGB,
-//! with its size checked from the header before any pixel is decoded: a small file that
-//! declares a huge image is refused without allocating it.
+//! with its size checked from the header before any pixel is decoded (`probe`): a small file
+//! that declares a huge image is refused without allocating it, and the bytes its decode
+//! takes are known before it runs (`Probe::decode_bytes`, what `super::budget` reserves).
 //!
 //! Owns: the format list and the size limits. May use: the `image` crate. Never: candle, HTTP.
 
 use std::io::Cursor;
 
-use image::{ImageFormat, ImageReader};
+use image::{ColorType, ImageDecoder, ImageFormat, ImageReader};
 
 use super::resize::Rgb8;
 
@@ -33,6 +34,18 @@ impl Default for ImageLimits {
     }
 }
 
+/// What an image's header says, read without decoding a pixel (`probe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub format: ImageFormat,
+    /// Pixels.
+    pub width: u32,
+    pub height: u32,
+    /// Bytes its decode holds at its peak: the decoder's frame in its own colour type (up to
+    /// 16 bits and 4 channels a pixel) plus the 8-bit RGB copy when that type is not RGB8.
+    pub decode_bytes: u64,
+}
+
 /// Why an image could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ImageError {
@@ -45,6 +58,9 @@ pub enum ImageError {
         max_side: u32,
         max_pixels: u64,
     },
+    /// The request's images up to this one take more bytes to decode than one request may.
+    #[error("the request's images take {bytes} bytes to decode, more than the limit of {limit} for one request")]
+    RequestTooLarge { bytes: u64, limit: u64 },
     #[error("the image is not PNG, JPEG, WebP or GIF")]
     UnsupportedFormat,
     #[error("the image could not be decoded: {0}")]
@@ -53,12 +69,13 @@ pub enum ImageError {
     Shape { width: usize, height: usize },
 }
 
-/// Decode `bytes` to RGB (alpha dropped, as Pillow's `convert("RGB")` does), refusing anything
-/// over `limits` before decoding its pixels.
+/// Read `bytes`' header: its format, size and the bytes its decode takes, refusing anything
+/// over `limits` without decoding a pixel.
 ///
 /// # Errors
-/// `TooManyBytes`, `UnsupportedFormat`, `TooLarge` (from the header), `Unreadable`.
-pub fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, ImageError> {
+/// `TooManyBytes`, `UnsupportedFormat`, `TooLarge`, `Unreadable` (no readable header, or no
+/// pixels).
+pub fn probe(bytes: &[u8], limits: &ImageLimits) -> Result<Probe, ImageError> {
     if bytes.len() > limits.max_bytes {
         return Err(ImageError::TooManyBytes {
             bytes: bytes.len(),
@@ -72,13 +89,14 @@ pub fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, ImageError> {
     ) {
         return Err(ImageError::UnsupportedFormat);
     }
-    let unreadable = |e: image::ImageError| ImageError::Unreadable(e.to_string());
-    let reader = || ImageReader::with_format(Cursor::new(bytes), format);
-    let (width, height) = reader().into_dimensions().map_err(unreadable)?;
-    let pixels = u64::from(width) * u64::from(height);
+    let decoder = ImageReader::with_format(Cursor::new(bytes), format)
+        .into_decoder()
+        .map_err(unreadable)?;
+    let (width, height) = decoder.dimensions();
     if width == 0 || height == 0 {
         return Err(ImageError::Unreadable("the image has no pixels".into()));
     }
+    let pixels = u64::from(width) * u64::from(height);
     if width > limits.max_side || height > limits.max_side || pixels > limits.max_pixels {
         return Err(ImageError::TooLarge {
             width,
@@ -87,12 +105,43 @@ pub fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, ImageError> {
             max_pixels: limits.max_pixels,
         });
     }
+    let native = decoder.total_bytes();
+    let rgb = if decoder.color_type() == ColorType::Rgb8 {
+        0
+    } else {
+        pixels * 3
+    };
+    Ok(Probe {
+        format,
+        width,
+        height,
+        decode_bytes: native.saturating_add(rgb),
+    })
+}
+
+fn unreadable(e: image::ImageError) -> ImageError {
+    ImageError::Unreadable(e.to_string())
+}
+
+/// Decode `bytes` to RGB (alpha dropped, as Pillow's `convert("RGB")` does), refusing anything
+/// over `limits` before decoding its pixels (`probe`).
+///
+/// # Errors
+/// `TooManyBytes`, `UnsupportedFormat`, `TooLarge` (from the header), `Unreadable`.
+pub fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, ImageError> {
+    let Probe {
+        format,
+        width,
+        height,
+        ..
+    } = probe(bytes, limits)?;
+    let pixels = u64::from(width) * u64::from(height);
     let mut caps = image::Limits::default();
     caps.max_image_width = Some(width);
     caps.max_image_height = Some(height);
     // The decoded frame at 16 bits and 4 channels at most, plus the decoder's own buffers.
     caps.max_alloc = Some(pixels * 8 + (16 << 20));
-    let mut r = reader();
+    let mut r = ImageReader::with_format(Cursor::new(bytes), format);
     r.limits(caps);
     let img = r.decode().map_err(unreadable)?.into_rgb8();
     Ok(Rgb8 {

@@ -1,5 +1,6 @@
 //! Image input for the models that read images: decoding a request's image with its size
-//! bounded before any pixel is decoded (`decode`), resampling exactly as Pillow does
+//! bounded before any pixel is decoded (`decode`), within a server-wide budget of bytes
+//! decoded at once (`budget`), resampling exactly as Pillow does
 //! (`resize`), each family's preprocessing to the encoder's pixel values (`preprocess`: Gemma 3,
 //! Idefics3/SmolVLM, Qwen2.5-VL), the SigLIP encoder (`encoder`) and the projectors
 //! (`projector`), Qwen2.5-VL's windowed encoder and merger (`qwen`), put
@@ -13,6 +14,7 @@
 //! std. Never: HTTP, money,
 //! tokenizers.
 
+pub mod budget;
 pub mod decode;
 pub mod encoder;
 pub mod model;
@@ -22,9 +24,10 @@ pub mod prompt;
 pub mod qwen;
 pub mod resize;
 
-pub use decode::{decode, ImageError, ImageLimits};
+pub use budget::{Busy, DecodeBudget, ImageBounds, ImageConfig};
+pub use decode::{decode, probe, ImageError, ImageLimits, Probe};
 pub use model::{Grid, Layout, VisionModel};
-pub use prompt::{Images, PendingImages, PlaceError};
+pub use prompt::{expand_at_least, Images, PendingImages, PlaceError};
 pub use resize::{resize, Filter, Rgb8};
 
 /// What the unit tests of these modules share: the fixtures of `tests/data/vision/`.

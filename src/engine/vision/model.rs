@@ -10,9 +10,12 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::decode::ImageError;
+use super::decode::{ImageError, ImageLimits};
 use super::encoder::Siglip;
-use super::preprocess::{gemma3, idefics3, idefics3_grid, qwen2vl, smart_resize, Normalize, Tiled};
+use super::preprocess::{
+    gemma3_fit, idefics3_fit, idefics3_grid, idefics3_tiles, qwen2vl_fit, smart_resize, to_chw,
+    Normalize, Tiled,
+};
 use super::projector::Projector;
 use super::qwen::{QwenVit, MERGE};
 use super::resize::Rgb8;
@@ -289,30 +292,109 @@ impl VisionModel {
     }
 
     /// The family's pixel values for `image`: each tile `[3, S, S]`; for `Layout::Dynamic`
-    /// one `[3, rows·14, cols·14]` image of `rows x cols` patches.
+    /// one `[3, rows·14, cols·14]` image of `rows x cols` patches. The same as
+    /// `preprocess_fitted(&fit(image)?)`.
     ///
     /// # Errors
     /// As `grid`.
     pub fn preprocess(&self, image: &Rgb8) -> Result<Tiled, ImageError> {
+        Ok(self.preprocess_fitted(&self.fit(image)?))
+    }
+
+    /// The family's first resize of a decoded image, the one that makes it the size its
+    /// encoder reads (Gemma 3: the square; Idefics3: the longest edge; Qwen2.5-VL: the
+    /// `smart_resize` size). Once an image is fitted its full-size pixels can go: every later
+    /// step reads the fitted image only (`preprocess_fitted`).
+    ///
+    /// # Errors
+    /// As `grid`.
+    pub fn fit(&self, image: &Rgb8) -> Result<Rgb8, ImageError> {
         Ok(match self.layout {
-            Layout::Stretch => Tiled {
-                tiles: vec![gemma3(image, self.tile_size(), &self.normalize)],
-                rows: 0,
-                cols: 0,
-            },
-            Layout::Tiles { longest } => {
-                idefics3(image, longest, self.tile_size(), &self.normalize)
-            }
+            Layout::Stretch => gemma3_fit(image, self.tile_size()),
+            Layout::Tiles { longest } => idefics3_fit(image, longest),
             Layout::Dynamic { .. } => {
                 let Grid { rows, cols } = self.grid(image.width, image.height)?;
                 let patch = self.tile_size() / MERGE;
-                Tiled {
-                    tiles: vec![qwen2vl(image, rows * patch, cols * patch, &self.normalize)],
-                    rows,
-                    cols,
-                }
+                qwen2vl_fit(image, rows * patch, cols * patch)
             }
         })
+    }
+
+    /// The pixel values of an image `fit` returned.
+    pub fn preprocess_fitted(&self, fitted: &Rgb8) -> Tiled {
+        match self.layout {
+            Layout::Stretch => Tiled {
+                tiles: vec![to_chw(fitted, &self.normalize)],
+                rows: 0,
+                cols: 0,
+            },
+            Layout::Tiles { .. } => idefics3_tiles(fitted, self.tile_size(), &self.normalize),
+            Layout::Dynamic { .. } => {
+                let patch = self.tile_size() / MERGE;
+                Tiled {
+                    tiles: vec![to_chw(fitted, &self.normalize)],
+                    rows: fitted.height / patch,
+                    cols: fitted.width / patch,
+                }
+            }
+        }
+    }
+
+    /// Bytes an image of `grid` takes once decoded and fitted, whatever size it was sent at:
+    /// its fitted 8-bit RGB and its f32 pixel values (`preprocess_fitted`), 15 bytes a pixel
+    /// the encoder reads. With `Probe::decode_bytes`, what the decode budget reserves for it.
+    pub fn work_bytes(&self, grid: Grid) -> u64 {
+        let pixels = match self.layout {
+            Layout::Dynamic { .. } => {
+                let patch = self.tile_size() / MERGE;
+                grid.rows * patch * grid.cols * patch
+            }
+            _ => grid.tiles() * self.tile_size() * self.tile_size(),
+        };
+        pixels as u64 * 15
+    }
+
+    /// The grid of the image that costs the fewest tokens in this family, for a prompt's
+    /// lower bound before an image's size is known (a remote image not fetched yet): Gemma 3's
+    /// one tile; Idefics3's single row of tiles (an image far wider than tall) and its global
+    /// image; Qwen2.5-VL's `min_pixels` in 28-pixel tokens, rounded down.
+    pub fn min_grid(&self) -> Grid {
+        match self.layout {
+            Layout::Stretch => Grid { rows: 0, cols: 0 },
+            Layout::Tiles { longest } => {
+                let (rows, cols) = idefics3_grid(longest, 1, longest, self.tile_size());
+                Grid { rows, cols }
+            }
+            Layout::Dynamic { min_pixels, .. } => {
+                let tokens = (min_pixels / (self.tile_size() * self.tile_size())).max(1);
+                Grid {
+                    rows: MERGE,
+                    cols: MERGE * tokens,
+                }
+            }
+        }
+    }
+
+    /// The most pixels an image sent to this model may have: 16 times the area its encoder
+    /// reads (a 4x downscale a side, past which a larger image adds nothing the model sees),
+    /// within 2048² and 4096² (a 12-megapixel phone photo fits every family; 8192x4096, the
+    /// server-wide limit, fits none). Gemma 3 at 896: 12,845,056; SmolVLM at 2,048 and
+    /// Qwen2.5-VL at 1,280 tokens: 16,777,216 and 16,056,320.
+    pub fn max_input_pixels(&self) -> u64 {
+        let area = match self.layout {
+            Layout::Stretch => self.tile_size() * self.tile_size(),
+            Layout::Tiles { longest } => longest * longest,
+            Layout::Dynamic { max_pixels, .. } => max_pixels,
+        };
+        (16 * area as u64).clamp(2048 * 2048, 4096 * 4096)
+    }
+
+    /// `server`'s limits narrowed to this model's pixel cap (`max_input_pixels`).
+    pub fn limits(&self, server: &ImageLimits) -> ImageLimits {
+        ImageLimits {
+            max_pixels: server.max_pixels.min(self.max_input_pixels()),
+            ..*server
+        }
     }
 
     /// The embeddings of a preprocessed image: `[image tokens, text width]`, in the order its

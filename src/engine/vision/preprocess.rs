@@ -35,7 +35,12 @@ pub fn to_chw(img: &Rgb8, n: &Normalize) -> Vec<f32> {
 
 /// Gemma 3: the image stretched to `size x size` (no aspect kept), bilinear.
 pub fn gemma3(img: &Rgb8, size: usize, n: &Normalize) -> Vec<f32> {
-    to_chw(&resize(img, size, size, Filter::Bilinear), n)
+    to_chw(&gemma3_fit(img, size), n)
+}
+
+/// Gemma 3's one resize: the `size x size` image its encoder reads.
+pub fn gemma3_fit(img: &Rgb8, size: usize) -> Rgb8 {
+    resize(img, size, size, Filter::Bilinear)
 }
 
 /// An image cut for Idefics3/SmolVLM: tiles row-major, then the global image; `rows` and `cols`
@@ -108,10 +113,20 @@ pub fn idefics3_grid(width: usize, height: usize, longest: usize, tile: usize) -
 /// Idefics3/SmolVLM: resize to `longest` on the longer side, round up to whole `tile`s, cut
 /// into tiles and add the global image (all Lanczos).
 pub fn idefics3(img: &Rgb8, longest: usize, tile: usize, n: &Normalize) -> Tiled {
+    idefics3_tiles(&idefics3_fit(img, longest), tile, n)
+}
+
+/// Idefics3's first resize: `longest` pixels on the longer side (`longest_edge_size`).
+pub fn idefics3_fit(img: &Rgb8, longest: usize) -> Rgb8 {
     let (w, h) = longest_edge_size(img.width, img.height, longest);
-    let img = resize(img, w, h, Filter::Lanczos);
+    resize(img, w, h, Filter::Lanczos)
+}
+
+/// Idefics3's steps after `idefics3_fit`: round up to whole `tile`s, cut into tiles and add
+/// the global image.
+pub fn idefics3_tiles(img: &Rgb8, tile: usize, n: &Normalize) -> Tiled {
     let (w, h) = whole_tiles_size(img.width, img.height, tile);
-    let img = resize(&img, w, h, Filter::Lanczos);
+    let img = resize(img, w, h, Filter::Lanczos);
     let (rows, cols) = grid_of(w, h, tile);
     if rows == 0 {
         return Tiled {
@@ -173,7 +188,12 @@ pub fn smart_resize(
 /// Qwen2.5-VL: the image resized (bicubic) to `height x width` (from `smart_resize`),
 /// normalised, `[3, height, width]`.
 pub fn qwen2vl(img: &Rgb8, height: usize, width: usize, n: &Normalize) -> Vec<f32> {
-    to_chw(&resize(img, width, height, Filter::Bicubic), n)
+    to_chw(&qwen2vl_fit(img, height, width), n)
+}
+
+/// Qwen2.5-VL's one resize: bicubic to `height x width` (from `smart_resize`).
+pub fn qwen2vl_fit(img: &Rgb8, height: usize, width: usize) -> Rgb8 {
+    resize(img, width, height, Filter::Bicubic)
 }
 
 #[cfg(test)]

@@ -1,22 +1,29 @@
-//! A request's images in its prompt: decoded with their size bounded (`super::decode`), the
-//! template's placeholders expanded into each image's tokens (`VisionModel::expansion`), the
-//! runs of image tokens found once the prompt is tokenized, and, once the request's money is
-//! held, the encoder's rows for each run (`PendingImages::encode`).
+//! A request's images in its prompt: their headers read with their size bounded
+//! (`super::decode::probe`, no pixel decoded), the template's placeholders expanded into each
+//! image's tokens (`VisionModel::expansion`, from the size alone), the runs of image tokens
+//! found once the prompt is tokenized, and, once the request's money is held, each image
+//! decoded within the server's decode budget, resized to what its model reads and encoded into
+//! the rows of its runs (`PendingImages::encode`).
 //!
-//! Owns: matching images to placeholders and runs. May use: `super::{decode, model}`, the
-//! engine's prompt types. Never: tokenizers, HTTP, money.
+//! Owns: matching images to placeholders and runs, the per-request decode bound. May use:
+//! `super::{decode, model, budget}`, the engine's prompt types. Never: tokenizers, HTTP, money.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::decode::{decode, ImageError, ImageLimits};
+use super::budget::{Busy, DecodeBudget};
+use super::decode::{decode, probe, ImageError, ImageLimits};
 use super::model::{Grid, VisionModel};
-use super::resize::Rgb8;
 use crate::engine::{InputImage, PromptImage};
 
-/// A request's images, decoded, with the grid each is cut into.
+/// An image as sent (encoded), with the bytes it takes from its decode to its encoding
+/// (`Probe::decode_bytes` and `VisionModel::work_bytes`).
+type Source = (Arc<[u8]>, u64);
+
+/// A request's images, their headers read, with the grid each is cut into.
 pub struct Images {
-    decoded: Vec<Rgb8>,
+    /// Each image as sent.
+    sources: Vec<Source>,
     grids: Vec<Grid>,
     /// A hash of each image's encoded bytes (for the prefix cache's key).
     hashes: Vec<u64>,
@@ -38,34 +45,49 @@ pub enum PlaceError {
     Tokens { found: usize, expected: usize },
     #[error("the vision encoder failed: {0}")]
     Encoder(String),
+    /// No room in the server's decode budget came free in time.
+    #[error("{0}")]
+    Busy(Busy),
 }
 
 impl Images {
-    /// Decode `images` within `limits`.
+    /// Read the headers of `images` within `limits` (each image's) and `request_bytes` (the
+    /// bytes all of them take to decode, together): sizes, grids and costs, no pixel decoded.
     ///
     /// # Errors
-    /// `PlaceError::Image` naming the first image that fails.
+    /// `PlaceError::Image` naming the first image that fails, or the one whose decode passes
+    /// `request_bytes` (`ImageError::RequestTooLarge`).
     pub fn read(
         vision: &VisionModel,
         images: &[InputImage],
         limits: &ImageLimits,
+        request_bytes: u64,
     ) -> Result<Self, PlaceError> {
         let mut out = Self {
-            decoded: Vec::with_capacity(images.len()),
+            sources: Vec::with_capacity(images.len()),
             grids: Vec::with_capacity(images.len()),
             hashes: Vec::with_capacity(images.len()),
         };
+        let mut total = 0u64;
         for (index, image) in images.iter().enumerate() {
-            let rgb =
-                decode(&image.bytes, limits).map_err(|error| PlaceError::Image { index, error })?;
+            let failed = |error| PlaceError::Image { index, error };
+            let head = probe(&image.bytes, limits).map_err(failed)?;
+            total = total.saturating_add(head.decode_bytes);
+            if total > request_bytes {
+                return Err(failed(ImageError::RequestTooLarge {
+                    bytes: total,
+                    limit: request_bytes,
+                }));
+            }
             let grid = vision
-                .grid(rgb.width, rgb.height)
-                .map_err(|error| PlaceError::Image { index, error })?;
+                .grid(head.width as usize, head.height as usize)
+                .map_err(failed)?;
             out.grids.push(grid);
             let mut h = std::collections::hash_map::DefaultHasher::new();
             image.bytes.hash(&mut h);
             out.hashes.push(h.finish());
-            out.decoded.push(rgb);
+            let cost = head.decode_bytes.saturating_add(vision.work_bytes(grid));
+            out.sources.push((image.bytes.clone(), cost));
         }
         Ok(out)
     }
@@ -83,14 +105,7 @@ impl Images {
                 sent: self.grids.len(),
             });
         }
-        let mut out = String::with_capacity(text.len());
-        for (i, piece) in pieces.iter().enumerate() {
-            out.push_str(piece);
-            if let Some(grid) = self.grids.get(i) {
-                out.push_str(&vision.expansion(*grid));
-            }
-        }
-        Ok(out)
+        Ok(expand_grids(vision, &pieces, &self.grids))
     }
 
     /// Pair each image with its runs of `image_token` in `ids`, in order: one `PromptImage` per
@@ -122,8 +137,8 @@ impl Images {
         let per_image: Vec<usize> = self.grids.iter().map(|&g| vision.image_tokens(g)).collect();
         let mut runs = runs.into_iter();
         let mut placed = Vec::new();
-        let mut pending = Vec::with_capacity(self.decoded.len());
-        let images = self.decoded.into_iter().zip(self.hashes);
+        let mut pending = Vec::with_capacity(self.sources.len());
+        let images = self.sources.into_iter().zip(self.hashes);
         for (((image, hash), tokens), &grid) in images.zip(per_image).zip(&self.grids) {
             let first = placed.len();
             let mut used = 0;
@@ -150,11 +165,51 @@ impl Images {
     }
 }
 
-/// A prompt's decoded images, waiting for the encoder: each with the indices of its runs in
-/// `Prompt::images`. Kept apart so the encoder, the expensive part (seconds for a large image
-/// on a CPU), runs only once the request's money is held (`Engine::encode_images`).
+/// `text` (split at its image placeholders into `pieces`, one more than `grids`) with each
+/// placeholder replaced by the tokens of the image of that grid.
+fn expand_grids(vision: &VisionModel, pieces: &[&str], grids: &[Grid]) -> String {
+    let mut out = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+    for (i, piece) in pieces.iter().enumerate() {
+        out.push_str(piece);
+        if let Some(grid) = grids.get(i) {
+            out.push_str(&vision.expansion(*grid));
+        }
+    }
+    out
+}
+
+/// `text` with each of the template's image placeholders replaced by the tokens of the
+/// family's cheapest image (`VisionModel::min_grid`): the prompt's fewest tokens whatever
+/// the images turn out to be, for a balance and context check before any is fetched.
+///
+/// # Errors
+/// `PlaceError::Count` when the placeholders are not `images`.
+pub fn expand_at_least(
+    vision: &VisionModel,
+    text: &str,
+    images: usize,
+) -> Result<String, PlaceError> {
+    let pieces: Vec<&str> = text.split(vision.placeholder()).collect();
+    let placed = pieces.len() - 1;
+    if placed != images {
+        return Err(PlaceError::Count {
+            placed,
+            sent: images,
+        });
+    }
+    Ok(expand_grids(
+        vision,
+        &pieces,
+        &vec![vision.min_grid(); images],
+    ))
+}
+
+/// A prompt's images, waiting for the encoder, still encoded as sent: each with the bytes its
+/// decode takes and the indices of its runs in `Prompt::images`. Kept apart so decoding and
+/// the encoder, the expensive part (seconds for a large image on a CPU), run only once the
+/// request's money is held (`Engine::encode_images`).
 #[derive(Clone)]
-pub struct PendingImages(Arc<Vec<(Rgb8, std::ops::Range<usize>)>>);
+pub struct PendingImages(Arc<Vec<(Source, std::ops::Range<usize>)>>);
 
 impl std::fmt::Debug for PendingImages {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,26 +228,38 @@ impl PendingImages {
         self.0.is_empty()
     }
 
-    /// Preprocess and encode each image, and give each of its runs in `placed` (the
-    /// `Prompt::images` that `Images::place` returned with these) its `[len][text width]` rows.
+    /// One image after another: reserve its bytes in `budget` (its decode and its fitted
+    /// pixels), decode it within `limits`, resize it to what the model reads
+    /// (`VisionModel::fit`) and drop the full-size pixels, preprocess and encode it, free the
+    /// reservation, and give each of its runs in `placed` (the `Prompt::images` that
+    /// `Images::place` returned with these) its `[len][text width]` rows. So a request holds
+    /// one image's pixels at a time, and the server no more than `budget` allows.
     ///
     /// # Errors
-    /// `PlaceError::Encoder` when the encoder fails or `placed` is not the list these images
-    /// were placed in.
+    /// `PlaceError::Busy` when the budget had no room in time; `PlaceError::Image` for an image
+    /// whose pixels cannot be decoded; `PlaceError::Encoder` when the encoder fails or `placed`
+    /// is not the list these images were placed in.
     pub fn encode(
         &self,
         vision: &VisionModel,
         placed: &mut [PromptImage],
+        budget: &DecodeBudget,
+        limits: &ImageLimits,
     ) -> Result<(), PlaceError> {
         let width = vision.text_width();
-        for (image, runs) in self.0.iter() {
-            let tiled = vision
-                .preprocess(image)
-                .map_err(|e| PlaceError::Encoder(e.to_string()))?;
+        for (index, ((bytes, cost), runs)) in self.0.iter().enumerate() {
+            let room = budget.acquire(*cost).map_err(PlaceError::Busy)?;
+            let failed = |error| PlaceError::Image { index, error };
+            let fitted = vision
+                .fit(&decode(bytes, limits).map_err(failed)?)
+                .map_err(failed)?;
+            let tiled = vision.preprocess_fitted(&fitted);
+            drop(fitted);
             let rows = vision
                 .embed(&tiled)
                 .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
                 .map_err(|e| PlaceError::Encoder(e.to_string()))?;
+            drop((tiled, room));
             let Some(runs) = placed.get_mut(runs.clone()) else {
                 return Err(PlaceError::Encoder(
                     "the image runs are not the ones these images were placed in".into(),

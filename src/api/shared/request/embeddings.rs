@@ -11,7 +11,8 @@ use crate::engine::embed::EmbedInput;
 /// Most inputs in one request (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
 
-const ACCEPTED: [&str; 6] = [
+/// The accepted top-level fields; anything else is `unsupported_parameter`.
+pub const ACCEPTED_PARAMETERS: [&str; 6] = [
     "model",
     "input",
     "encoding_format",
@@ -50,7 +51,7 @@ pub struct EmbeddingsRequest {
 /// `InvalidJson`, `UnsupportedParameter` (unknown fields), `Validation` with every field
 /// error.
 pub fn parse(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
-    let obj = validator::top_level(body, &ACCEPTED)?;
+    let obj = validator::top_level(body, &ACCEPTED_PARAMETERS)?;
     let mut v = Validator::new(&obj);
     let model = v.string("model", true).unwrap_or_default();
     if model.is_empty() && !v.errors.iter().any(|e| e.param == "model") {

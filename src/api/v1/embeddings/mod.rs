@@ -58,10 +58,6 @@ async fn handle(state: &AppState, call: PaidCall) -> Result<Response, ApiError> 
     let model = load(state, &entry).await?;
     let rows = tokenize(&entry, &model, &req).await?;
     let count: usize = rows.iter().map(Vec::len).sum();
-    if count > MAX_REQUEST_TOKENS {
-        return Err(ApiError::bad("input", Code::InputTooLong, format!(
-            "The inputs have {count} tokens in all; one request may have at most {MAX_REQUEST_TOKENS}. Send them in several requests; nothing was charged.")));
-    }
     let idempotency = call.idempotency(&body, false, "/v1/embeddings")?;
     let units = Units::InputTokens {
         count: count as u64,
@@ -161,10 +157,12 @@ async fn tokenize(
     };
     let (m, inputs) = (model.clone(), req.input.clone());
     let single = matches!(inputs.as_slice(), [EmbedInput::Text(_)]);
-    tokio::task::spawn_blocking(move || m.tokenize(&inputs, prompt.as_deref()))
-        .await
-        .map_err(|e| ApiError::Internal(format!("tokenize task: {e}")))?
-        .map_err(|e| ApiError::from_embed(&entry.id, e, single))
+    tokio::task::spawn_blocking(move || {
+        m.tokenize_within(&inputs, prompt.as_deref(), MAX_REQUEST_TOKENS)
+    })
+    .await
+    .map_err(|_| ApiError::Internal("the tokenize task stopped unexpectedly".into()))?
+    .map_err(|e| ApiError::from_embed(&entry.id, e, single))
 }
 
 /// The text of the task prompt `name`.
