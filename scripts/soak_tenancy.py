@@ -227,8 +227,9 @@ def open_holds(db):
 
 
 def case_sigterm_drain(server, keys, short):
+    # The end-of-turn tokens banned: every stream runs until its client leaves.
     body = json.dumps({"model": "smollm2-135m-instruct", "max_tokens": 2000, "stream": True,
-                       "temperature": 1,
+                       "temperature": 1, "logit_bias": {"0": -100, "2": -100},
                        "messages": [{"role": "user", "content": "Tell a very long story."}]}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {keys['rich']}\r\nContent-Length: {len(body)}\r\n\r\n").encode()

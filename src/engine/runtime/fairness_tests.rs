@@ -107,3 +107,37 @@ fn another_tenants_prefill_is_cut_while_a_tenant_decodes() {
         "{steps:?}"
     );
 }
+
+/// A short prompt that arrives while another tenant prefills a long one is prefilled whole in
+/// one short step (`max(cap, its tokens + MIN_CHUNK)`, here 20 tokens, instead of a 128-token
+/// step), then decodes beside small chunks of the long one.
+#[test]
+fn a_short_prompt_beside_a_long_one_is_one_short_step() {
+    let mut h = Harness::new();
+    h.per_token = Duration::from_millis(2);
+    let (a, b) = (tenant(1, 1), tenant(2, 2));
+    let a_job = job(&h, a, 2000, 1);
+    let thread = h.start(Limits {
+        interleave_ms: 40,
+        ..limits(8, 128, 0)
+    });
+    // After A's first whole steps (about 256 ms each), which measure the cost of a token.
+    std::thread::sleep(Duration::from_millis(600));
+    let b_job = job(&h, b, 10, 4);
+    assert_eq!(wait(b_job).0.completion_tokens, 4);
+    assert_eq!(wait(a_job).0.completion_tokens, 1);
+    let steps = h.finish(thread);
+    let first_b = steps
+        .iter()
+        .position(|s| s.len() == 2)
+        .expect("a step with both");
+    assert_eq!(steps[first_b][1], 10, "B's prompt whole: {steps:?}");
+    assert!(
+        steps[first_b][0] <= 32,
+        "A's share of that step is small: {steps:?}"
+    );
+    assert!(
+        steps[..first_b].iter().all(|s| s == &vec![128]),
+        "A alone had whole steps: {steps:?}"
+    );
+}

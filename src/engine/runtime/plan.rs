@@ -1,15 +1,17 @@
 //! One step's plan for one model: which sequences feed which tokens. Decode tokens first (each
 //! with its draft while `speculative_tokens` leaves room, `speculate::propose`), then prefill
-//! chunks within `step_tokens`, split between tenants max-min fairly (`tenants::share`), so a
-//! short prompt is not behind another tenant's long ones; and while a sequence of another
-//! tenant decodes, the step's prefill is cut to what fits `Limits::interleave_ms`, from how
-//! long this model's steps take (`Pace`), so one tenant's long prompts never hold another's
-//! decoding for whole chunks. A chunk never splits an image's run of tokens (`whole_runs`).
+//! chunks within `step_tokens`, split between tenants max-min fairly (`tenants::share`); with
+//! several tenants in the step it is kept near `Limits::interleave_ms`, from how long this
+//! model's steps take (`Pace`): another tenant's short prompt goes first and whole in a short
+//! step, and while a tenant decodes the others' prefill is cut, so one tenant's long prompts
+//! never hold another's first token or its stream for whole chunks (`prefill_grants`). A chunk
+//! never splits an image's run of tokens (`whole_runs`).
 //!
 //! Owns: the plan and the step-time model. May use: the scheduler's types, `tenants`,
 //! `speculate`, `draft`. Never: the forward, sampling, HTTP.
 
 use super::draft;
+use super::pace::MIN_CHUNK;
 use super::sequence::Seq;
 use super::spec_state::Source;
 use super::speculate;
@@ -19,8 +21,7 @@ use crate::engine::model::InputRows;
 use crate::engine::{PromptImage, Tenant};
 
 /// The step's plan, `(index in seqs, tokens to feed)` in index order: decode tokens first,
-/// then the prefill chunks `tenants::share` grants within what is left of `step_tokens` (and
-/// of `interleave_bound`).
+/// then the prefill chunks `prefill_grants` gives within what is left of `step_tokens`.
 pub(super) fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(usize, Vec<u32>)> {
     let mut budget = limits.step_tokens.max(1);
     propose_drafts(rt, seqs, limits);
@@ -46,9 +47,9 @@ pub(super) fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(
         })
         .collect();
     if budget > 0 && !wants.is_empty() {
-        let budget = budget.min(interleave_bound(rt, seqs, &wants, limits, decode_rows));
         let shares: Vec<(Tenant, usize)> = wants.iter().map(|w| (w.1, w.2)).collect();
-        for (&(i, _, _), grant) in wants.iter().zip(tenants::share(budget, &shares)) {
+        let grants = prefill_grants(rt, seqs, &shares, (budget, decode_rows), limits);
+        for (&(i, _, _), grant) in wants.iter().zip(grants) {
             if grant == 0 {
                 continue;
             }
@@ -61,35 +62,65 @@ pub(super) fn plan_step(rt: &Runtime, seqs: &mut [Seq], limits: Limits) -> Vec<(
     plan
 }
 
-/// The most prefill tokens this step may feed: while a sequence of a tenant other than a
-/// prefilling one decodes, what fits `limits.interleave_ms` beside `decode_rows` (`Pace`);
-/// otherwise (or with the bound off, or the pace unknown) no bound.
-fn interleave_bound(
+/// A step is never cut to less than this many times `interleave_ms` when one tenant has the
+/// model to itself (2 s by default): a request that arrives waits at most about that for the
+/// step in flight, at the cost of a step's fixed time every such stretch (about 2% of a long
+/// prompt's prefill on a 2-core CPU, nothing where steps are short).
+const ALONE_STEPS: f64 = 8.0;
+
+/// Each prefilling sequence's tokens this step (`shares`: its tenant and what it has left),
+/// within `budget` tokens beside `decode_rows` decode rows. With the bound off (or the pace
+/// not known yet): max-min between tenants, the whole budget (`tenants::share`). Otherwise no
+/// step runs past about `ALONE_STEPS x interleave_ms`, and with several tenants in the step it
+/// is kept near `limits.interleave_ms` (the `cap`, `Pace::tokens_within`):
+/// - beside another tenant's short prompt (its tenant's whole want fits the budget), that
+///   prompt goes first and whole, the others get what is left of
+///   `max(cap, its want + MIN_CHUNK)` (shortest first), so a short prompt is one short step;
+/// - while another tenant decodes, the prefill is cut to `cap` (at least `MIN_CHUNK`), so its
+///   tokens keep coming;
+/// - otherwise (several tenants' long prompts only) max-min over the budget.
+fn prefill_grants(
     rt: &Runtime,
     seqs: &[Seq],
-    wants: &[(usize, Tenant, usize)],
+    shares: &[(Tenant, usize)],
+    (budget, decode_rows): (usize, usize),
     limits: Limits,
-    decode_rows: usize,
-) -> usize {
-    if limits.interleave_ms == 0 {
-        return usize::MAX;
-    }
+) -> Vec<usize> {
+    let pace = rt.pace.get();
+    let target = limits.interleave_ms as f64 / 1000.0;
+    let within = |secs: f64| {
+        (limits.interleave_ms > 0)
+            .then(|| pace.tokens_within(secs, decode_rows))
+            .flatten()
+    };
+    let budget = budget.min(within(ALONE_STEPS * target).unwrap_or(usize::MAX));
     let decoding: Vec<Tenant> = seqs
         .iter()
         .filter(|s| s.pending.is_some())
         .map(|s| s.job.request.tenant)
         .collect();
-    let crosses = wants
-        .iter()
-        .any(|(_, t, _)| decoding.iter().any(|d| d != t));
-    if !crosses {
-        return usize::MAX;
+    let mut active: Vec<Tenant> = shares.iter().map(|s| s.0).chain(decoding.clone()).collect();
+    active.sort_by_key(|t| (t.account, t.key));
+    active.dedup();
+    let cap = if active.len() > 1 {
+        within(target)
+    } else {
+        None
+    };
+    let Some(cap) = cap else {
+        return tenants::share(budget, shares);
+    };
+    let wants = tenants::by_tenant(shares);
+    let smallest = wants.iter().map(|w| w.1).min().unwrap_or(0);
+    if wants.len() > 1 && smallest <= budget {
+        let cut = budget.min(cap.max(smallest + MIN_CHUNK));
+        return tenants::share_shortest_first(cut, shares);
     }
-    let target = limits.interleave_ms as f64 / 1000.0;
-    rt.pace
-        .get()
-        .tokens_within(target, decode_rows)
-        .unwrap_or(usize::MAX)
+    let crosses = shares.iter().any(|(t, _)| decoding.iter().any(|d| d != t));
+    if crosses {
+        return tenants::share(budget.min(cap), shares);
+    }
+    tenants::share(budget, shares)
 }
 
 /// Set each decoding sequence's draft for this step (`speculate::propose`: its prediction,

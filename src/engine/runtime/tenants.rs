@@ -297,6 +297,38 @@ pub fn share(budget: usize, wants: &[(Tenant, usize)]) -> Vec<usize> {
     out
 }
 
+/// Each tenant's want: the sum of its sequences' `wants`, tenants in order of first
+/// appearance.
+pub fn by_tenant(wants: &[(Tenant, usize)]) -> Vec<(Tenant, usize)> {
+    let mut out: Vec<(Tenant, usize)> = Vec::new();
+    for &(t, n) in wants {
+        match out.iter_mut().find(|(u, _)| *u == t) {
+            Some((_, sum)) => *sum += n,
+            None => out.push((t, n)),
+        }
+    }
+    out
+}
+
+/// Split `budget` between `wants` (as `share` takes them) shortest tenant first: the tenant
+/// with the least left in all gets all of it (its sequences in arrival order), then the next;
+/// ties in order of first appearance. For a short prompt beside long ones (`plan`).
+pub fn share_shortest_first(budget: usize, wants: &[(Tenant, usize)]) -> Vec<usize> {
+    let mut order = by_tenant(wants);
+    order.sort_by_key(|w| w.1);
+    let mut left = budget;
+    let mut out = vec![0; wants.len()];
+    for (tenant, _) in order {
+        for (i, (t, want)) in wants.iter().enumerate() {
+            if *t == tenant {
+                out[i] = (*want).min(left);
+                left -= out[i];
+            }
+        }
+    }
+    out
+}
+
 /// Max-min fair shares of `budget` for `demands`: repeatedly an equal share of what is left
 /// to those still wanting, the smallest demands filled first; a remainder that does not divide
 /// goes one token each to the earliest.
@@ -442,6 +474,21 @@ mod tests {
             share(50, &[(a, 3), (b, 4)]),
             vec![3, 4],
             "more than all want"
+        );
+    }
+
+    /// Shortest tenant first: B's 35 whole before A's two long prompts; a tenant's want is
+    /// the sum of its sequences'.
+    #[test]
+    fn a_short_prompt_goes_first_and_whole() {
+        let (a, b) = (t(1, 1), t(2, 2));
+        let wants = [(a, 7000), (a, 7000), (b, 35)];
+        assert_eq!(share_shortest_first(51, &wants), vec![16, 0, 35]);
+        assert_eq!(share_shortest_first(20, &wants), vec![0, 0, 20]);
+        assert_eq!(by_tenant(&wants), vec![(a, 14000), (b, 35)]);
+        assert_eq!(
+            share_shortest_first(10, &[(a, 4), (b, 4), (a, 4)]),
+            vec![4, 4, 2]
         );
     }
 }
