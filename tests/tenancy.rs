@@ -2,7 +2,8 @@
 //! image bombs from a key that cannot pay are 402 before any image is read and from a funded
 //! key 400 from the headers; an image whose pixels fail after the hold costs nothing; a
 //! request's images past the decode bound are refused by name; a remote image is never
-//! fetched for a key that cannot pay; an empty prompt is 400; the engine queue's shares per
+//! fetched for a key that cannot pay, and one that redirects to `file:` is a plain 400; an
+//! empty prompt is 400; the engine queue's shares per
 //! account and per key (429 `too_many_concurrent_requests`, the other account served first);
 //! and a clean stop that leaves no hold open. Real engines: the tiny vision fixtures
 //! (`tests/data/vision`) and SmolLM2-135M.
@@ -206,6 +207,42 @@ async fn a_remote_image_is_never_fetched_for_a_key_that_cannot_pay() {
     let (status, _, v) = s.post("/v1/chat/completions", &body, &[]).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(seen.load(Ordering::SeqCst), 1);
+}
+
+/// A remote image whose server redirects to `file:///etc/passwd` is 400 `invalid_image` naming
+/// its part, with no panic text (ureq's own redirect code panicked on it), and costs nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_to_a_file_url_is_400_without_panic_text() {
+    let s = vision_server_with(ImageUrls {
+        allow: true,
+        allow_private: true,
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let _ = conn.write_all(
+                b"HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let before = balance(&s, s.account);
+    let body = image_chat("gemma3", &[format!("http://127.0.0.1:{port}/cat.png")]);
+    let (status, _, v) = s.post("/v1/chat/completions", &body, &[]).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_image", "{v}");
+    assert_eq!(v["error"]["param"], "messages[0].content[0]", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("http and https"),
+        "{v}"
+    );
+    assert_eq!(balance(&s, s.account), before);
 }
 
 /// `/v1/completions` with an empty prompt on SmolLM2 (which adds no BOS: nothing to prefill)
