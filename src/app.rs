@@ -11,8 +11,7 @@ use crate::api::shared::limits::{Limiter, PublicLimits, Throttles};
 use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
-use crate::engine::fake::FakeEngine;
-use crate::engine::{CandleEngine, EngineConfig, SharedEngine};
+use crate::engine::{CandleEngine, EngineConfig, FakeEngine, SharedEngine};
 use crate::ledger::Ledger;
 
 /// Which engine to run.
@@ -42,7 +41,7 @@ pub struct ServeConfig {
     /// Target step time while another tenant decodes, ms (0: off).
     pub interleave_ms: u64,
     /// One request's image decode bytes and the server's decode budget.
-    pub images: crate::engine::vision::ImageConfig,
+    pub images: crate::engine::ImageConfig,
     pub max_batch: usize,
     pub step_tokens: usize,
     /// Most decode and draft tokens per step for speculative decoding (0: off).
@@ -50,7 +49,7 @@ pub struct ServeConfig {
     /// Load the catalogue's draft models beside their targets.
     pub draft_models: bool,
     /// How each model's KV cache stores keys and values.
-    pub kv_cache: crate::engine::model::attention::KvTypes,
+    pub kv_cache: crate::engine::KvTypes,
     /// The ledger database file.
     pub db: PathBuf,
     /// Requests per minute per API key.
@@ -293,7 +292,7 @@ pub fn assemble(
 ) -> AppState {
     use crate::api::shared::state::{Accounts, Models, Paid, Public};
     // Ask whether the hub is reachable now, so no request waits for the first answer.
-    crate::engine::weights::hub::warm();
+    crate::engine::warm_hub();
     let pacer = text_generation_pacer(&engine);
     let replicas = crate::api::shared::limits::one_replica();
     let auth = Arc::new(Authenticator::new(ledger.clone()));
@@ -316,7 +315,7 @@ pub fn assemble(
                 )
                 .with_pacer(pacer),
             ),
-            embedder: crate::engine::embed::Embedder::new(),
+            embedder: crate::engine::Embedder::new(),
             image_urls: s.image_urls,
             image_fetches: api::shared::image_fetch::FetchSlots::new(
                 api::shared::image_fetch::FETCHES_IN_FLIGHT,
@@ -423,7 +422,7 @@ pub const BUILT_IN_LANGUAGES: &str = include_str!("../data/language-multipliers.
 /// A file that does not parse is ignored with a warning, as if it were missing.
 pub fn load_languages(
     path: &Path,
-) -> std::collections::BTreeMap<String, crate::engine::text::languages::ModelLanguages> {
+) -> std::collections::BTreeMap<String, crate::engine::ModelLanguages> {
     let parse = |text: &str| {
         serde_json::from_str::<serde_json::Value>(text)
             .ok()

@@ -1,7 +1,7 @@
 //! tollgate: an OpenAI-compatible chat-completions server that runs open-weight models
 //! in-process with candle and meters them against a prepaid balance.
 //!
-//! Layers (dependencies point inward; `scripts/check-layers` checks them in CI):
+//! Layers (dependencies point inward; `scripts/ci/check-layers` checks them in CI):
 //! `api` (axum) -> {`metering`, `accounts`} -> {`billing`, `ledger` (SQLite or PostgreSQL),
 //! `engine` (candle, tokenizers, minijinja), `audio`, `auth`, `mail`, `payments`};
 //! `api` -> `engine` for prompt preparation only; `api` -> `mcp` (rmcp) -> `engine`, `billing`,
@@ -11,7 +11,11 @@
 //! request's ledger work and `accounts` everything else (sign-up, sessions, keys, usage,
 //! top-ups, stored responses). `metering`, `accounts`, `engine`, `ledger` and `audio` never
 //! import axum or HTTP types; `engine` and `ledger` never import each other; no handler file
-//! imports another; no `src/` file is in an import circle. `app` is the composition root;
+//! imports another; no `src/` file is in an import circle. Outside `engine`, only its face
+//! (`engine/mod.rs`'s re-exports) is used, never a path into one of its rooms; inside it, rooms
+//! stand on floors, each using only its own and lower ones: `error`, `kernels`, `weights`,
+//! `text`, `constrain`, `model`, `embed`, `vision`, `seam`, `runtime`, then `fake` and
+//! `perplexity`. `app` is the composition root;
 //! `cli` the command line; `main.rs` is thin.
 
 pub mod accounts;

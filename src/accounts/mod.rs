@@ -20,6 +20,9 @@ mod sessions;
 mod topups;
 mod usage;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 pub use self::email::{EmailLinks, LINK_TTL_SECS};

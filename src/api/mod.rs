@@ -9,7 +9,7 @@
 //! `dashboard/` (one file per page's routes, `common.rs` shared), `web/` (the pages),
 //! `metrics.rs`, and `shared/` (state, errors, schema, limits, sessions, who pays, the paid-call
 //! opening, request parsing, the HTTP layer). This file is the router and `openapi.rs` the
-//! document; they alone name every handler. `scripts/check-layers` reads the units off this
+//! document; they alone name every handler. `scripts/ci/check-layers` reads the units off this
 //! layout: no endpoint unit uses another and nothing shared uses one.
 
 pub mod dashboard;

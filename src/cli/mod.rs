@@ -109,7 +109,7 @@ pub enum Command {
         /// One `<language code>.txt` per language (`eng.txt` required).
         #[arg(long, default_value = "data/udhr")]
         corpus: PathBuf,
-        /// Reference tokenizers: `<name>/tokenizer.json` (scripts/fetch-tokenizers); default
+        /// Reference tokenizers: `<name>/tokenizer.json` (scripts/ops/fetch-tokenizers); default
         /// `<data dir>/tokenizers`.
         #[arg(long)]
         tokenizers: Option<PathBuf>,
@@ -137,7 +137,7 @@ pub enum Command {
         chunks: Option<usize>,
         /// How the KV cache stores keys and values: f16 (as `serve`'s default) or f32.
         #[arg(long, default_value = "f16")]
-        kv_cache_type: crate::engine::model::attention::KvType,
+        kv_cache_type: crate::engine::KvType,
         /// Compute threads. Default: all cores.
         #[arg(long, env = "TOLLGATE_THREADS")]
         threads: Option<usize>,
@@ -429,8 +429,8 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             weights,
             threads: _,
         } => {
-            let path = crate::engine::perplexity::model_file(&model, &models, &weights)?;
-            let r = crate::engine::perplexity::perplexity(
+            let path = crate::engine::perplexity_model_file(&model, &models, &weights)?;
+            let r = crate::engine::measure_perplexity(
                 &path,
                 &file,
                 ctx,
@@ -438,7 +438,7 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
                 kv_cache_type,
                 |c, p| eprintln!("[{c}] running PPL {p:.4}"),
             )?;
-            let isa = crate::engine::kernels::Isa::detect();
+            let isa = crate::engine::Isa::detect();
             let kv = kv_cache_type.name();
             writeln!(out, "{} isa={isa:?} ctx={ctx} kv={kv}: {r}", path.display())?;
         }
@@ -450,11 +450,11 @@ pub fn run_operator(command: Command, db: &std::path::Path) -> anyhow::Result<St
             models,
             weights,
         } => {
-            use crate::engine::model::{device_check, linear::KernelPath};
-            let path = crate::engine::perplexity::model_file(&model, &models, &weights)?;
+            use crate::engine::{compare_kernel_paths, KernelPath};
+            let path = crate::engine::perplexity_model_file(&model, &models, &weights)?;
             let device = crate::app::candle_device(&device)?;
             let (candle, reference) = (KernelPath::Candle, !no_reference);
-            let r = device_check::compare_paths(&path, &device, candle, decode, reference)?;
+            let r = compare_kernel_paths(&path, &device, candle, decode, reference)?;
             writeln!(out, "{}", serde_json::to_string(&r)?)?;
             anyhow::ensure!(
                 r.within_tolerance,
@@ -556,9 +556,8 @@ fn measure_languages(
 ) -> anyhow::Result<()> {
     use std::fmt::Write as _;
     let catalog = crate::catalog::Catalog::load(models).map_err(anyhow::Error::msg)?;
-    let texts = crate::engine::text::languages::read_corpus(corpus)?;
-    let measured =
-        crate::engine::text::languages::measure_catalog(&catalog, weights, &texts, tokenizers);
+    let texts = crate::engine::read_corpus(corpus)?;
+    let measured = crate::engine::measure_languages(&catalog, weights, &texts, tokenizers);
     let with = measured.values().filter(|m| m.languages.is_some()).count();
     let doc = serde_json::json!({
         "corpus": {

@@ -190,7 +190,7 @@ pub struct ServeArgs {
     /// (protection against DNS rebinding).
     #[arg(long, env = "TOLLGATE_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
-    /// Reference tokenizers (`<name>/tokenizer.json`, scripts/fetch-tokenizers), for the MCP
+    /// Reference tokenizers (`<name>/tokenizer.json`, scripts/ops/fetch-tokenizers), for the MCP
     /// server's token counts of models whose weights are not here; default
     /// `<data dir>/tokenizers`.
     #[arg(long, env = "TOLLGATE_TOKENIZERS")]
@@ -232,7 +232,7 @@ impl ServeArgs {
             queued_per_account: self.max_queued_per_account,
             sequences_per_key: self.max_sequences_per_key,
             interleave_ms: self.interleave_ms,
-            images: crate::engine::vision::ImageConfig {
+            images: crate::engine::ImageConfig {
                 request_bytes: self.max_image_decode_bytes,
                 decode_budget_bytes: self.image_decode_budget,
                 ..Default::default()
@@ -241,7 +241,7 @@ impl ServeArgs {
             step_tokens: self.step_tokens,
             speculative_tokens: self.speculative_tokens,
             draft_models: self.draft_models,
-            kv_cache: crate::engine::model::attention::KvTypes::parse(&self.kv_cache_type)
+            kv_cache: crate::engine::KvTypes::parse(&self.kv_cache_type)
                 .map_err(|e| anyhow::anyhow!("--kv-cache-type: {e}"))?,
             db: db.to_owned(),
             rate_limit_rpm: self.rate_limit_rpm,

@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::error::EngineError;
+use super::seam::{
+    Engine, FinishReason, GenerateRequest, Generation, GenerationEvent, LoadedModel, ModelStats,
+    Outcome, Prompt,
+};
+use super::text::chat::ChatInput;
 use super::text::reasoning::{Reasoning, ReasoningCounter};
 use super::text::stop::{StopMatcher, StopStep};
-use super::{
-    ChatInput, Engine, EngineError, FinishReason, GenerateRequest, Generation, GenerationEvent,
-    LoadedModel, ModelStats, Outcome, Prompt,
-};
 
 /// The vocabulary size the fake engine reports (`Prompt::vocab_size`), so `logit_bias` ids are
 /// checked as on a real model; its prompt ids are word positions, all below it in tests.
@@ -279,7 +281,7 @@ impl Engine for FakeEngine {
             0
         } else {
             let v = serde_json::to_value(&input.tools).unwrap_or_default();
-            super::constrain::tools::python_json(&v)
+            super::text::tool_format::python_json(&v)
                 .split_whitespace()
                 .count()
         };

@@ -1,5 +1,5 @@
 //! Throwaway PostgreSQL databases for tests: one cluster per test process, started by
-//! `scripts/pgtmp` (stopped and removed when the process ends) unless `TOLLGATE_TEST_PG_URL`
+//! `scripts/ops/pgtmp` (stopped and removed when the process ends) unless `TOLLGATE_TEST_PG_URL`
 //! names one already running, and a fresh database on it per call. `TOLLGATE_TEST_DB=postgres`
 //! switches the test suites' ledgers from SQLite files to such databases.
 //!
@@ -20,14 +20,14 @@ pub fn postgres_wanted() -> bool {
 /// first use.
 ///
 /// # Errors
-/// A message when `scripts/pgtmp` fails (no PostgreSQL binaries, no free port).
+/// A message when `scripts/ops/pgtmp` fails (no PostgreSQL binaries, no free port).
 pub fn cluster_url() -> Result<String, String> {
     static URL: OnceLock<Result<String, String>> = OnceLock::new();
     URL.get_or_init(|| {
         if let Ok(url) = std::env::var("TOLLGATE_TEST_PG_URL") {
             return Ok(url);
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pgtmp");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ops/pgtmp");
         let out = std::process::Command::new(script)
             .arg(std::process::id().to_string())
             .stderr(std::process::Stdio::inherit())

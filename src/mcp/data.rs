@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::catalog::embedding::EmbeddingModelEntry;
 use crate::catalog::{Catalog, ModelEntry};
-use crate::engine::text::languages::{tokenizer_for, ModelLanguages, TextTokenizer};
-use crate::engine::text::prompt::PromptFormat;
-use crate::engine::{ChatInput, ChatMessage, SharedEngine};
+use crate::engine::{
+    tokenizer_for, ChatInput, ChatMessage, ModelLanguages, PromptFormat, SharedEngine,
+    TextTokenizer,
+};
 
 /// A tokenizer and where it came from (`gguf:<file>`, `tokenizer.json:<dir>`).
 type SourcedTokenizer = (String, TextTokenizer);

@@ -35,7 +35,7 @@ impl McpData {
     }
 
     fn embedding_summary(&self, m: &EmbeddingModelEntry) -> ModelSummary {
-        let available = crate::engine::embed::weights_present(&self.weights_dir.join(&m.path));
+        let available = crate::engine::embedding_weights_present(&self.weights_dir.join(&m.path));
         ModelSummary {
             id: m.id.clone(),
             kind: "embedding",

@@ -11,7 +11,7 @@ use super::tools::*;
 use super::McpData;
 use crate::billing;
 use crate::catalog::Catalog;
-use crate::engine::text::languages::{LanguageCost as Measured, ModelLanguages};
+use crate::engine::{LanguageCost as Measured, ModelLanguages};
 
 fn entry(id: &str, maker: &str, ctx: usize, input: &str, output: &str, commercial: bool) -> String {
     format!(

@@ -301,8 +301,7 @@ impl McpData {
         let available = if loaded {
             Ok(())
         } else {
-            crate::engine::weights::resolve::availability(m, &self.weights_dir)
-                .map_err(|(short, _)| short)
+            crate::engine::availability(m, &self.weights_dir).map_err(|(short, _)| short)
         };
         (loaded, available)
     }

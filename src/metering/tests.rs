@@ -8,8 +8,7 @@ use super::*;
 use crate::billing::Units;
 use crate::catalog::audio::UnitPrice;
 use crate::catalog::PricePerMTok;
-use crate::engine::fake::{FakeEngine, FakeFault};
-use crate::engine::{Prompt, SamplingParams};
+use crate::engine::{FakeEngine, FakeFault, Prompt, SamplingParams};
 use crate::ledger::{temp_ledger, UsageStatus};
 use crate::money::Micros;
 

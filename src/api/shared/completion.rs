@@ -9,9 +9,10 @@ use super::schema::{
     ChunkDelta, CompletionTokensDetails, FunctionCallOut, LogprobEntry, PromptTokensDetails,
     ServiceCost, ToolCallOut, TopLogprob, Usage,
 };
-use crate::engine::constrain::tools::parse::parse_all;
-use crate::engine::text::reasoning::split_all;
-use crate::engine::{FinishReason, OutputSyntax, TokenLogprob};
+use crate::engine::{
+    parse_tool_calls as parse_all, split_reasoning as split_all, FinishReason, OutputSyntax,
+    TokenLogprob,
+};
 use crate::metering::{Charge, Generated, StoredResponse};
 
 /// Identity of one completion, shared by all its chunks.

@@ -10,7 +10,7 @@
 //! read at once; past that a refused connection is closed at once, so a flood of refused
 //! connections costs the accept loop little: 5,000 idle connections from one address, reopened
 //! as they closed (about 13,000 a second), raised a normal client's p99 3.9x when every
-//! refusal read and answered, 2.1x now (`scripts/soak --only conn-flood`, release, 2 cores).
+//! refusal read and answered, 2.1x now (`scripts/soak/run --only conn-flood`, release, 2 cores).
 //! Owns: `PerAddress` and its permits, `Registry` and its connections' stages, `refuse`. May
 //! use: tokio, `error` (the envelope), `limits::client_key`. Never: handlers, the router.
 

@@ -9,7 +9,7 @@ use super::codes::Code;
 use super::schema::{ErrorBody, ErrorObject};
 use crate::accounts::AccountsError;
 use crate::audio::AudioError;
-use crate::engine::embed::EmbedError;
+use crate::engine::EmbedError;
 use crate::metering::{KeyLimitBreach, MeterError};
 use crate::money::Micros;
 

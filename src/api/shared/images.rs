@@ -16,7 +16,7 @@ use super::codes::Code;
 use super::error::ApiError;
 use super::image_fetch::{self, FetchError, FetchSlots, ImageUrls};
 use super::request::ImagePart;
-use crate::engine::vision::ImageLimits;
+use crate::engine::ImageLimits;
 use crate::engine::InputImage;
 
 /// Most images in one request.

@@ -18,7 +18,6 @@ use super::state::{AppState, RequestModel};
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::embedding::EmbeddingModelEntry;
 use crate::catalog::ModelEntry;
-use crate::engine::weights::resolve;
 use crate::engine::{ChatInput, EngineError, Prompt};
 use crate::metering::IdempotencyScope;
 use crate::metering::{Idempotency, StoredResponse};
@@ -218,7 +217,7 @@ pub async fn servable_model(state: &AppState, model: &str) -> Result<ModelEntry,
         return Ok(entry);
     }
     let (e, dir) = (entry.clone(), state.models.weights_dir.clone());
-    let availability = tokio::task::spawn_blocking(move || resolve::availability(&e, &dir))
+    let availability = tokio::task::spawn_blocking(move || crate::engine::availability(&e, &dir))
         .await
         .map_err(|e| ApiError::Internal(format!("availability task: {e}")))?;
     match availability {
@@ -232,7 +231,7 @@ fn not_available(entry: &ModelEntry, reason: &str) -> ApiError {
     tracing::info!(model = %entry.id, reason, "model has no weights on this server");
     ApiError::ModelNotAvailable {
         model: entry.id.clone(),
-        hint: resolve::fetch_hint(entry),
+        hint: crate::engine::fetch_hint(entry),
     }
 }
 

@@ -37,13 +37,12 @@ pub struct Models {
     /// Where catalogue weight paths point (for `available` in the model list).
     pub weights_dir: Arc<std::path::PathBuf>,
     /// Measured per-language token costs by model id (`data/language-multipliers.json`).
-    pub languages:
-        Arc<std::collections::BTreeMap<String, crate::engine::text::languages::ModelLanguages>>,
+    pub languages: Arc<std::collections::BTreeMap<String, crate::engine::ModelLanguages>>,
     /// Speech models (transcription and synthesis): `audio::Speech` on its own low-priority
     /// threads, or `audio::FakeAudio` in tests.
     pub speech: crate::audio::SharedAudio,
     /// Embedding models: loaded on first use, run on their own worker thread.
-    pub embedder: crate::engine::embed::Embedder,
+    pub embedder: crate::engine::Embedder,
     /// Whether remote image URLs are fetched (`--allow-image-urls`).
     pub image_urls: super::image_fetch::ImageUrls,
     /// Places for remote image fetches, server-wide and per payer.

@@ -15,7 +15,6 @@ use crate::catalog::record::{
     AudioModelRecord, EmbeddingModelRecord, ListedModel, ModelList, ModelRecord,
 };
 use crate::catalog::ModelEntry;
-use crate::engine::weights::resolve;
 
 /// The model record of `m` (its `loaded` and `available` as of now). Blocking the first time
 /// the hub is probed (`engine::hub`), so handlers call it off the async threads.
@@ -24,7 +23,7 @@ pub(super) fn record(state: &Models, m: &ModelEntry) -> ModelRecord {
     let available = if loaded {
         Ok(())
     } else {
-        resolve::availability(m, &state.weights_dir).map_err(|(short, _)| short)
+        crate::engine::availability(m, &state.weights_dir).map_err(|(short, _)| short)
     };
     let languages = state.languages.get(&m.id).and_then(|l| l.multipliers());
     let mut record = ModelRecord::of(m, &SUPPORTED_PARAMETERS, languages, loaded, available);

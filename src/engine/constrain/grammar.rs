@@ -23,7 +23,6 @@ use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 
-use crate::engine::runtime::sampler::Sampler;
 use crate::engine::text::tokenizer::ModelTokenizer;
 
 /// What a grammar is written in.
@@ -433,35 +432,6 @@ impl Grammar {
             }
         }
     }
-}
-
-/// Choose the next token of a sequence: `banned` tokens get `-inf`; without an active grammar
-/// this is plain sampling; with one, the cheap path (sample, check) and, only when the grammar
-/// rejects the draw, the full mask and a second draw. The chosen token is recorded for the
-/// penalties but not consumed by the grammar (see `Grammar::consume`).
-pub fn pick_token(
-    sampler: &mut Sampler,
-    grammar: Option<&mut Grammar>,
-    logits: &mut [f32],
-    stop_ids: &[u32],
-    banned: &[u32],
-) -> u32 {
-    for &b in banned {
-        if let Some(l) = logits.get_mut(b as usize) {
-            *l = f32::NEG_INFINITY;
-        }
-    }
-    let Some(g) = grammar.filter(|g| g.is_active()) else {
-        return sampler.sample(logits);
-    };
-    sampler.penalize(logits);
-    let mut tok = sampler.pick(logits);
-    if !g.allows(tok, stop_ids) {
-        g.mask(logits);
-        tok = sampler.pick(logits);
-    }
-    sampler.record(tok);
-    tok
 }
 
 #[cfg(test)]

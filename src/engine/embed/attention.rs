@@ -5,7 +5,7 @@
 //! compute it with a padding mask (`modeling_bert.py`, `modeling_gemma3.py`).
 //!
 //! The dot products and weighted sums are those of the decoder's attention
-//! (`engine::model::attention`), on AVX-512 or AVX2 as `Isa::detect` says; work is split over
+//! (`engine::model::attention`), on AVX-512 or AVX2 as `kernels::lanes` says; work is split over
 //! (token, KV head) with rayon, and a token's result depends only on its own input.
 //!
 //! Owns: the arithmetic. May use: std, rayon, the decoder's SIMD primitives. Never: candle,
@@ -16,7 +16,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
-use crate::engine::kernels::Isa;
+use crate::engine::kernels::{lanes, Lanes};
 use crate::engine::model::attention::{dot8, weighted_rows};
 
 /// Shapes of one attention call.
@@ -105,7 +105,7 @@ pub fn attend(
     let group = heads / kv_heads;
     let mut out = vec![0f32; tokens * heads * d];
     #[cfg(target_arch = "x86_64")]
-    let isa = Isa::detect();
+    let lanes = lanes();
     out.par_chunks_mut(group * d).enumerate().for_each_with(
         Vec::<f32>::new(),
         |scores, (task, o)| {
@@ -126,14 +126,12 @@ pub fn attend(
                 shape,
             };
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx512 {
-                // SAFETY: `Isa::Avx512` is only detected on CPUs with AVX-512 F.
-                unsafe { job.run_avx512(scores, o) };
-                return;
-            } else if isa.has_avx2() {
-                // SAFETY: the CPU has AVX2 (checked by `has_avx2`).
-                unsafe { job.run_avx2(scores, o) };
-                return;
+            match lanes {
+                // SAFETY: each width is only chosen on a CPU that has it (`kernels::lanes`).
+                Lanes::Avx512 => return unsafe { job.run_avx512(scores, o) },
+                // SAFETY: as above.
+                Lanes::Avx2 => return unsafe { job.run_avx2(scores, o) },
+                Lanes::Scalar => {}
             }
             job.run::<PORTABLE>(scores, o);
         },

@@ -10,11 +10,15 @@
 
 pub(crate) mod attention;
 pub mod bert;
+mod fake;
 pub mod gemma;
 pub(crate) mod ops;
 pub mod packed;
+mod seam;
 mod service;
 
+pub use fake::{FakeEncoder, FAKE_CLS, FAKE_SEP, FAKE_VOCAB};
+pub use seam::EmbeddingEncoder;
 pub use service::Embedder;
 
 use std::collections::BTreeMap;
@@ -249,38 +253,45 @@ impl EmbeddingModel {
         prompt: Option<&str>,
         request_limit: usize,
     ) -> Result<Vec<Vec<u32>>, EmbedError> {
-        let mut counted = 0usize;
-        let mut rows = Vec::with_capacity(inputs.len());
-        for (index, input) in inputs.iter().enumerate() {
-            let left = request_limit.saturating_sub(counted);
-            if let EmbedInput::Text(t) = input {
-                // No token covers more than MAX_BYTES_PER_TOKEN bytes: past this, it cannot fit.
-                if t.len() / MAX_BYTES_PER_TOKEN > left {
-                    return Err(EmbedError::RequestTooLong {
-                        index,
-                        counted: counted.saturating_add(t.len() / MAX_BYTES_PER_TOKEN),
-                        limit: request_limit,
-                    });
-                }
-            }
-            let ids = self.input_ids(index, input, prompt)?;
-            counted = counted.saturating_add(ids.len());
-            if counted > request_limit {
-                return Err(EmbedError::RequestTooLong {
-                    index,
-                    counted,
-                    limit: request_limit,
-                });
-            }
-            rows.push(ids);
-        }
-        Ok(rows)
+        EmbeddingEncoder::tokenize_within(self, inputs, prompt, request_limit)
     }
 
-    /// The token ids of input `index`, within the model's length.
+    /// The unit-length vector of each token-id row (`tokenize`), in order, `dimensions` long.
+    /// Rows run packed (`Packed`), `MAX_BATCH_TOKENS` to a forward. CPU-bound (about a
+    /// millisecond per input on two cores): call from a blocking task or the `Embedder`.
     ///
     /// # Errors
-    /// As `tokenize`, for this input.
+    /// `Forward` (a row longer than the encoder's positions).
+    pub fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for batch in batches(rows, MAX_BATCH_TOKENS) {
+            let vectors = self
+                .run(&Packed::new(batch))
+                .map_err(|e| EmbedError::Forward(e.to_string()))?;
+            out.extend(vectors);
+        }
+        Ok(out)
+    }
+
+    fn run(&self, packed: &Packed) -> candle_core::Result<Vec<Vec<f32>>> {
+        let hidden = match &self.encoder {
+            Encoder::Bert(b) => b.forward(packed)?,
+            Encoder::Gemma(g) => g.forward(packed)?,
+        };
+        let mut x = mean_pool(&hidden, &packed.spans)?;
+        for d in &self.dense {
+            x = d.forward(&x)?;
+        }
+        normalize(&x)?.to_vec2::<f32>()
+    }
+}
+
+/// The real encoder behind the seam (`seam::EmbeddingEncoder`).
+impl EmbeddingEncoder for EmbeddingModel {
+    fn prompts(&self) -> &BTreeMap<String, String> {
+        &self.prompts
+    }
+
     fn input_ids(
         &self,
         index: usize,
@@ -332,33 +343,8 @@ impl EmbeddingModel {
         Ok(ids)
     }
 
-    /// The unit-length vector of each token-id row (`tokenize`), in order, `dimensions` long.
-    /// Rows run packed (`Packed`), `MAX_BATCH_TOKENS` to a forward. CPU-bound (about a
-    /// millisecond per input on two cores): call from a blocking task or the `Embedder`.
-    ///
-    /// # Errors
-    /// `Forward` (a row longer than the encoder's positions).
-    pub fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for batch in batches(rows, MAX_BATCH_TOKENS) {
-            let vectors = self
-                .run(&Packed::new(batch))
-                .map_err(|e| EmbedError::Forward(e.to_string()))?;
-            out.extend(vectors);
-        }
-        Ok(out)
-    }
-
-    fn run(&self, packed: &Packed) -> candle_core::Result<Vec<Vec<f32>>> {
-        let hidden = match &self.encoder {
-            Encoder::Bert(b) => b.forward(packed)?,
-            Encoder::Gemma(g) => g.forward(packed)?,
-        };
-        let mut x = mean_pool(&hidden, &packed.spans)?;
-        for d in &self.dense {
-            x = d.forward(&x)?;
-        }
-        normalize(&x)?.to_vec2::<f32>()
+    fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        EmbeddingModel::embed(self, rows)
     }
 }
 

@@ -148,11 +148,11 @@ impl Act {
 
     fn dispatch(self, x: &[f32], y: &[f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        match crate::engine::kernels::Isa::detect() {
-            // SAFETY: `Isa::Avx512` is only detected with AVX-512 F, the others listed with AVX2.
-            crate::engine::kernels::Isa::Avx512 => return unsafe { self.run_avx512(x, y, out) },
-            i if i.has_avx2() => return unsafe { self.run_avx2(x, y, out) },
-            _ => {}
+        match crate::engine::kernels::lanes() {
+            // SAFETY: each width is only chosen on a CPU that has it (`kernels::lanes`).
+            crate::engine::kernels::Lanes::Avx512 => return unsafe { self.run_avx512(x, y, out) },
+            crate::engine::kernels::Lanes::Avx2 => return unsafe { self.run_avx2(x, y, out) },
+            crate::engine::kernels::Lanes::Scalar => {}
         }
         self.run(x, y, out);
     }

@@ -4,8 +4,9 @@
 //! inputs of one request do (`EmbeddingModel::embed` packs the rows end to end, without
 //! padding).
 //!
-//! Owns: the model cache, the queue and its thread. May use: `EmbeddingModel`, tokio's oneshot
-//! channels. Never: HTTP, money.
+//! Owns: the model cache, the queue and its thread. May use: the `EmbeddingEncoder` seam
+//! (`EmbeddingModel`, or `FakeEncoder` for `Embedder::fake`), tokio's oneshot channels. Never:
+//! HTTP, money.
 //!
 //! Sharing the CPU: candle runs each forward on rayon's global pool, as the text engine does,
 //! so an embedding batch and a text generation step share the cores at the same priority.
@@ -18,7 +19,8 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::{EmbedError, EmbeddingModel};
+use super::seam::EmbeddingEncoder;
+use super::{EmbedError, EmbeddingModel, FakeEncoder};
 
 /// Rows the worker takes from the queue at once (one or more requests of one model).
 pub const MAX_ROUND_ROWS: usize = 256;
@@ -28,7 +30,7 @@ type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
 
 /// One request's rows, waiting for the worker.
 struct Job {
-    model: Arc<EmbeddingModel>,
+    model: Arc<dyn EmbeddingEncoder>,
     rows: Vec<Vec<u32>>,
     reply: Reply,
 }
@@ -36,7 +38,10 @@ struct Job {
 /// What the clones of one `Embedder` share.
 #[derive(Default)]
 struct Shared {
-    models: Mutex<HashMap<PathBuf, Arc<EmbeddingModel>>>,
+    /// Where models come from: `None` reads sentence-transformers folders; `Some` is the FAKE
+    /// encoder for every folder (`Embedder::fake`).
+    fake: Option<(usize, usize)>,
+    models: Mutex<HashMap<PathBuf, Arc<dyn EmbeddingEncoder>>>,
     queue: Mutex<VecDeque<Job>>,
     queued: Condvar,
     /// The worker thread, started with the first job (a server that never embeds starts
@@ -55,16 +60,26 @@ impl Embedder {
         Self::default()
     }
 
+    /// FAKE: a worker whose every folder is a `FakeEncoder` of `dimensions` and `max_tokens`
+    /// (no weights read), for HTTP tests of the embeddings path without weights.
+    pub fn fake(dimensions: usize, max_tokens: usize) -> Self {
+        Self(Arc::new(Shared {
+            fake: Some((dimensions, max_tokens)),
+            ..Shared::default()
+        }))
+    }
+
     /// Whether the sentence-transformers folder `dir` can be served here; `Err` with a short
     /// reason (no paths).
     pub fn available(&self, dir: &Path) -> Result<(), String> {
         match self.loaded(dir) {
             Some(_) => Ok(()),
+            None if self.0.fake.is_some() => Ok(()),
             None => super::weights_present(dir),
         }
     }
 
-    fn loaded(&self, dir: &Path) -> Option<Arc<EmbeddingModel>> {
+    fn loaded(&self, dir: &Path) -> Option<Arc<dyn EmbeddingEncoder>> {
         let models = self.0.models.lock().unwrap_or_else(PoisonError::into_inner);
         models.get(dir).cloned()
     }
@@ -74,11 +89,14 @@ impl Embedder {
     ///
     /// # Errors
     /// `Load`.
-    pub fn model(&self, dir: &Path) -> Result<Arc<EmbeddingModel>, EmbedError> {
+    pub fn model(&self, dir: &Path) -> Result<Arc<dyn EmbeddingEncoder>, EmbedError> {
         if let Some(m) = self.loaded(dir) {
             return Ok(m);
         }
-        let model = Arc::new(EmbeddingModel::load(dir)?);
+        let model: Arc<dyn EmbeddingEncoder> = match self.0.fake {
+            Some((dimensions, max_tokens)) => Arc::new(FakeEncoder::new(dimensions, max_tokens)),
+            None => Arc::new(EmbeddingModel::load(dir)?),
+        };
         let mut models = self.0.models.lock().unwrap_or_else(PoisonError::into_inner);
         // Two first requests may both load; the first stored wins and the other is dropped.
         Ok(models.entry(dir.to_owned()).or_insert(model).clone())
@@ -89,7 +107,7 @@ impl Embedder {
     /// a closed channel.
     pub fn submit(
         &self,
-        model: Arc<EmbeddingModel>,
+        model: Arc<dyn EmbeddingEncoder>,
         rows: Vec<Vec<u32>>,
     ) -> oneshot::Receiver<Result<Vec<Vec<f32>>, EmbedError>> {
         let (reply, rx) = oneshot::channel();

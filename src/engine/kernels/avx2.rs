@@ -48,6 +48,7 @@ use std::arch::x86_64::*;
 use super::avx2_prep::{high_bits, nibbles, pre_scales, scales, HALF};
 use super::blocks::{Q8Acts, TILE};
 use super::packed::{Packed, COLS};
+use super::set::{KernelSet, Lanes, PackedKernel};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most `TILE`).
 /// Weights below 8 bits are read from `wide`, group `g` widened by `avx2_prep::widen`, or,
@@ -148,6 +149,83 @@ fn entry(bits: u32, fac: bool, widened: bool, vnni: bool) -> Entry {
             _ => group_t::<8, false, false, false>,
         }
     }
+}
+
+/// The AVX2 row of `isa::KERNELS`: AVX2 + FMA + F16C, packed matrices on `vpmaddubsw`.
+pub(super) const SET: KernelSet = KernelSet {
+    name: "avx2",
+    supported,
+    lanes: Lanes::Avx2,
+    packed: Some(PackedKernel {
+        tile: TILE,
+        prep: Some(false),
+        group: group_avx2,
+    }),
+    row_dot: super::x86::row_dot,
+    rows_dot_m1: Some(super::x86::rows_dot_m1::<4>),
+    quantize: super::x86::quantize,
+};
+
+/// The AVX-VNNI row: AVX2's set plus AVX-VNNI, packed matrices on `vpdpbusd` over ymm.
+pub(super) const SET_VNNI: KernelSet = KernelSet {
+    name: "avxvnni",
+    supported: supported_vnni,
+    lanes: Lanes::Avx2,
+    packed: Some(PackedKernel {
+        tile: TILE,
+        prep: Some(true),
+        group: group_avxvnni,
+    }),
+    row_dot: super::x86::row_dot,
+    rows_dot_m1: Some(super::x86::rows_dot_m1::<4>),
+    quantize: super::x86::quantize,
+};
+
+/// Whether the CPU has AVX2, FMA and F16C.
+pub(super) fn supported() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+fn supported_vnni() -> bool {
+    supported() && is_x86_feature_detected!("avxvnni")
+}
+
+/// `group` without VNNI, as `set::GroupKernel`.
+///
+/// # Safety
+/// As `group`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_avx2(
+    p: &Packed,
+    g: usize,
+    wide: &[u8],
+    pre: &[f32],
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    group(p, g, wide, pre, acts, i0, rows, out, false);
+}
+
+/// `group` on AVX-VNNI, as `set::GroupKernel`.
+///
+/// # Safety
+/// As `group` with `vnni`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_avxvnni(
+    p: &Packed,
+    g: usize,
+    wide: &[u8],
+    pre: &[f32],
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    group(p, g, wide, pre, acts, i0, rows, out, true);
 }
 
 #[target_feature(enable = "avx2,fma")]

@@ -28,6 +28,7 @@ use std::arch::x86_64::*;
 
 use super::blocks::{Q8Acts, WIDE_TILE};
 use super::packed::{high_bits_at, Packed, COLS};
+use super::set::{KernelSet, Lanes, PackedKernel};
 
 /// `out[r * 16 + c] = Σ_k W[16g + c][k] * x[i0 + r][k]` for `r < rows` (at most
 /// `WIDE_TILE`: 16 rows in one pass, 9 to 15 as a pass of 8 and one of the rest).
@@ -46,6 +47,47 @@ pub unsafe fn group(p: &Packed, g: usize, acts: &Q8Acts, i0: usize, rows: usize,
         (6, _) => group_n::<6, true, true>(p, g, acts, i0, rows, out),
         _ => group_n::<8, false, false>(p, g, acts, i0, rows, out),
     }
+}
+
+/// The AVX-512 row of `isa::KERNELS`: AVX2's set plus AVX-512 F/BW and VNNI; packed matrices
+/// on `vpdpbusd` over zmm, 16 rows a tile; the file layout on the AVX2 kernels.
+pub(super) const SET: KernelSet = KernelSet {
+    name: "avx512",
+    supported,
+    lanes: Lanes::Avx512,
+    packed: Some(PackedKernel {
+        tile: WIDE_TILE,
+        prep: None,
+        group: group_any,
+    }),
+    row_dot: super::x86::row_dot,
+    rows_dot_m1: Some(super::x86::rows_dot_m1::<4>),
+    quantize: super::x86::quantize,
+};
+
+fn supported() -> bool {
+    super::avx2::supported()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// `group` as `set::GroupKernel` (AVX-512 prepares nothing: `wide` and `pre` are empty).
+///
+/// # Safety
+/// As `group`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_any(
+    p: &Packed,
+    g: usize,
+    _wide: &[u8],
+    _pre: &[f32],
+    acts: &Q8Acts,
+    i0: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    group(p, g, acts, i0, rows, out);
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

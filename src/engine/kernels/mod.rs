@@ -13,7 +13,8 @@
 //! differ). The block's contribution to a dot product with activation block `a = da * qa` is
 //! `da * (s0 * Σ_{e<16} q·qa + s1 * Σ_{e>=16} q·qa + min * Σ qa)`.
 //!
-//! Dispatch (checked once at run time): with AVX-512 F/BW and VNNI, every type is re-laid out
+//! Dispatch (chosen once, at the first call: `isa::selected` takes the first row of
+//! `isa::KERNELS` this CPU runs, and every call reads that row's kernels): with AVX-512 F/BW and VNNI, every type is re-laid out
 //! at load into 16-row interleaved groups (`packed.rs`, same integers, no requantization) and
 //! runs on `vpdpbusd` (`avx512.rs`); with AVX2 + FMA and AVX-VNNI, the same layout runs on
 //! `vpdpbusd` over ymm (`avx2.rs`, every type); with AVX2 + FMA only, on
@@ -24,6 +25,7 @@
 //! portable code, which the tests compare every SIMD path against. Block layouts: ggml
 //! `ggml-common.h`. Uses `std::arch`, `half` and `rayon` only.
 
+mod argmax;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -35,6 +37,7 @@ mod isa;
 mod packed;
 mod pages;
 mod portable;
+mod set;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -42,9 +45,10 @@ use packed::Packed;
 #[cfg(target_arch = "x86_64")]
 use packed::COLS;
 
+pub use argmax::argmax;
 pub use blocks::{Q8Acts, WeightType, TILE, WIDE_TILE};
 use candle_core::quantized::QTensor;
-pub use isa::Isa;
+pub use isa::{lanes, selected, Isa, KernelSet, Lanes, PackedKernel};
 use rayon::prelude::*;
 
 /// A weight matrix `[n][k]`: in its GGUF block layout, row after row, or (after `packed`)
@@ -181,20 +185,18 @@ impl QuantMatrix {
             assert!(isa.packs(), "this packed matrix does not run on {isa:?}");
             return self.matmul_packed(p, &acts, isa);
         }
-        // The file layout's SIMD kernels are AVX2 ones.
-        let isa = if isa.has_avx2() { Isa::Avx2 } else { isa };
+        let set = isa.kernels();
         // Enough chunks to balance the pool, each at least 8 rows.
         let threads = rayon::current_num_threads().max(1);
         let chunk = (self.n / (threads * 4)).clamp(8, 256);
         if m > 1 {
-            return self.matmul_rows(&acts, isa, chunk);
+            return self.matmul_rows(&acts, set, chunk);
         }
         // Decode (one activation row): each task fills its chunk of outputs.
         let mut y = vec![0.0f32; self.n];
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
             let j0 = c * chunk;
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 {
+            if let Some(quad) = set.rows_dot_m1 {
                 // Decode: four weight rows at a time (see `x86::rows_dot_m1`).
                 let mut quads = out.chunks_exact_mut(4);
                 for (q, o) in quads.by_ref().enumerate() {
@@ -205,18 +207,18 @@ impl QuantMatrix {
                         self.row(j + 2),
                         self.row(j + 3),
                     ];
-                    // SAFETY: `matmul_with` checked that the CPU has AVX2, FMA and F16C.
-                    unsafe { x86::rows_dot_m1(self.wtype, rows, &acts, o) };
+                    // SAFETY: `matmul_with` checked that the CPU runs `isa`, whose kernel this is.
+                    unsafe { quad(self.wtype, rows, &acts, o) };
                 }
                 let done = out.len() / 4 * 4;
                 for jj in done..out.len() {
                     let col = &mut out[jj..=jj];
-                    self.row_dot(isa, self.row(j0 + jj), &acts, col);
+                    self.row_dot(set, self.row(j0 + jj), &acts, col);
                 }
                 return;
             }
             for (jj, col) in out.chunks_exact_mut(1).enumerate() {
-                self.row_dot(isa, self.row(j0 + jj), &acts, col);
+                self.row_dot(set, self.row(j0 + jj), &acts, col);
             }
         });
         y
@@ -225,7 +227,7 @@ impl QuantMatrix {
     /// `matmul` for `m > 1`: each task computes a block of weight rows for every activation
     /// row into a local `[cols][m]` buffer, then writes it transposed into its own columns
     /// of `y` (`[m][n]`): contiguous runs per activation row, no separate transpose pass.
-    fn matmul_rows(&self, acts: &Q8Acts, isa: Isa, chunk: usize) -> Vec<f32> {
+    fn matmul_rows(&self, acts: &Q8Acts, set: &KernelSet, chunk: usize) -> Vec<f32> {
         let (m, n) = (acts.m, self.n);
         let mut y = vec![0.0f32; m * n];
         let out = OutPtr(y.as_mut_ptr());
@@ -237,7 +239,7 @@ impl QuantMatrix {
                 local.clear();
                 local.resize(cw * m, 0.0f32);
                 for (jj, col) in local.chunks_exact_mut(m).enumerate() {
-                    self.row_dot(isa, self.row(j0 + jj), acts, col);
+                    self.row_dot(set, self.row(j0 + jj), acts, col);
                 }
                 for i in 0..m {
                     // SAFETY: `y` has `m * n` elements and outlives the loop; this task alone
@@ -276,13 +278,20 @@ impl QuantMatrix {
         let threads = rayon::current_num_threads().max(1);
         let chunk = (p.groups / (threads * 4)).max(1);
         let starts: Vec<usize> = (0..p.groups).step_by(chunk).collect();
+        let kernel = isa
+            .kernels()
+            .packed
+            .as_ref()
+            .expect("matmul_with checked that `isa` packs");
         // AVX2 takes weights below 8 bits widened where `avx2_prep::widens` says so, else
         // rebuilds them in each pass, as AVX-512 always does.
-        let widen = isa != Isa::Avx512 && avx2_prep::widens(p, m, isa == Isa::AvxVnni);
+        let widen = kernel
+            .prep
+            .is_some_and(|vnni| avx2_prep::widens(p, m, vnni));
         let need = if widen { p.blocks * 512 } else { 0 };
         // K-quant scales formed once per group where a call passes over a group more than once
         // per half (`avx2_prep::factor_scales`).
-        let pre_scales = isa != Isa::Avx512 && p.factors.is_some() && m > 4;
+        let pre_scales = kernel.prep.is_some() && p.factors.is_some() && m > 4;
         let pre_need = if pre_scales { p.blocks * 2 * COLS } else { 0 };
         let block = row_block(m);
         for r0 in (0..m).step_by(block) {
@@ -309,7 +318,7 @@ impl QuantMatrix {
                         // blocks run one after another), and the slices hold group `g` widened
                         // and its scales where `widen` and `pre_scales` say so, else are empty.
                         unsafe {
-                            Self::group_tiles(p, g, wide, pre, acts, isa, rows.clone(), n, out);
+                            Self::group_tiles(p, g, wide, pre, acts, kernel, rows.clone(), n, out);
                         };
                     }
                 });
@@ -327,7 +336,7 @@ impl QuantMatrix {
     /// and `pre` as `avx2::group` takes them (AVX-512 takes neither).
     ///
     /// # Safety
-    /// As `avx512::group` or `avx2::group` for `isa`; `out` points at room for `acts.m * n`
+    /// As `kernel.group` (`avx512::group` or `avx2::group`); `out` points at room for `acts.m * n`
     /// elements (initialized or not: they are written, never read) that nothing else writes in
     /// those columns meanwhile.
     #[cfg(target_arch = "x86_64")]
@@ -338,22 +347,17 @@ impl QuantMatrix {
         wide: &[u8],
         pre: &[f32],
         acts: &Q8Acts,
-        isa: Isa,
+        kernel: &PackedKernel,
         rows_in: std::ops::Range<usize>,
         n: usize,
         out: OutPtr,
     ) {
         let mut local = [0.0f32; WIDE_TILE * COLS];
         let cols = COLS.min(n - g * COLS);
-        let tile = if isa == Isa::Avx512 { WIDE_TILE } else { TILE };
+        let tile = kernel.tile;
         for i0 in rows_in.clone().step_by(tile) {
             let rows = tile.min(rows_in.end - i0);
-            if isa == Isa::Avx512 {
-                avx512::group(p, g, acts, i0, rows, &mut local);
-            } else {
-                let vnni = isa == Isa::AvxVnni;
-                avx2::group(p, g, wide, pre, acts, i0, rows, &mut local, vnni);
-            }
+            (kernel.group)(p, g, wide, pre, acts, i0, rows, &mut local);
             for r in 0..rows {
                 // A raw copy, not a slice: the destination may not be initialized yet. A whole
                 // group's 16 columns are a copy of constant length, which compiles to two vector
@@ -376,16 +380,13 @@ impl QuantMatrix {
         unreachable!("matrices are packed only where AVX2 or AVX-512 runs")
     }
 
-    /// Dot products of one weight row with every activation row, into `out[m]`.
-    fn row_dot(&self, isa: Isa, row: &[u8], acts: &Q8Acts, out: &mut [f32]) {
+    /// Dot products of one weight row with every activation row, into `out[m]`, on `set`'s
+    /// file-layout kernel.
+    fn row_dot(&self, set: &KernelSet, row: &[u8], acts: &Q8Acts, out: &mut [f32]) {
         for i0 in (0..acts.m).step_by(TILE) {
             let i1 = (i0 + TILE).min(acts.m);
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `matmul_with` checked that the CPU has AVX2, FMA and F16C.
-                Isa::Avx2 => unsafe { x86::row_dot(self.wtype, row, acts, i0, i1, out) },
-                _ => portable::row_dot(self.wtype, row, acts, i0, i1, out),
-            }
+            // SAFETY: `matmul_with` checked that the CPU runs `set`'s ISA.
+            unsafe { (set.row_dot)(self.wtype, row, acts, i0, i1, out) };
         }
     }
 }
@@ -450,14 +451,11 @@ impl Q8Acts {
         let mut d = vec![0.0f32; m * blocks];
         let mut sum = vec![0i32; m * blocks];
         let mut sum_lo = vec![0i32; m * blocks];
-        let isa = Isa::detect();
-        let run = |x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])| match isa
-        {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: detected AVX2; the caller passes whole rows, so the slices have the sizes
-            // `quantize` documents.
-            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => unsafe { x86::quantize(x, q, d, sums) },
-            _ => quantize_portable(x, q, d, sums),
+        let quantize = selected().quantize;
+        // SAFETY: the selected set runs on this CPU; the caller passes whole rows, so the slices
+        // have the sizes `quantize` documents.
+        let run = |x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])| unsafe {
+            quantize(x, q, d, sums)
         };
         // About 64K values per task (a few tens of microseconds); decode rows stay on one thread.
         let rows = ((1 << 16) / k.max(1)).max(1);
@@ -492,28 +490,6 @@ impl Q8Acts {
             neg_centre,
             dsum,
         }
-    }
-}
-
-/// `Q8Acts::quantize` in plain Rust; `sums` are `(sum, sum_lo)`.
-fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])) {
-    let (sum, sum_lo) = sums;
-    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-        let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let scale = amax / 127.0;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        let (mut s, mut lo) = (0i32, 0i32);
-        for (e, (o, v)) in qs.iter_mut().zip(xs).enumerate() {
-            let r = (v * inv).round_ties_even() as i8;
-            *o = r;
-            s += i32::from(r);
-            if e == 15 {
-                lo = s;
-            }
-        }
-        d[b] = scale;
-        sum[b] = s;
-        sum_lo[b] = lo;
     }
 }
 

@@ -201,3 +201,25 @@ pub fn row_dot(t: WeightType, row: &[u8], acts: &Q8Acts, i0: usize, i1: usize, o
     }
     out[i0..i1].copy_from_slice(&acc[..i1 - i0]);
 }
+
+/// `Q8Acts::quantize` in plain Rust; `sums` are `(sum, sum_lo)`.
+pub fn quantize_portable(x: &[f32], q: &mut [i8], d: &mut [f32], sums: (&mut [i32], &mut [i32])) {
+    let (sum, sum_lo) = sums;
+    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let (mut s, mut lo) = (0i32, 0i32);
+        for (e, (o, v)) in qs.iter_mut().zip(xs).enumerate() {
+            let r = (v * inv).round_ties_even() as i8;
+            *o = r;
+            s += i32::from(r);
+            if e == 15 {
+                lo = s;
+            }
+        }
+        d[b] = scale;
+        sum[b] = s;
+        sum_lo[b] = lo;
+    }
+}

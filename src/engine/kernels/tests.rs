@@ -91,18 +91,25 @@ fn check(got: &[f32], want: &[f64], what: &str) {
     }
 }
 
-/// The kernels a CPU runs: (name, ISA, whether the matrix is re-laid out for it).
-fn paths() -> Vec<(&'static str, Isa, bool)> {
-    [
-        ("portable", Isa::Portable, false),
-        ("avx2 file layout", Isa::Avx2, false),
-        ("avx2 packed", Isa::Avx2, true),
-        ("avx-vnni packed", Isa::AvxVnni, true),
-        ("avx512 packed", Isa::Avx512, true),
-    ]
-    .into_iter()
-    .filter(|(_, isa, _)| isa.supported())
-    .collect()
+/// The kernels a CPU runs: (name, ISA, whether the matrix is re-laid out for it). Every row of
+/// `isa::KERNELS` this CPU runs, packed where it packs; the file layout has two kernels, the
+/// portable one and the AVX2 one every x86 row shares.
+fn paths() -> Vec<(String, Isa, bool)> {
+    let mut out = Vec::new();
+    for isa in Isa::all().filter(|i| i.supported()) {
+        if isa.packs() {
+            out.push((format!("{isa:?} packed"), isa, true));
+        }
+        if matches!(isa, Isa::Portable | Isa::Avx2) {
+            out.push((format!("{isa:?} file layout"), isa, false));
+        }
+    }
+    out
+}
+
+/// The rows of `isa::KERNELS` that pack and that this CPU runs.
+fn packing() -> impl Iterator<Item = Isa> {
+    Isa::all().filter(|i| i.packs() && i.supported())
 }
 
 #[test]
@@ -117,7 +124,7 @@ fn matmul_matches_the_dequantized_reference_for_every_type_shape_and_batch() {
         for &k in ks {
             for n in [1, 7, 33] {
                 let (mat, deq) = make(&mut rng, g, n, k);
-                let mats: Vec<(&str, Isa, QuantMatrix)> = paths()
+                let mats: Vec<(String, Isa, QuantMatrix)> = paths()
                     .into_iter()
                     .map(|(name, isa, pack)| {
                         let m = if pack {
@@ -168,10 +175,7 @@ fn shapes_that_do_not_fit_the_blocks_are_refused() {
 
 #[test]
 fn packed_rows_are_bit_identical_alone_in_a_batch_and_on_every_isa_and_fused_parts_match() {
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
-        .into_iter()
-        .filter(|i| i.supported())
-        .collect();
+    let isas: Vec<Isa> = packing().collect();
     if isas.is_empty() {
         eprintln!("skipped: this CPU has no AVX2, so nothing is packed here");
         return;
@@ -241,12 +245,10 @@ fn q8_0_extremes_match_the_reference_on_every_packed_path() {
         .collect();
     let want = reference(&deq, &Q8Acts::quantize(&x, m, k), n, k);
     let mut outs = Vec::new();
-    for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
-        if isa.supported() {
-            let got = mat.clone().packed_for(isa).matmul_with(&x, m, isa);
-            check(&got, &want, &format!("Q8_0 extremes {isa:?}"));
-            outs.push((isa, bits(&got)));
-        }
+    for isa in packing() {
+        let got = mat.clone().packed_for(isa).matmul_with(&x, m, isa);
+        check(&got, &want, &format!("Q8_0 extremes {isa:?}"));
+        outs.push((isa, bits(&got)));
     }
     for pair in outs.windows(2) {
         assert_eq!(
@@ -264,10 +266,7 @@ fn q8_0_extremes_match_the_reference_on_every_packed_path() {
 fn row_blocks_of_a_prefill_sized_call_give_the_rows_of_small_calls() {
     let mut rng = StdRng::seed_from_u64(9);
     let m = 2 * super::ROW_BLOCK + 29;
-    for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
-        if !isa.supported() {
-            continue;
-        }
+    for isa in packing() {
         for (g, _) in TYPES {
             let (k, n) = (256, 40);
             let (a, _) = make(&mut rng, g, n, k);

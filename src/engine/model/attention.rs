@@ -69,7 +69,7 @@ pub fn attend_blocks(
     }
     let mut out = vec![0f32; q.len()];
     #[cfg(target_arch = "x86_64")]
-    let isa = crate::engine::kernels::Isa::detect();
+    let lanes = crate::engine::kernels::lanes();
     // One task per (token, KV head): the `group` query heads sharing a KV head read each cached
     // key and value row once. With few tasks (a decode step of one or two sequences) that
     // leaves the pool unbalanced, so then each query head is its own task. Either way each
@@ -104,8 +104,8 @@ pub fn attend_blocks(
             };
             #[cfg(target_arch = "x86_64")]
             match job.cache.kv_type() {
-                KvType::F32 => job.run_on::<f32>(isa, scores, o),
-                KvType::F16 => job.run_on::<f16>(isa, scores, o),
+                KvType::F32 => job.run_on::<f32>(lanes, scores, o),
+                KvType::F16 => job.run_on::<f16>(lanes, scores, o),
             }
             #[cfg(not(target_arch = "x86_64"))]
             match job.cache.kv_type() {
@@ -214,22 +214,21 @@ struct GroupJob<'a> {
 }
 
 impl GroupJob<'_> {
-    /// `run` on the best path `isa` allows, for a cache of `T`.
+    /// `run` at the chosen kernel set's width (`kernels::lanes`), for a cache of `T`.
     #[cfg(target_arch = "x86_64")]
     fn run_on<T: KvElem>(
         &self,
-        isa: crate::engine::kernels::Isa,
+        lanes: crate::engine::kernels::Lanes,
         scores: &mut Vec<f32>,
         o: &mut [f32],
     ) {
-        if isa == crate::engine::kernels::Isa::Avx512 {
-            // SAFETY: the CPU has AVX-512 F and F16C (`Isa::Avx512` is only detected with them).
-            unsafe { self.run_avx512::<T>(scores, o) };
-        } else if isa.has_avx2() {
-            // SAFETY: the CPU has AVX2 and F16C (`has_avx2`).
-            unsafe { self.run_avx2::<T>(scores, o) };
-        } else {
-            self.run::<PORTABLE, T>(scores, o);
+        use crate::engine::kernels::Lanes;
+        match lanes {
+            // SAFETY: the CPU has AVX-512 F and F16C (that width is only chosen with them).
+            Lanes::Avx512 => unsafe { self.run_avx512::<T>(scores, o) },
+            // SAFETY: the CPU has AVX2 and F16C (that width is only chosen with them).
+            Lanes::Avx2 => unsafe { self.run_avx2::<T>(scores, o) },
+            Lanes::Scalar => self.run::<PORTABLE, T>(scores, o),
         }
     }
 

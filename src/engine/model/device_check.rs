@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::attention::{KvType, SeqCache};
 use super::linear::KernelPath;
 use super::{StepSeq, Transformer};
-use crate::engine::runtime::sampler::argmax;
+use crate::engine::kernels::argmax;
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::store::{RopeLayout, TensorStore};

@@ -65,8 +65,8 @@ fn silu_mul1(g: f32, u: f32) -> f32 {
 /// `silu_mul1` elementwise into `out`; the three slices have one length.
 fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::engine::kernels::Isa::detect().has_avx2() {
-        // SAFETY: the CPU has AVX2 (detected).
+    if crate::engine::kernels::lanes() != crate::engine::kernels::Lanes::Scalar {
+        // SAFETY: the CPU has AVX2 (that width is only chosen with it).
         unsafe { silu_mul_avx2(g, u, out) };
         return;
     }

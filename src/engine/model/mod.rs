@@ -657,7 +657,7 @@ mod tests {
         assert_eq!(both[0], want[0]);
         assert_eq!(both[1], other_alone[0]);
         assert_eq!(
-            crate::engine::runtime::sampler::argmax(&want[0]),
+            crate::engine::kernels::argmax(&want[0]),
             504,
             "greedy first token is \"The\""
         );

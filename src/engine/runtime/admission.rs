@@ -16,7 +16,7 @@ use super::step_model::kv_bytes_per_token;
 use super::tenants;
 use super::thread::{Cmd, Limits, Runtime};
 use crate::engine::model::attention::SeqCache;
-use crate::engine::{FinishReason, Tenant};
+use crate::engine::seam::{FinishReason, Tenant};
 
 /// Most positions a sequence's KV cache reserves at admission (memory is reserved, and backed
 /// only as positions are written).

@@ -23,14 +23,13 @@ use super::scheduler::{self, ChoiceTx, Job};
 use super::tenants::{Book, Refusal, TenantLimits};
 use super::thread::{Cmd, Limits, Runtime};
 use crate::catalog::Catalog;
+use crate::engine::error::EngineError;
 use crate::engine::model::attention::KvTypes;
+use crate::engine::seam::{Engine, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt};
 use crate::engine::text::chat::ChatInput;
 use crate::engine::vision::{ImageBounds, ImageConfig};
 use crate::engine::weights::progress::Preparing;
 use crate::engine::weights::resolve;
-use crate::engine::{
-    Engine, EngineError, GenerateRequest, Generation, LoadedModel, ModelStats, Prompt,
-};
 
 /// What to load and how to run it.
 #[derive(Debug, Clone)]

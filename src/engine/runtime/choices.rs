@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::GenerationEvent;
+use crate::engine::seam::GenerationEvent;
 
 /// The events of every choice of one request. Dropping it drops every choice's receiver,
 /// which cancels them all before the engine's next step.

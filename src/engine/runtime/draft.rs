@@ -17,11 +17,11 @@ use super::sequence::Seq;
 use super::spec_state::Source;
 use super::step_model::StepModel;
 use crate::catalog::{Catalog, ModelEntry};
+use crate::engine::error::EngineError;
 use crate::engine::model::attention::{KvType, SeqCache};
 use crate::engine::model::{StepSeq, Transformer};
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::weights::gguf::GgufFile;
-use crate::engine::EngineError;
 
 /// Most prompt tokens one round feeds the draft model for a sequence that has not read them
 /// yet: a long prompt is read over several steps (drafting waits) instead of stalling one.
@@ -171,7 +171,7 @@ fn forward(
 
 /// The most likely token of a logits row and its probability.
 fn confident(row: &[f32]) -> (u32, f32) {
-    let best = super::sampler::argmax(row);
+    let best = crate::engine::kernels::argmax(row);
     let max = row.get(best as usize).copied().unwrap_or(0.0);
     let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
     (best, 1.0 / sum)

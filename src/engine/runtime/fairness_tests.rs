@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::harness::*;
 use super::*;
-use crate::engine::Tenant;
+use crate::engine::seam::Tenant;
 use crate::ids::{AccountId, KeyId};
 
 fn tenant(account: i64, key: i64) -> Tenant {

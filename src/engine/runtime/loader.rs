@@ -15,19 +15,19 @@ use candle_core::Device;
 use super::counters::Counters;
 use super::front::Front;
 use super::thread::Runtime;
+use crate::engine::error::EngineError;
 use crate::engine::model::attention::KvType;
 use crate::engine::model::Transformer;
+use crate::engine::text::hf_files;
 use crate::engine::text::prompt::PromptFormat;
 use crate::engine::text::template::ChatTemplate;
 use crate::engine::text::tokenizer::ModelTokenizer;
 use crate::engine::vision::VisionModel;
 use crate::engine::weights::gguf::GgufFile;
-use crate::engine::weights::hf_files;
 use crate::engine::weights::progress::Preparing;
 use crate::engine::weights::resolve;
 use crate::engine::weights::safetensors::{self as st, HfModel, MatrixType};
 use crate::engine::weights::store::TensorStore;
-use crate::engine::EngineError;
 
 /// The vision part (`mmproj`) of a model that reads images: the first of its sources present
 /// or fetchable; `None` for a text model.

@@ -5,6 +5,8 @@
 
 pub(in crate::engine) mod admission;
 pub(in crate::engine) mod candle_engine;
+#[cfg(test)]
+mod catalog_check;
 pub(in crate::engine) mod choices;
 pub mod counters;
 pub(in crate::engine) mod draft;

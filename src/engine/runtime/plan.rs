@@ -18,7 +18,8 @@ use super::speculate;
 use super::tenants;
 use super::thread::{Limits, Runtime};
 use crate::engine::model::InputRows;
-use crate::engine::{PromptImage, Tenant};
+use crate::engine::seam::Tenant;
+use crate::engine::vision::PromptImage;
 
 /// The step's plan, `(index in seqs, tokens to feed)` in index order: decode tokens first,
 /// then the prefill chunks `prefill_grants` gives within what is left of `step_tokens`.

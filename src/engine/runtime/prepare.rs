@@ -10,9 +10,10 @@
 use super::front::Front;
 use crate::engine::constrain::grammar::{GrammarEnv, GrammarSpec, Start};
 use crate::engine::constrain::tools::{ToolFormat, ToolSyntax};
+use crate::engine::error::EngineError;
+use crate::engine::seam::Prompt;
 use crate::engine::text::chat::{ChatInput, OutputConstraint, ToolChoice};
 use crate::engine::vision::{expand_at_least, ImageBounds, ImageError, Images, PlaceError};
-use crate::engine::{EngineError, Prompt};
 
 /// The prompt of `input` with its constraint compiled: a JSON Schema, or the tool-call grammar
 /// of the model's format (with the `auto` trigger), or the trigger banned under `none`. The

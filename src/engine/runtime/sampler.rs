@@ -18,63 +18,8 @@ use std::collections::{HashMap, HashSet};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Sampling settings for one request, OpenAI semantics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplingParams {
-    /// Softmax temperature in [0, 2]; 0 means greedy (argmax).
-    pub temperature: f32,
-    /// Nucleus sampling mass in (0, 1]; 1 disables it.
-    pub top_p: f32,
-    /// RNG seed; the same seed and request give the same output. `None` draws one.
-    pub seed: Option<u64>,
-    /// Subtracted once from the logit of every token already generated (OpenAI `presence_penalty`).
-    pub presence_penalty: f32,
-    /// Subtracted per occurrence from the logit of generated tokens (OpenAI `frequency_penalty`).
-    pub frequency_penalty: f32,
-    /// `Some(k)`: report each chosen token's log-probability and the `k` (0-20) most likely
-    /// tokens at its step (OpenAI `logprobs` / `top_logprobs`); `None`: off.
-    pub logprobs: Option<usize>,
-    /// Keep only the `top_k` most likely tokens; 0 disables it (vLLM's and llama.cpp's
-    /// `top_k`).
-    pub top_k: usize,
-    /// Drop tokens less likely than `min_p` times the most likely one, in [0, 1]; 0 disables it.
-    pub min_p: f32,
-    /// CTRL repetition penalty over prompt and output tokens, > 0; 1 disables it.
-    pub repetition_penalty: f32,
-    /// Added to the logits of these token ids (OpenAI `logit_bias`, each in [-100, 100]); the
-    /// ids are below the model's vocabulary size (checked before submission).
-    pub logit_bias: Vec<(u32, f32)>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        Self {
-            temperature: 1.0,
-            top_p: 1.0,
-            seed: None,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            logprobs: None,
-            top_k: 0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            logit_bias: Vec::new(),
-        }
-    }
-}
-
-/// One generated token's log-probability and its step's most likely alternatives (OpenAI's
-/// `logprobs.content[]` entry).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    /// The token as text (its bytes decoded lossily: a token that is part of a UTF-8
-    /// character shows U+FFFD) and its bytes.
-    pub token: crate::engine::text::tokenizer::TokenText,
-    /// Natural log of its probability (`sampler::logprobs`).
-    pub logprob: f32,
-    /// The most likely tokens at this step, most likely first.
-    pub top: Vec<(crate::engine::text::tokenizer::TokenText, f32)>,
-}
+pub use crate::engine::kernels::argmax;
+pub use crate::engine::seam::{SamplingParams, TokenLogprob};
 
 /// Natural-log probabilities under `logits` (length = vocabulary size) as OpenAI reports them:
 /// from the logits the sampler used, after the penalties (and any grammar mask or banned
@@ -258,43 +203,6 @@ impl Sampler {
         }
         probs.last().map_or(0, |x| x.0)
     }
-}
-
-/// Index of the largest logit; the lowest index wins ties; NaN never wins; 0 when no logit is
-/// above -inf.
-///
-/// Greedy decoding calls this once per sequence and step on the engine thread while the pool
-/// waits (a 151,936-entry vocabulary for Qwen2.5), so it runs as two passes the compiler
-/// vectorizes instead of one loop with a branch per logit: the maximum over 16 lanes (`vmaxps`,
-/// which keeps the lane's value when the logit is NaN), then the first 16-chunk holding it and
-/// the first index in that chunk. Same result as the one-pass scan (`argmax_scan` in the tests).
-pub fn argmax(logits: &[f32]) -> u32 {
-    const LANES: usize = 16;
-    // `if v > m { v } else { m }` skips NaN (every comparison with it is false).
-    let keep_greater = |m: f32, v: f32| if v > m { v } else { m };
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let chunks = logits.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (m, &v) in lanes.iter_mut().zip(c) {
-            *m = keep_greater(*m, v);
-        }
-    }
-    let max = lanes
-        .iter()
-        .chain(tail)
-        .copied()
-        .fold(f32::NEG_INFINITY, keep_greater);
-    if max == f32::NEG_INFINITY {
-        return 0;
-    }
-    let hit = |c: &[f32]| c.iter().fold(false, |h, &v| h | (v == max));
-    let chunk = logits.chunks(LANES).position(hit).unwrap_or(0);
-    let at = logits[chunk * LANES..]
-        .iter()
-        .position(|&v| v == max)
-        .map_or(0, |i| chunk * LANES + i);
-    u32::try_from(at).unwrap_or(0)
 }
 
 #[cfg(test)]

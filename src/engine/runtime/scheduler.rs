@@ -50,7 +50,7 @@ use super::tenants::Place;
 pub use super::thread::{Cmd, Limits, Runtime};
 use crate::engine::model::attention::BLOCK;
 use crate::engine::model::{ImageGrid, StepSeq};
-use crate::engine::FinishReason;
+use crate::engine::seam::FinishReason;
 
 /// Run the loop until the channel closes. `Job::model` indexes the runtimes in load order.
 pub fn run(runtimes: Vec<Runtime>, rx: &Receiver<Cmd>, limits: Limits) {

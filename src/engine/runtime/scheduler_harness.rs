@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::super::draft::DraftModel;
 use super::*;
 use crate::engine::model::attention::{KvShape, KvType};
+use crate::engine::seam::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingParams};
 use crate::engine::text::tokenizer::ModelTokenizer;
-use crate::engine::{GenerateRequest, GenerationEvent, Outcome, Prompt, SamplingParams};
 
 pub(super) const VOCAB: u32 = 16;
 

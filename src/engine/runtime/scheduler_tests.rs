@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::harness::*;
 use super::*;
 use crate::engine::model::attention::KvType;
-use crate::engine::{GenerateRequest, Outcome, SamplingParams};
+use crate::engine::seam::{GenerateRequest, Outcome, SamplingParams};
 
 #[test]
 fn admission_never_runs_more_than_max_batch() {

@@ -15,12 +15,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::sampler::Sampler;
 use super::spec_state::Speculation;
 use super::tenants::Place;
-use crate::engine::constrain::grammar::{self, Grammar};
+use crate::engine::constrain::grammar::Grammar;
 use crate::engine::model::attention::SeqCache;
+use crate::engine::seam::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
 use crate::engine::text::reasoning::ReasoningCounter;
 use crate::engine::text::stop::{StopMatcher, StopStep};
 use crate::engine::text::tokenizer::{ModelTokenizer, StreamDecoder};
-use crate::engine::{FinishReason, GenerateRequest, GenerationEvent, Outcome, TokenLogprob};
 
 /// Where one choice's events and outcome go.
 pub struct ChoiceTx {
@@ -217,6 +217,35 @@ pub(in crate::engine) fn started(s: &Seq) {
         .record(s.job.queued.elapsed().as_secs_f64());
 }
 
+/// Choose the next token of a sequence: `banned` tokens get `-inf`; without an active grammar
+/// this is plain sampling; with one, the cheap path (sample, check) and, only when the grammar
+/// rejects the draw, the full mask and a second draw. The chosen token is recorded for the
+/// penalties but not consumed by the grammar (see `Grammar::consume`).
+fn pick_token(
+    sampler: &mut Sampler,
+    grammar: Option<&mut Grammar>,
+    logits: &mut [f32],
+    stop_ids: &[u32],
+    banned: &[u32],
+) -> u32 {
+    for &b in banned {
+        if let Some(l) = logits.get_mut(b as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    let Some(g) = grammar.filter(|g| g.is_active()) else {
+        return sampler.sample(logits);
+    };
+    sampler.penalize(logits);
+    let mut tok = sampler.pick(logits);
+    if !g.allows(tok, stop_ids) {
+        g.mask(logits);
+        tok = sampler.pick(logits);
+    }
+    sampler.record(tok);
+    tok
+}
+
 /// Sample the next token of a sequence whose logits are ready; returns a finish reason when
 /// the sequence ends (a stop token or string, `max_new_tokens`, the context, or a complete
 /// grammar).
@@ -225,7 +254,7 @@ pub(in crate::engine) fn sample_and_emit(
     s: &mut Seq,
     row: &mut [f32],
 ) -> Option<FinishReason> {
-    let tok = grammar::pick_token(
+    let tok = pick_token(
         &mut s.sampler,
         s.grammar.as_deref_mut(),
         row,

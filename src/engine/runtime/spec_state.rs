@@ -21,7 +21,7 @@ pub(super) const MAX_COOLDOWN: u32 = 32;
 /// `b` rows takes about `WEIGHT_READ_ROWS + b` units, so a draft row pays for itself only when
 /// its chance of acceptance exceeds `b / (WEIGHT_READ_ROWS + b)`: the share of the step that
 /// grows with its rows. Measured for Qwen2.5-Coder-1.5B Q4_K_M on two cores: about 60 ms for
-/// one decode row and 285 ms for sixteen (`scripts/bench-vs-llamacpp --workload chat`), so
+/// one decode row and 285 ms for sixteen (`scripts/bench/bench-vs-llamacpp --workload chat`), so
 /// 45 ms fixed and 15 ms a row. GPUs, with far cheaper rows, would want a larger value.
 pub const WEIGHT_READ_ROWS: usize = 3;
 /// The prior of a sequence's acceptance estimate, as (accepted, drafted) pseudo-counts: a

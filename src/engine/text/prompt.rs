@@ -14,10 +14,10 @@ use super::chat::{ChatInput, OutputConstraint};
 use super::reasoning::{Reasoning, THINK_CLOSE};
 use super::template::ChatTemplate;
 use super::tokenizer::{EncodeError, ModelTokenizer};
-use crate::engine::constrain::tools::ToolFormat;
+use super::tool_format::ToolFormat;
+use crate::engine::error::EngineError;
 use crate::engine::weights::gguf::GgufFile;
 use crate::engine::weights::store::TensorStore;
-use crate::engine::EngineError;
 
 /// The prompt ids of `input` for model `id` (its catalogue id chooses the tool-call format),
 /// if there are at most `limit` of them (BOS included): a longer prompt is refused after

@@ -9,7 +9,7 @@
 use minijinja::{context, Environment, Error, ErrorKind};
 
 use super::chat::{ChatMessage, ToolSpec};
-use crate::engine::constrain::tools::PyFormatter;
+use super::tool_format::PyFormatter;
 
 /// Gemma's turn format, after the template shipped with Gemma 2/3 instruction models.
 const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
@@ -226,7 +226,7 @@ fn tojson(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Role;
+    use crate::engine::text::chat::Role;
 
     fn msgs() -> Vec<ChatMessage> {
         vec![

@@ -513,7 +513,7 @@ mod tests {
     }
 
     /// Token ids from an independent implementation (`transformers`' GGUF tokenizer conversion,
-    /// see scripts/tokenizer-reference.py), committed as test data.
+    /// see scripts/fixtures/tokenizer-reference.py), committed as test data.
     fn reference(model: &str) -> Vec<(String, Vec<u32>)> {
         let text = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer_ids.json"),

@@ -108,7 +108,7 @@ conformance! {
 }
 
 /// Chat prompts, special tokens included: the ids llama.cpp gives with special tokens parsed
-/// and none added (`scripts/llama-tokenize.c` on libllama from the same llama.cpp). They cover
+/// and none added (`scripts/fixtures/llama-tokenize.c` on libllama from the same llama.cpp). They cover
 /// what the fixtures above cannot (those are tokenized with special tokens as plain text):
 /// SentencePiece's space prefix after a special token, Phi-3's special tokens swallowing the
 /// whitespace after them, and byte-level vocabularies around special tokens.

@@ -238,7 +238,7 @@ mod tests {
         ));
     }
 
-    /// The fixture JPEG (the landscape PNG at quality 90, `scripts/vision-fixtures.py`) decodes
+    /// The fixture JPEG (the landscape PNG at quality 90, `scripts/fixtures/vision-fixtures.py`) decodes
     /// to the PNG's size and, on average, its pixels (JPEG is lossy and decoders round
     /// differently: Pillow's decode is 6.5 off on average).
     #[test]

@@ -7,7 +7,7 @@
 //! together from llama.cpp's `mmproj` GGUF in `model::VisionModel`, and placed in a prompt
 //! (`prompt`). All of it is checked
 //! against `transformers` on tiny models of each family (`tests/data/vision/`,
-//! `scripts/vision-fixtures.py`).
+//! `scripts/fixtures/vision-fixtures.py`).
 //!
 //! Owns: images from bytes to the text model's input rows. May use: the `image` crate, candle,
 //! the text encoders' ops (`engine::embed`), the weights' GGUF reader, the engine's prompt types,
@@ -27,7 +27,7 @@ pub mod resize;
 pub use budget::{Busy, DecodeBudget, ImageBounds, ImageConfig};
 pub use decode::{decode, probe, ImageError, ImageLimits, Probe};
 pub use model::{Grid, Layout, VisionModel};
-pub use prompt::{expand_at_least, Images, PendingImages, PlaceError};
+pub use prompt::{expand_at_least, Images, PendingImages, PlaceError, PromptImage};
 pub use resize::{resize, Filter, Rgb8};
 
 /// What the unit tests of these modules share: the fixtures of `tests/data/vision/`.

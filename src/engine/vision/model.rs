@@ -480,7 +480,7 @@ mod tests {
         }
     }
 
-    /// Qwen2.5-VL on the three fixture images (`scripts/vision-fixtures-qwen.py`): the grid,
+    /// Qwen2.5-VL on the three fixture images (`scripts/fixtures/vision-fixtures-qwen.py`): the grid,
     /// the resized image (byte for byte, Pillow's bicubic), the window order, and the features
     /// from our own pixels within 1e-4 of `get_image_features` (f32 throughout).
     #[test]

@@ -222,7 +222,7 @@ mod tests {
     }
 
     /// Gemma 3's pixel values for the three fixture images (square, landscape, portrait) are
-    /// transformers' (`scripts/vision-fixtures.py`), exactly.
+    /// transformers' (`scripts/fixtures/vision-fixtures.py`), exactly.
     #[test]
     fn gemma3_pixels_match_transformers() {
         let (dir, reference) = fixture("gemma3");

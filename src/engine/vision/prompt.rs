@@ -14,7 +14,33 @@ use std::sync::Arc;
 use super::budget::{Busy, DecodeBudget};
 use super::decode::{decode, probe, ImageError, ImageLimits};
 use super::model::{Grid, VisionModel};
-use crate::engine::{InputImage, PromptImage};
+use crate::engine::text::chat::InputImage;
+
+/// A run of image tokens in a prompt and the rows that replace their embeddings.
+#[derive(Debug, Clone)]
+pub struct PromptImage {
+    /// Index in `Prompt::token_ids` of the run's first token.
+    pub at: usize,
+    /// The run's tokens.
+    pub len: usize,
+    /// `[len][hidden]` f32; empty until `Engine::encode_images`.
+    pub rows: Arc<[f32]>,
+    /// The run's tokens attend to each other both ways (Gemma 3).
+    pub bidirectional: bool,
+    /// The run as a grid this many tokens wide, for multimodal RoPE (Qwen2.5-VL:
+    /// `model::mrope_position`); `None` where positions are token indices.
+    pub cols: Option<usize>,
+    /// A hash of the image's rows, so the prefix cache never takes one image's KV rows for
+    /// another's (`Prompt::cache_key`).
+    pub hash: u64,
+}
+
+impl PromptImage {
+    /// The run's positions in the prompt.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.at..self.at + self.len
+    }
+}
 
 /// An image as sent (encoded), with the bytes it takes from its decode to its encoding
 /// (`Probe::decode_bytes` and `VisionModel::work_bytes`).

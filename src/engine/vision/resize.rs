@@ -203,7 +203,7 @@ mod tests {
     }
 
     /// Every case of `tests/data/vision/resize.json` (Pillow's output, written by
-    /// `scripts/vision-resize-fixture.py`): the same bytes, for up- and downscaling, one axis
+    /// `scripts/fixtures/vision-resize-fixture.py`): the same bytes, for up- and downscaling, one axis
     /// at a time, to 1x1 and with the vertical pass first, with each filter.
     #[test]
     fn resizing_gives_pillows_bytes() {

@@ -21,8 +21,10 @@ const FRESH_FOR: Duration = Duration::from_secs(30);
 /// `hf-hub`'s default endpoint when `HF_ENDPOINT` is unset.
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
-/// The cached answer: when it was measured, and whether the hub answered.
-static ANSWER: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
+/// The cached answer: for which endpoint, when it was measured, and whether the hub answered.
+/// An answer for another endpoint than `endpoint()` names now is no answer (the tests of one
+/// process point `HF_ENDPOINT` at different stand-ins in turn).
+static ANSWER: Mutex<Option<(String, Instant, bool)>> = Mutex::new(None);
 /// Set while a background refresh runs, so only one does.
 static REFRESHING: AtomicBool = AtomicBool::new(false);
 
@@ -35,22 +37,23 @@ pub fn endpoint() -> String {
 /// for at most `PROBE_TIMEOUT`); a stale answer is returned and refreshed in the background.
 pub fn reachable() -> bool {
     let mut answer = ANSWER.lock().unwrap_or_else(PoisonError::into_inner);
-    match *answer {
-        Some((at, ok)) => {
+    let here = endpoint();
+    match answer.as_ref() {
+        Some((of, at, ok)) if *of == here => {
             if at.elapsed() > FRESH_FOR && !REFRESHING.swap(true, Ordering::AcqRel) {
-                std::thread::spawn(|| {
-                    let ok = probe(&endpoint(), PROBE_TIMEOUT);
+                std::thread::spawn(move || {
+                    let ok = probe(&here, PROBE_TIMEOUT);
                     *ANSWER.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Some((Instant::now(), ok));
+                        Some((here, Instant::now(), ok));
                     REFRESHING.store(false, Ordering::Release);
                 });
             }
-            ok
+            *ok
         }
-        None => {
+        _ => {
             // Holding the lock makes concurrent first callers wait for this one probe.
-            let ok = probe(&endpoint(), PROBE_TIMEOUT);
-            *answer = Some((Instant::now(), ok));
+            let ok = probe(&here, PROBE_TIMEOUT);
+            *answer = Some((here, Instant::now(), ok));
             ok
         }
     }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::validator::{self, Validator};
 use crate::api::shared::error::ApiError;
-use crate::engine::embed::EmbedInput;
+use crate::engine::EmbedInput;
 
 /// Most inputs in one request (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;

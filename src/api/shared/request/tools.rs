@@ -19,8 +19,9 @@ use serde_json::{json, Value};
 use super::validator::Validator;
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
-use crate::engine::constrain::grammar::{self, GrammarSpec};
-use crate::engine::{OutputConstraint, ToolChoice, ToolSpec};
+use crate::engine::{
+    check_grammar, close_objects, GrammarSpec, OutputConstraint, ToolChoice, ToolSpec,
+};
 
 impl Validator<'_> {
     /// The tools and the choice among them: `tools` and `tool_choice`, or the legacy
@@ -122,7 +123,7 @@ impl Validator<'_> {
                 Some(p @ Value::Object(_)) => {
                     let mut p = p.clone();
                     if strict {
-                        grammar::close_objects(&mut p);
+                        close_objects(&mut p);
                     }
                     p
                 }
@@ -228,7 +229,7 @@ impl Validator<'_> {
                     Some(s @ (Value::Object(_) | Value::Bool(true))) => {
                         let mut s = s.clone();
                         if strict {
-                            grammar::close_objects(&mut s);
+                            close_objects(&mut s);
                         }
                         Some(s)
                     }
@@ -274,7 +275,7 @@ pub(super) fn constraint(
                 ),
             ));
         }
-        grammar::check(&GrammarSpec::JsonSchema(t.parameters.clone())).map_err(|e| {
+        check_grammar(&GrammarSpec::JsonSchema(t.parameters.clone())).map_err(|e| {
             bad(
                 format!("tools[{i}].function.parameters"),
                 Code::InvalidFunctionParameters,
@@ -283,7 +284,7 @@ pub(super) fn constraint(
         })?;
     }
     if let Some(schema) = &response_format {
-        grammar::check(&GrammarSpec::JsonSchema(schema.clone())).map_err(|e| {
+        check_grammar(&GrammarSpec::JsonSchema(schema.clone())).map_err(|e| {
             bad(
                 "response_format.json_schema.schema".into(),
                 Code::InvalidJsonSchema,

@@ -17,9 +17,10 @@ use crate::api::shared::completion::{choice_logprobs, new_call_id, CompletionMet
 use crate::api::shared::error::ApiError;
 use crate::api::shared::schema::{ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta};
 use crate::api::shared::sse::{self, data};
-use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::text::reasoning::{Piece, ReasoningSplitter};
-use crate::engine::{ChoiceEvents, GenerationEvent, TokenLogprob};
+use crate::engine::{
+    ChoiceEvents, GenerationEvent, Piece, ReasoningSplitter, TokenLogprob, ToolCallParser,
+    ToolEvent,
+};
 use crate::metering::Settlement;
 
 enum Phase {

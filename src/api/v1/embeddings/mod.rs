@@ -28,7 +28,7 @@ use crate::api::shared::schema::{ErrorBody, PaidErrors, ServiceCost};
 use crate::api::shared::state::AppState;
 use crate::billing::Units;
 use crate::catalog::embedding::EmbeddingModelEntry;
-use crate::engine::embed::{self as embed, EmbedError, EmbedInput, EmbeddingModel};
+use crate::engine::{truncate_embedding, EmbedError, EmbedInput, EmbeddingEncoder};
 use crate::metering::{StoredResponse, UnitsAdmission};
 use crate::money::Micros;
 
@@ -124,7 +124,7 @@ fn dimensions(entry: &EmbeddingModelEntry, asked: Option<usize>) -> Result<usize
 async fn load(
     state: &AppState,
     entry: &EmbeddingModelEntry,
-) -> Result<Arc<EmbeddingModel>, ApiError> {
+) -> Result<Arc<dyn EmbeddingEncoder>, ApiError> {
     let dir = state.models.weights_dir.join(&entry.path);
     if let Err(reason) = state.models.embedder.available(&dir) {
         tracing::info!(model = %entry.id, dir = %dir.display(), "embedding model not servable here: {reason}");
@@ -148,12 +148,12 @@ async fn load(
 /// model's refusals (`ApiError::from_embed`).
 async fn tokenize(
     entry: &EmbeddingModelEntry,
-    model: &Arc<EmbeddingModel>,
+    model: &Arc<dyn EmbeddingEncoder>,
     req: &EmbeddingsRequest,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     let prompt = match req.prompt_name.as_deref() {
         None => None,
-        Some(name) => Some(prompt(entry, model, &req.input, name)?),
+        Some(name) => Some(prompt(entry, model.as_ref(), &req.input, name)?),
     };
     let (m, inputs) = (model.clone(), req.input.clone());
     let single = matches!(inputs.as_slice(), [EmbedInput::Text(_)]);
@@ -171,7 +171,7 @@ async fn tokenize(
 /// 400 `unsupported_value` (`param: prompt_name`).
 fn prompt(
     entry: &EmbeddingModelEntry,
-    model: &EmbeddingModel,
+    model: &dyn EmbeddingEncoder,
     input: &[EmbedInput],
     name: &str,
 ) -> Result<String, ApiError> {
@@ -181,13 +181,13 @@ fn prompt(
             "`prompt_name` applies to text inputs; token-id inputs carry their own prompt.".into(),
         ));
     }
-    match model.prompts.get(name) {
+    match model.prompts().get(name) {
         Some(p) => Ok(p.clone()),
-        None if model.prompts.is_empty() => {
+        None if model.prompts().is_empty() => {
             Err(bad(format!("`{}` has no task prompts.", entry.id)))
         }
         None => {
-            let names: Vec<&str> = model.prompts.keys().map(String::as_str).collect();
+            let names: Vec<&str> = model.prompts().keys().map(String::as_str).collect();
             Err(bad(format!(
                 "`{}` has no prompt `{name}`; it has {}.",
                 entry.id,
@@ -213,7 +213,7 @@ fn render(
         .map(|(index, v)| Embedding {
             object: "embedding",
             index,
-            embedding: Vector::of(embed::truncate(v, dimensions), format),
+            embedding: Vector::of(truncate_embedding(v, dimensions), format),
         })
         .collect();
     let list = EmbeddingList {

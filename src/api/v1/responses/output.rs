@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use super::object::{OutputItem, OutputText, ReasoningText, StreamEvent};
 use crate::api::shared::completion::{choice_logprobs, new_call_id};
 use crate::api::shared::schema::LogprobEntry;
-use crate::engine::constrain::tools::parse::{ToolCallParser, ToolEvent};
-use crate::engine::text::reasoning::{Piece, ReasoningSplitter};
-use crate::engine::{OutputSyntax, TokenLogprob};
+use crate::engine::{
+    OutputSyntax, Piece, ReasoningSplitter, TokenLogprob, ToolCallParser, ToolEvent,
+};
 
 /// The item being written.
 enum Open {

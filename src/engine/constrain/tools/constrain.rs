@@ -7,11 +7,11 @@
 //!
 //! Owns: `ToolFormat::grammar`. May use: `format`, `lead`, `schema`, `engine::grammar`.
 
-use super::format::ToolFormat;
 use super::lead;
 use super::schema::call_schema;
 use crate::engine::constrain::grammar::{with_json_options, GrammarSpec, LeadSpec, Start};
 use crate::engine::text::chat::{ToolChoice, ToolSpec};
+use crate::engine::text::tool_format::ToolFormat;
 use serde_json::Value;
 
 impl ToolFormat {
@@ -128,7 +128,7 @@ fn lit(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::engine::constrain::grammar;
-    use crate::engine::constrain::tools::format::tests::weather;
+    use crate::engine::text::tool_format::tests::weather;
 
     #[test]
     fn grammars_compile_for_every_choice_and_format() {

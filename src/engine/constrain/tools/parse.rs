@@ -8,9 +8,9 @@
 //! not offered) is given back as content. A message that opens with a bare JSON call, fenced or
 //! not, is read as that call (`lead`).
 
-use super::format::ToolSyntax;
 use super::header::{read_header, Header};
 use super::lead::{self, Opening};
+use crate::engine::text::tool_format::ToolSyntax;
 
 /// What the parser found in the text so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,7 +325,7 @@ pub fn fold(events: Vec<ToolEvent>) -> (String, Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::constrain::tools::format::ToolFormat;
+    use crate::engine::text::tool_format::ToolFormat;
 
     fn syntax(format: ToolFormat) -> ToolSyntax {
         ToolSyntax {

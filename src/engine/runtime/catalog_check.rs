@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 use serde::Deserialize;
 
-use super::gguf::GgufFile;
-use super::store::TensorStore;
 use crate::catalog::{Catalog, ModelEntry};
 use crate::engine::model::Family;
+use crate::engine::text::chat::{ChatMessage, Role};
 use crate::engine::text::pretokenize::PreTokenizer;
 use crate::engine::text::prompt::PromptFormat;
 use crate::engine::text::template::ChatTemplate;
-use crate::engine::{ChatMessage, Role};
+use crate::engine::weights::gguf::GgufFile;
+use crate::engine::weights::store::TensorStore;
 
 /// The header facts of an entry's published GGUF file.
 #[derive(Debug, Deserialize, PartialEq)]

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
-use crate::engine::text::tokenizer::{ModelTokenizer, END_OF_TURN};
+use super::tokenizer::{ModelTokenizer, END_OF_TURN};
 
 fn read_json(path: &Path) -> anyhow::Result<Option<Value>> {
     if !path.exists() {

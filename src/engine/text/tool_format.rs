@@ -20,7 +20,7 @@
 
 use serde_json::Value;
 
-use crate::engine::text::chat::{ChatMessage, Role, ToolCall, ToolSpec};
+use super::chat::{ChatMessage, Role, ToolCall, ToolSpec};
 
 /// The text of a tool call, per family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl ToolFormat {
     }
 
     /// The key of a call's arguments object.
-    pub(super) fn args_key(self) -> &'static str {
+    pub(in crate::engine) fn args_key(self) -> &'static str {
         match self {
             Self::Llama3 => "parameters",
             Self::Hermes | Self::SmolLm => "arguments",
@@ -89,7 +89,7 @@ impl ToolFormat {
     }
 
     /// Text after the trigger that opens the first call.
-    pub(super) fn open_rest(self) -> &'static str {
+    pub(in crate::engine) fn open_rest(self) -> &'static str {
         match self {
             Self::Hermes => "\n",
             Self::SmolLm => "[",
@@ -98,7 +98,7 @@ impl ToolFormat {
     }
 
     /// Text between two calls.
-    pub(super) fn between(self) -> &'static str {
+    pub(in crate::engine) fn between(self) -> &'static str {
         match self {
             Self::Hermes => "\n</tool_call>\n<tool_call>\n",
             Self::SmolLm => ", ",
@@ -107,7 +107,7 @@ impl ToolFormat {
     }
 
     /// Text that closes the block.
-    pub(super) fn close(self) -> &'static str {
+    pub(in crate::engine) fn close(self) -> &'static str {
         match self {
             Self::Hermes => "\n</tool_call>",
             Self::SmolLm => "]</tool_call>",
@@ -197,7 +197,7 @@ impl ToolFormat {
     }
 
     /// The brackets that open a call's header (see `parse::read_header`).
-    pub(super) fn header_open(self) -> &'static [&'static str] {
+    pub(in crate::engine) fn header_open(self) -> &'static [&'static str] {
         match self {
             Self::SmolLm => &["[", "{"],
             Self::Hermes | Self::Llama3 => &["{"],
@@ -251,11 +251,11 @@ impl serde_json::ser::Formatter for PyFormatter {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::engine) mod tests {
     use super::*;
 
     /// `get_weather(location)`, the tool of the unit tests of `tools`.
-    pub(in crate::engine::constrain::tools) fn weather() -> ToolSpec {
+    pub(in crate::engine) fn weather() -> ToolSpec {
         ToolSpec {
             name: "get_weather".into(),
             description: Some("Weather now".into()),
