@@ -7,7 +7,7 @@
 //! inputs sent that many to a request), ours runs `EmbeddingModel::embed` on rayon's pool of
 //! `BENCH_THREADS` threads (default 2), best of 3; sentence-transformers with PyTorch encodes
 //! the same inputs with `batch_size` equal to the batch on as many threads
-//! (`scripts/bench-sentence-transformers.py`, with `.venv-bench/bin/python` or
+//! (`scripts/bench/bench-sentence-transformers.py`, with `.venv-bench/bin/python` or
 //! `BENCH_ST_PYTHON`). Ratios are our inputs/s over theirs: above 1 means we are faster.
 //!
 //! `BENCH_MODELS=all-MiniLM-L6-v2` (a comma-separated list) runs only those models.
@@ -81,7 +81,7 @@ fn theirs(root: &Path, dir: &Path, inputs: &Path, threads: usize) -> Result<Vec<
     }
     let batches: Vec<String> = BATCHES.iter().map(usize::to_string).collect();
     let out = Command::new(python)
-        .arg(root.join("scripts/bench-sentence-transformers.py"))
+        .arg(root.join("scripts/bench/bench-sentence-transformers.py"))
         .arg(dir)
         .arg(inputs)
         .args([

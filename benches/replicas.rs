@@ -3,7 +3,7 @@
 //! replicas on one PostgreSQL, in one run, with the ledger's share of a request's latency (one
 //! reserve + settle cycle against one sequential request's round trip). The replicas are
 //! in-process servers, each with its own ledger pool, on a throwaway cluster from
-//! `scripts/pgtmp` (fsync off there; SQLite runs with `synchronous=FULL`, as served).
+//! `scripts/ops/pgtmp` (fsync off there; SQLite runs with `synchronous=FULL`, as served).
 //! Run: `cargo bench --bench replicas`.
 
 mod common;

@@ -5,7 +5,7 @@
 //! 2. Transcription: whisper-base (our candle forward) transcribes that audio on
 //!    `BENCH_AUDIO_THREADS` threads (default 2), best of 3; in the same run faster-whisper (the
 //!    same CTranslate2 weights, int8 and float32, as many threads) transcribes the same WAV via
-//!    `scripts/bench-faster-whisper.py` when `.venv-bench` has it (see that script). Ratios are
+//!    `scripts/bench/bench-faster-whisper.py` when `.venv-bench` has it (see that script). Ratios are
 //!    faster-whisper's RTF over ours: above 1 means we are faster.
 //! 3. Sharing: aggregate decode throughput of 16 concurrent SmolLM2 streams alone, then while
 //!    transcriptions run back to back, first at nice 10 only (no turns, no pacing: the old way),
@@ -76,10 +76,10 @@ fn opts() -> Options {
 fn faster_whisper(root: &Path, wav: &Path, compute: &str, threads: usize) -> Result<f64, String> {
     let python = root.join(".venv-bench/bin/python");
     if !python.exists() {
-        return Err("no .venv-bench (see scripts/bench-faster-whisper.py)".into());
+        return Err("no .venv-bench (see scripts/bench/bench-faster-whisper.py)".into());
     }
     let out = Command::new(python)
-        .arg(root.join("scripts/bench-faster-whisper.py"))
+        .arg(root.join("scripts/bench/bench-faster-whisper.py"))
         .arg(root.join("weights/whisper-base"))
         .arg(wav)
         .args([

@@ -1,5 +1,5 @@
 //! PNG chart of completion tok/s against concurrent streams, for tollgate and llama.cpp, from
-//! the JSON that `scripts/bench-vs-llamacpp --json FILE` writes (its `raw.<server>.aggregate_N`
+//! the JSON that `scripts/bench/bench-vs-llamacpp --json FILE` writes (its `raw.<server>.aggregate_N`
 //! figures). Run by that script; by hand:
 //! `cargo run --release --features chart --example bench_chart -- bench.json chart.png [font.ttf]`.
 //! The font defaults to Debian's DejaVu Sans (`fonts-dejavu-core`). Uses plotters only.

@@ -1,7 +1,7 @@
 // A real OpenID Connect provider for tests: the certified `oidc-provider` package on loopback
 // with its development login and consent pages (any login name and password are accepted).
 //
-// Protocol with the test (tests/oidc.rs): prints `PORT <n>` once listening; then reads one JSON
+// Protocol with the test (tests/it/oidc.rs): prints `PORT <n>` once listening; then reads one JSON
 // line from stdin, {"redirect_uri": "..."}, registers the client `tollgate-test` (secret
 // `test-client-secret`, client_secret_basic, PKCE required) with that redirect URI, and
 // serves. Exits when stdin closes. The user named `X` has the address `X@idp.example`, which

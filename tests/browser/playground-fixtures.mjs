@@ -1,8 +1,8 @@
 // Browser test of the playground's image and reasoning views, on fixture models: no weights of a
 // model that reads images or thinks can be fetched here. It starts its own tollgate on
 // tests/data/vision/models.toml (tiny random-weight Gemma 3, SmolVLM and Qwen2.5-VL, checked
-// against transformers by tests/vision.rs) plus tests/browser/thinker.toml (a SCRIPTED tiny
-// Qwen3 from scripts/thinking-fixture.py: the real Qwen3 tokenizer and template, weights set so
+// against transformers by tests/it/vision.rs) plus tests/browser/thinker.toml (a SCRIPTED tiny
+// Qwen3 from scripts/fixtures/thinking-fixture.py: the real Qwen3 tokenizer and template, weights set so
 // greedy decoding writes one fixed thinking reply), with its own SQLite ledger. A new account:
 // - attaches an image on each vision model; the prompt's token count is the transformers
 //   processor's for that image (reference.json), the charge is exact, and the Python "show
@@ -68,7 +68,7 @@ const work = mkdtempSync(`${tmpdir()}/tollgate-playground-fixtures-`);
 const weights = `${work}/weights`;
 mkdirSync(weights);
 for (const [family] of FAMILIES) symlinkSync(`${VISION}/${family}`, `${weights}/${family}`);
-execFileSync("python3", [`${root}/scripts/thinking-fixture.py`, `${weights}/${THINKER}`], { stdio: "inherit" });
+execFileSync("python3", [`${root}/scripts/fixtures/thinking-fixture.py`, `${weights}/${THINKER}`], { stdio: "inherit" });
 const catalogue = `${work}/models.toml`;
 writeFileSync(catalogue, readFileSync(`${VISION}/models.toml`, "utf8") + "\n" + readFileSync(`${root}/tests/browser/thinker.toml`, "utf8"));
 

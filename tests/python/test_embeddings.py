@@ -1,7 +1,7 @@
 """`POST /v1/embeddings` through the official `openai` Python SDK and LangChain's
 `OpenAIEmbeddings`, on the real all-MiniLM-L6-v2 weights (`scripts/fetch-weights minilm`):
 vectors equal to sentence-transformers' (the committed fixture, made by
-scripts/embedding-fixtures.py), float and base64 alike; the charge by the rule
+scripts/fixtures/embedding-fixtures.py), float and base64 alike; the charge by the rule
 (`ceil(prompt_tokens * 5_000 / 1_000_000)` micro-USD at 0.005 USD per 1M tokens) and the
 balance moved by exactly that; an idempotent replay; and retrieval: for 10 questions over 50
 passages, the passage that answers each ranks first.

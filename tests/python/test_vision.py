@@ -1,6 +1,6 @@
 """Images through the official `openai` Python SDK (and, from here, the Node SDK:
 tests/node/vision.mjs) on the tiny vision fixture models (`tests/data/vision/`, made by
-scripts/vision-fixtures.py): a chat request and a Responses request with a `data:` URL image
+scripts/fixtures/vision-fixtures.py): a chat request and a Responses request with a `data:` URL image
 return 200 with the reference prompt's token count (image tokens included) and an exact charge;
 the same image to a text-only model is 400 `image_not_supported` naming the part; a remote URL
 is refused. This module starts its own server on the fixture catalogue and its own ledger
