@@ -6,7 +6,8 @@
 //! The suites that need more than the machine ships select themselves by environment:
 //! `TOLLGATE_TEST_DB=postgres` (every ledger on a throwaway PostgreSQL cluster, `scripts/ops/pgtmp`),
 //! the weights from `scripts/fetch-weights`, Chromium for the browser-driven ones.
-//! Tests that change the process environment live in `tests/hub/` instead.
+//! Tests that need process-wide state to themselves (the environment, the metrics recorder)
+//! live in `tests/solo/` and tests/prefix_cache.rs instead.
 
 mod common;
 
@@ -28,7 +29,6 @@ mod logprobs;
 mod metering;
 mod oidc;
 mod pg_outage;
-mod prefix_cache;
 mod qwen_tools;
 mod reasoning;
 mod reference_docs;

@@ -36,6 +36,8 @@ pub struct TestServer {
     pub account: tollgate::ids::AccountId,
     pub key: String,
     _dir: Arc<tempfile::TempDir>,
+    /// Stops the server when the test is done with it (`spawn_until_dropped`).
+    _stop: Arc<ServerStop>,
 }
 
 /// Balance given to the test account: 1000 USD.
@@ -141,7 +143,7 @@ fn serve_limited(
     let (key, _) = tollgate::auth::create_key(&ledger, a.id, "test").unwrap();
     let mut state = tollgate::app::state_with(engine.clone(), catalog, ledger.clone(), rpm);
     tweak(&mut state);
-    let addr = spawn(state.clone());
+    let (addr, stop) = spawn_until_dropped(state.clone());
     TestServer {
         addr,
         engine,
@@ -150,6 +152,7 @@ fn serve_limited(
         account: a.id,
         key,
         _dir: dir,
+        _stop: Arc::new(stop),
     }
 }
 
@@ -173,7 +176,29 @@ pub fn ledger_location(dir: &std::path::Path) -> PathBuf {
 /// Serve `state` on 127.0.0.1 with a free port, on its own thread and runtime, for the rest of
 /// the test process.
 pub fn spawn(state: AppState) -> SocketAddr {
+    let (addr, stop) = spawn_until_dropped(state);
+    std::mem::forget(stop);
+    addr
+}
+
+/// Ends a server of `spawn_until_dropped` when dropped: its runtime stops and what it held
+/// (the ledger's database connections among it) is freed. Every test of the binary shares the
+/// process, and so one throwaway PostgreSQL cluster, whose connections servers that lived on
+/// would use up.
+pub struct ServerStop(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for ServerStop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// As `spawn`, until the returned `ServerStop` is dropped.
+pub fn spawn_until_dropped(state: AppState) -> (SocketAddr, ServerStop) {
     let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -183,10 +208,12 @@ pub fn spawn(state: AppState) -> SocketAddr {
         rt.block_on(async move {
             let addr = tollgate::app::spawn_for_tests(state).await.unwrap();
             tx.send(addr).unwrap();
-            std::future::pending::<()>().await;
+            let _ = stopped.await;
         });
+        // Blocking work still running (a model load) is not waited for.
+        rt.shutdown_background();
     });
-    rx.recv().unwrap()
+    (rx.recv().unwrap(), ServerStop(Some(stop)))
 }
 
 /// Start a real candle engine with the given catalogue models and limits.

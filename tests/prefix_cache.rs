@@ -3,7 +3,10 @@
 //! tokens shared with an earlier prompt's cached 16-token blocks (never the last token), and
 //! the charge bills them at the cached-input price. Needs `scripts/fetch-weights`.
 
-use crate::common;
+// Its own binary: it reads the metrics recorder's process-wide hit-rate gauge, which every
+// SmolLM2 server of a process writes (in tests/it or tests/solo it failed beside them).
+#[path = "it/common/mod.rs"]
+mod common;
 
 use common::*;
 use serde_json::Value;

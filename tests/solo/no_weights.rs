@@ -13,8 +13,8 @@ use tollgate::catalog::Catalog;
 
 #[tokio::test]
 async fn a_model_without_weights_or_hub_is_refused_at_once_and_not_retried() {
-    // Every test of this binary holds `ENV`, so setting the process environment is safe here.
-    let _env = crate::ENV.lock().await;
+    // Every test of this binary holds `ALONE`, so setting the process environment is safe here.
+    let _alone = crate::ALONE.lock().await;
     std::env::set_var("HF_ENDPOINT", "http://192.0.2.1:81");
     let hf_home = tempfile::tempdir().unwrap();
     std::env::set_var("HF_HOME", hf_home.path());

@@ -97,8 +97,8 @@ async fn weights_are_fetched_from_the_hub_on_first_use_and_a_dead_source_is_a_40
     let hub = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let hf_home = tempfile::tempdir().unwrap();
-    // Every test of this binary holds `ENV`, so setting the process environment is safe here.
-    let _env = crate::ENV.lock().await;
+    // Every test of this binary holds `ALONE`, so setting the process environment is safe here.
+    let _alone = crate::ALONE.lock().await;
     std::env::set_var("HF_ENDPOINT", format!("http://{hub}"));
     std::env::set_var("HF_HOME", hf_home.path());
 
