@@ -2,13 +2,13 @@
 //! without weights. Not a language model: a text's tokens are its whitespace-separated words
 //! (each hashed to an id below `FAKE_VOCAB`), wrapped in `FAKE_CLS` and `FAKE_SEP` as a BERT
 //! tokenizer wraps them, and a row's vector is a fixed function of its ids, scaled to unit
-//! length. Equal inputs give equal vectors; its refusals are the real encoder's
-//! (`EmbeddingEncoder::input_ids`).
+//! length. Equal inputs give equal vectors; its refusals are the real encoder's (the seam's
+//! `EmbeddingEncoder::input_ids`, shared).
 
 use std::collections::BTreeMap;
 
 use super::seam::EmbeddingEncoder;
-use super::{EmbedError, EmbedInput, MAX_BYTES_PER_TOKEN};
+use super::EmbedError;
 
 /// Token ids the fake knows (`0..FAKE_VOCAB`).
 pub const FAKE_VOCAB: usize = 1000;
@@ -49,51 +49,24 @@ impl EmbeddingEncoder for FakeEncoder {
         &self.prompts
     }
 
-    fn input_ids(
-        &self,
-        index: usize,
-        input: &EmbedInput,
-        prompt: Option<&str>,
-    ) -> Result<Vec<u32>, EmbedError> {
-        let inner: Vec<u32> = match input {
-            EmbedInput::Text(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
-            EmbedInput::Tokens(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
-            EmbedInput::Text(t) if t.len() > self.max_tokens * MAX_BYTES_PER_TOKEN => {
-                return Err(EmbedError::TextTooLong {
-                    index,
-                    bytes: t.len(),
-                    limit: self.max_tokens,
-                })
-            }
-            EmbedInput::Text(t) => format!("{}{t}", prompt.unwrap_or(""))
-                .split_whitespace()
-                .map(Self::word_id)
-                .collect(),
-            EmbedInput::Tokens(t) => {
-                if let Some(&id) = t.iter().find(|&&id| id as usize >= FAKE_VOCAB) {
-                    return Err(EmbedError::BadToken {
-                        index,
-                        id,
-                        vocab: FAKE_VOCAB,
-                    });
-                }
-                let start = usize::from(t.first() == Some(&FAKE_CLS));
-                let end = t.len() - usize::from(t.len() > start && t.last() == Some(&FAKE_SEP));
-                t[start..end].to_vec()
-            }
-        };
-        let mut ids = Vec::with_capacity(inner.len() + 2);
-        ids.push(FAKE_CLS);
-        ids.extend(inner);
-        ids.push(FAKE_SEP);
-        if ids.len() > self.max_tokens {
-            return Err(EmbedError::TooLong {
-                index,
-                tokens: ids.len(),
-                limit: self.max_tokens,
-            });
-        }
-        Ok(ids)
+    fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    fn vocab(&self) -> usize {
+        FAKE_VOCAB
+    }
+
+    fn wrap(&self) -> (u32, u32) {
+        (FAKE_CLS, FAKE_SEP)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        let words = text.split_whitespace().map(Self::word_id);
+        Ok(std::iter::once(FAKE_CLS)
+            .chain(words)
+            .chain([FAKE_SEP])
+            .collect())
     }
 
     fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
@@ -121,6 +94,7 @@ fn fake_vector(ids: &[u32], dimensions: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::embed::EmbedInput;
 
     #[test]
     fn words_and_their_ids_give_the_same_row_and_vector() {

@@ -292,55 +292,25 @@ impl EmbeddingEncoder for EmbeddingModel {
         &self.prompts
     }
 
-    fn input_ids(
-        &self,
-        index: usize,
-        input: &EmbedInput,
-        prompt: Option<&str>,
-    ) -> Result<Vec<u32>, EmbedError> {
-        let vocab = self.tokenizer.get_vocab_size(true);
-        let ids = match input {
-            EmbedInput::Text(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
-            EmbedInput::Tokens(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
-            EmbedInput::Text(t) if t.len() > self.max_tokens * MAX_BYTES_PER_TOKEN => {
-                return Err(EmbedError::TextTooLong {
-                    index,
-                    bytes: t.len(),
-                    limit: self.max_tokens,
-                })
-            }
-            EmbedInput::Text(t) => {
-                let text = match prompt {
-                    Some(p) => std::borrow::Cow::Owned(format!("{p}{t}")),
-                    None => std::borrow::Cow::Borrowed(t.as_str()),
-                };
-                self.tokenizer
-                    .encode(text.as_ref(), true)
-                    .map_err(|e| EmbedError::Tokenize(e.to_string()))?
-                    .get_ids()
-                    .to_vec()
-            }
-            EmbedInput::Tokens(t) => {
-                if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
-                    return Err(EmbedError::BadToken { index, id, vocab });
-                }
-                let (cls, sep) = self.wrap;
-                let head = (t.first() != Some(&cls)).then_some(cls);
-                let tail = (t.last() != Some(&sep)).then_some(sep);
-                head.into_iter()
-                    .chain(t.iter().copied())
-                    .chain(tail)
-                    .collect()
-            }
-        };
-        if ids.len() > self.max_tokens {
-            return Err(EmbedError::TooLong {
-                index,
-                tokens: ids.len(),
-                limit: self.max_tokens,
-            });
-        }
-        Ok(ids)
+    fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    fn vocab(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
+    fn wrap(&self) -> (u32, u32) {
+        self.wrap
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        Ok(self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| EmbedError::Tokenize(e.to_string()))?
+            .get_ids()
+            .to_vec())
     }
 
     fn embed(&self, rows: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {

@@ -3,8 +3,9 @@
 //! (`FakeEncoder`, for HTTP tests without weights). The `Embedder` worker queues and batches
 //! requests for either.
 //!
-//! The request-level counting (`tokenize_within`) is written once here: each encoder only says
-//! how one input becomes token ids (`input_ids`).
+//! The refusals and the request-level counting (`input_ids`, `tokenize_within`) are written
+//! once here: each encoder only says how a text becomes ids (`encode`), what wraps token-id
+//! inputs (`wrap`), and its sizes.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,22 @@ pub trait EmbeddingEncoder: Send + Sync + 'static {
     /// `document`, ...): text put before a text input.
     fn prompts(&self) -> &BTreeMap<String, String>;
 
+    /// The most tokens one input may have, special tokens included.
+    fn max_tokens(&self) -> usize;
+
+    /// Token ids the vocabulary has (`0..vocab`).
+    fn vocab(&self) -> usize;
+
+    /// What the tokenizer puts around a text (`[CLS]`/`[SEP]`, `<bos>`/`<eos>`): put around
+    /// token-id inputs where they do not already begin or end with them.
+    fn wrap(&self) -> (u32, u32);
+
+    /// The ids of a non-empty text, special tokens included.
+    ///
+    /// # Errors
+    /// `Tokenize`.
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EmbedError>;
+
     /// The token ids input `index` runs as, special tokens included, within the model's length
     /// (`prompt`, one of `prompts` as text, goes before a text input).
     ///
@@ -26,7 +43,45 @@ pub trait EmbeddingEncoder: Send + Sync + 'static {
         index: usize,
         input: &EmbedInput,
         prompt: Option<&str>,
-    ) -> Result<Vec<u32>, EmbedError>;
+    ) -> Result<Vec<u32>, EmbedError> {
+        let max_tokens = self.max_tokens();
+        let ids = match input {
+            EmbedInput::Text(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
+            EmbedInput::Tokens(t) if t.is_empty() => return Err(EmbedError::Empty { index }),
+            EmbedInput::Text(t) if t.len() > max_tokens * MAX_BYTES_PER_TOKEN => {
+                return Err(EmbedError::TextTooLong {
+                    index,
+                    bytes: t.len(),
+                    limit: max_tokens,
+                })
+            }
+            EmbedInput::Text(t) => match prompt {
+                Some(p) => self.encode(&format!("{p}{t}"))?,
+                None => self.encode(t)?,
+            },
+            EmbedInput::Tokens(t) => {
+                let vocab = self.vocab();
+                if let Some(&id) = t.iter().find(|&&id| id as usize >= vocab) {
+                    return Err(EmbedError::BadToken { index, id, vocab });
+                }
+                let (cls, sep) = self.wrap();
+                let head = (t.first() != Some(&cls)).then_some(cls);
+                let tail = (t.last() != Some(&sep)).then_some(sep);
+                head.into_iter()
+                    .chain(t.iter().copied())
+                    .chain(tail)
+                    .collect()
+            }
+        };
+        if ids.len() > max_tokens {
+            return Err(EmbedError::TooLong {
+                index,
+                tokens: ids.len(),
+                limit: max_tokens,
+            });
+        }
+        Ok(ids)
+    }
 
     /// The unit-length vector of each token-id row (`tokenize_within`), in order. CPU-bound:
     /// call from a blocking task or the `Embedder`.
