@@ -11,9 +11,58 @@ use std::sync::OnceLock;
 use super::db::{pg_execute, DbError};
 
 /// Whether the tests should run their ledgers on PostgreSQL (`TOLLGATE_TEST_DB=postgres`).
+///
+/// Every test whose ledger the switch changes asks this, so each call also notes the calling
+/// test (see `note_ledger_test`): `scripts/test` runs its PostgreSQL pass on exactly the tests
+/// its SQLite pass noted, and the others, whose runs the switch cannot change, once.
 #[must_use]
 pub fn postgres_wanted() -> bool {
+    note_ledger_test();
     std::env::var("TOLLGATE_TEST_DB").is_ok_and(|v| v == "postgres")
+}
+
+/// Appends the calling test's name, one line, to the file `TOLLGATE_LEDGER_TESTS` names (when
+/// set), once per test and process. libtest runs each test on a thread named after it
+/// (`ledger::holds::tests::name`), which is how the test is known.
+///
+/// # Panics
+/// When called off a test's thread (a server's runtime worker, the main thread): the test
+/// would then be missing from the PostgreSQL pass, so the SQLite pass stops instead. Ask
+/// `postgres_wanted` (or `ledger_location` in `tests/it/common`) in the test's body.
+fn note_ledger_test() {
+    use std::io::Write;
+    static NOTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let Some(file) = std::env::var_os("TOLLGATE_LEDGER_TESTS") else {
+        return;
+    };
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("");
+    assert!(
+        !name.is_empty() && name != "main" && !name.starts_with("tokio-"),
+        "testdb::postgres_wanted asked on thread {name:?}, not a test's: the PostgreSQL pass \
+         of scripts/test could not know the test; ask it in the test's body"
+    );
+    let mut noted = NOTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if noted.iter().any(|n| n == name) {
+        return;
+    }
+    noted.push(name.to_owned());
+    // One write of one line to a file opened for appending: lines from test threads and from
+    // the test binaries cargo runs one after another do not interleave.
+    let line = format!("{name}\n");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = appended {
+        panic!(
+            "TOLLGATE_LEDGER_TESTS {}: {e}",
+            std::path::Path::new(&file).display()
+        );
+    }
 }
 
 /// The URL of this process's test cluster's `postgres` database, starting the cluster on

@@ -6,11 +6,11 @@ minute, billed in whole seconds rounded up: 7 s -> ceil(7 * 600 / 60) = 70 micro
 import os
 import pathlib
 import re
-import subprocess
 import uuid
 
 import openai
 import pytest
+from ledger import balance_micros
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 FOX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "speech" / "fox.wav"
@@ -21,14 +21,6 @@ COST = 70  # ceil(ceil(6.38 s) * 600 / 60)
 @pytest.fixture(scope="module")
 def client():
     return openai.OpenAI(base_url=BASE_URL, api_key=os.environ["TOLLGATE_API_KEY"], max_retries=0)
-
-
-def balance_micros(email):
-    out = subprocess.run(
-        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 def words(s):

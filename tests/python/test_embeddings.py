@@ -10,14 +10,13 @@ import base64
 import json
 import math
 import os
-import re
 import struct
-import subprocess
 import uuid
 
 import openai
 import pytest
 from langchain_openai import OpenAIEmbeddings
+from ledger import balance_micros
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 MODEL = "all-MiniLM-L6-v2"
@@ -44,14 +43,6 @@ def unpack(b64):
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def balance_micros(email):
-    out = subprocess.run(
-        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 @pytest.mark.parametrize("encoding_format", ["float", "base64"])

@@ -3,14 +3,13 @@
 Started by scripts/test, which passes the server's base URL in TOLLGATE_BASE_URL.
 """
 import os
-import re
-import subprocess
 import threading
 import uuid
 
 import httpx
 import openai
 import pytest
+from ledger import balance_micros
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 API_KEY = os.environ["TOLLGATE_API_KEY"]
@@ -26,14 +25,6 @@ MESSAGES = [
 @pytest.fixture(scope="module")
 def client():
     return openai.OpenAI(base_url=BASE_URL, api_key=API_KEY, max_retries=0)
-
-
-def balance_micros(email):
-    out = subprocess.run(
-        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 def test_plain_completion(client):

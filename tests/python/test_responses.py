@@ -9,13 +9,12 @@ rule applied to the reported usage (scripts/test runs `ledger check` afterwards)
 """
 import json
 import os
-import re
-import subprocess
 
 import jsonschema
 import openai
 import pydantic
 import pytest
+from ledger import balance_micros
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 MODEL = "smollm2-135m-instruct"
@@ -44,14 +43,6 @@ def client():
 def other():
     """Another account's key."""
     return openai.OpenAI(base_url=BASE_URL, api_key=os.environ["TOLLGATE_POOR_KEY"], max_retries=0)
-
-
-def balance_micros(email="sdk@example.com"):
-    out = subprocess.run(
-        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 def price(usage):

@@ -5,11 +5,11 @@ characters = 1 micro-USD per character, `ceil(characters * 1_000_000 / 1_000_000
 """
 import os
 import re
-import subprocess
 import uuid
 
 import openai
 import pytest
+from ledger import balance_micros
 
 BASE_URL = os.environ["TOLLGATE_BASE_URL"]
 MODEL = "piper-joe-medium"
@@ -21,14 +21,6 @@ COST = len(PARAGRAPH)  # 1 micro-USD per character
 @pytest.fixture(scope="module")
 def client():
     return openai.OpenAI(base_url=BASE_URL, api_key=os.environ["TOLLGATE_API_KEY"], max_retries=0)
-
-
-def balance_micros(email):
-    out = subprocess.run(
-        [os.environ["TOLLGATE_BIN"], "accounts", "show", "--account", email, "--db", os.environ["TOLLGATE_DB"]],
-        check=True, capture_output=True, text=True,
-    ).stdout
-    return int(re.search(r"^balance .*\((-?\d+) micros\)", out, re.M).group(1))
 
 
 def words(s):
