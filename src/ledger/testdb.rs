@@ -31,7 +31,8 @@ pub fn postgres_wanted() -> bool {
 /// `postgres_wanted` (or `ledger_location` in `tests/it/common`) in the test's body.
 fn note_ledger_test() {
     use std::io::Write;
-    static NOTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    static NOTED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let Some(file) = std::env::var_os("TOLLGATE_LEDGER_TESTS") else {
         return;
     };
@@ -45,10 +46,9 @@ fn note_ledger_test() {
     let mut noted = NOTED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if noted.iter().any(|n| n == name) {
+    if !noted.insert(name.to_owned()) {
         return;
     }
-    noted.push(name.to_owned());
     // One write of one line to a file opened for appending: lines from test threads and from
     // the test binaries cargo runs one after another do not interleave.
     let line = format!("{name}\n");
