@@ -79,8 +79,8 @@ fn engine(mode: Mode) -> CandleEngine {
 
 /// Ten prompts: half ask for an edit of a short function (the answer copies it), half ask a
 /// question. Ten sequences in a step are enough to pack drafts of several lengths beside plain
-/// decode rows; each prompt costs CI about 11 s on two cores, so twenty took the two tests
-/// 450 s, the longest path of the integration tests.
+/// decode rows. Twenty took the two tests 450 s of the integration tests' 854 s of work on two
+/// cores.
 fn prompts() -> Vec<String> {
     let names = ["total", "count", "width", "score", "limit"];
     let ops = ["+", "*", "-", "max", "min"];
