@@ -16,7 +16,7 @@ pub mod dashboard;
 mod metrics;
 pub mod openapi;
 pub mod shared;
-mod v1;
+pub mod v1;
 mod web;
 
 use std::sync::Arc;

@@ -467,11 +467,12 @@ mod arbitrary_requests {
     /// message's.
     fn fields(path: &str) -> &'static [&'static str] {
         use tollgate::api::shared::request;
+        use tollgate::api::v1::{completions, embeddings, responses};
         match path {
             "/v1/chat/completions" => &request::ACCEPTED_PARAMETERS,
-            "/v1/completions" => &request::completions::ACCEPTED_PARAMETERS,
-            "/v1/responses" => &request::responses::ACCEPTED_PARAMETERS,
-            "/v1/embeddings" => &request::embeddings::ACCEPTED_PARAMETERS,
+            "/v1/completions" => &completions::request::ACCEPTED_PARAMETERS,
+            "/v1/responses" => &responses::request::ACCEPTED_PARAMETERS,
+            "/v1/embeddings" => &embeddings::request::ACCEPTED_PARAMETERS,
             _ => &["role", "content", "name", "tool_calls", "tool_call_id"],
         }
     }

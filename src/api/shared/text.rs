@@ -5,8 +5,13 @@
 //! balance before any image is read or fetched, the prompt is rendered and tokenized (images by
 //! their headers only: pixels are decoded after the hold), the completion's token budget is
 //! fitted to the context, and the `PaidRequest` for `metering` is built. Only the field names
-//! in errors differ between the surfaces (`Surface`).
+//! in errors differ between the endpoints: each passes its own (`Surface`). Once admitted,
+//! every text endpoint answers through `respond`: a replay, its stream, or its whole answer.
 //! May use: `paid`, `call`, `request`, `images`, `error`, `state`, `engine`, `metering`.
+
+use std::future::Future;
+
+use axum::response::Response;
 
 use super::call::Caller;
 use super::codes::Code;
@@ -15,110 +20,72 @@ use super::images;
 use super::paid;
 use super::request::{self, ChatRequest, ImagePart};
 use super::state::AppState;
-use crate::engine::{GenerateRequest, OutputSyntax};
-use crate::metering::{Idempotency, PaidRequest};
+use crate::engine::{ChoiceEvents, GenerateRequest, OutputSyntax};
+use crate::metering::{Admission, Idempotency, Mode, PaidRequest, Settlement, StoredResponse};
 
-/// Which API a text request came through: the names its errors give the fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Surface {
-    /// `POST /v1/chat/completions`: `messages[i].content[j]`, `messages`, `max_tokens`.
-    Chat,
-    /// `POST /v1/responses`: `input[i]`, `input`, `max_output_tokens`.
-    Responses,
-    /// `POST /v1/completions`: `prompt`, `max_tokens`.
-    Completions,
+/// A text endpoint's field names, as its errors give them: each endpoint that generates text
+/// through `paid_request` names its own (`SURFACE` in its unit), so the pipeline knows no
+/// endpoint. The parsed `ChatRequest` speaks chat's names (`messages`, `max_tokens`,
+/// `reasoning_effort`); these say what an endpoint calls them.
+#[derive(Debug, Clone, Copy)]
+pub struct Surface {
+    /// The field that holds the prompt: `messages`, `input`, `prompt`.
+    pub prompt: &'static str,
+    /// The output limit's name when it is always the same (`max_output_tokens`); `None`: the
+    /// name the request itself used (chat's `max_tokens` or `max_completion_tokens`).
+    pub max_tokens: Option<&'static str>,
+    /// `reasoning_effort`'s name (`reasoning.effort` in the Responses API).
+    pub reasoning_effort: &'static str,
+    /// The words that stand for the prompt in a `context_length_exceeded` message, in place
+    /// of chat's "your messages".
+    pub prompt_words: &'static str,
+    /// The `param` of an image part the model cannot read: `messages[i].content[j]`,
+    /// `input[i]`, `prompt`.
+    pub image_param: fn(&ImagePart) -> String,
 }
 
 impl Surface {
-    /// The `param` of an image part the model cannot read.
-    fn image_param(self, img: &ImagePart) -> String {
-        match self {
-            Self::Chat => format!("messages[{}].content[{}]", img.message, img.part),
-            Self::Responses => format!("input[{}]", img.message),
-            Self::Completions => "prompt".into(),
-        }
-    }
-
     /// What the 402 of a request with output limit `max_tokens` (the field used, if any) tells
     /// the client to change, in this surface's field names.
-    pub fn remedy(self, max_tokens: Option<(usize, &'static str)>) -> Remedy {
-        match (self, max_tokens) {
-            (Self::Chat, Some((_, field))) => Remedy::FewerTokens(field),
-            (Self::Responses, Some(_)) => Remedy::FewerTokens("max_output_tokens"),
-            (Self::Completions, Some(_)) => Remedy::FewerTokens("max_tokens"),
-            (Self::Chat, None) => Remedy::ShorterPrompt("messages"),
-            (Self::Responses, None) => Remedy::ShorterPrompt("input"),
-            (Self::Completions, None) => Remedy::ShorterPrompt("prompt"),
+    pub fn remedy(&self, max_tokens: Option<(usize, &'static str)>) -> Remedy {
+        match max_tokens {
+            Some((_, field)) => Remedy::FewerTokens(self.max_tokens.unwrap_or(field)),
+            None => Remedy::ShorterPrompt(self.prompt),
         }
     }
 
     /// An error naming `messages`, `max_tokens` (for `context_length_exceeded`) or
     /// `reasoning_effort` in this surface's field names (other errors pass).
-    pub fn in_its_terms(self, e: ApiError) -> ApiError {
-        match (self, e) {
-            (
-                Self::Responses | Self::Completions,
-                ApiError::BadRequest {
-                    param,
-                    code,
-                    message,
-                },
-            ) if param.as_deref() == Some("messages") && code != Code::ContextLengthExceeded => {
-                let field = if self == Self::Responses {
-                    "input"
-                } else {
-                    "prompt"
-                };
-                ApiError::BadRequest {
-                    param: Some(field.into()),
-                    code,
-                    message,
-                }
-            }
-            (
-                Self::Responses,
-                ApiError::BadRequest {
-                    param,
-                    code,
-                    message,
-                },
-            ) if param.as_deref() == Some("reasoning_effort") => ApiError::BadRequest {
-                param: Some("reasoning.effort".into()),
-                code,
-                message: message.replace("`reasoning_effort`", "`reasoning.effort`"),
-            },
-            (
-                Self::Responses,
-                ApiError::BadRequest {
-                    param,
-                    code: Code::ContextLengthExceeded,
-                    message,
-                },
-            ) => ApiError::BadRequest {
-                param: param.map(|p| {
-                    if p == "messages" {
-                        "input"
-                    } else {
-                        "max_output_tokens"
-                    }
-                    .to_owned()
+    pub fn in_its_terms(&self, e: ApiError) -> ApiError {
+        let ApiError::BadRequest {
+            param,
+            code,
+            message,
+        } = e
+        else {
+            return e;
+        };
+        let rename = |field: &str| format!("`{field}`");
+        let (param, message) = match param.as_deref() {
+            Some("reasoning_effort") => (
+                Some(self.reasoning_effort.to_owned()),
+                message.replace(&rename("reasoning_effort"), &rename(self.reasoning_effort)),
+            ),
+            _ if code == Code::ContextLengthExceeded => (
+                param.map(|p| match (p.as_str(), self.max_tokens) {
+                    ("messages", _) => self.prompt.to_owned(),
+                    (_, Some(limit)) => limit.to_owned(),
+                    (_, None) => p,
                 }),
-                code: Code::ContextLengthExceeded,
-                message,
-            },
-            (
-                Self::Completions,
-                ApiError::BadRequest {
-                    param,
-                    code: Code::ContextLengthExceeded,
-                    message,
-                },
-            ) => ApiError::BadRequest {
-                param: param.map(|p| if p == "messages" { "prompt".into() } else { p }),
-                code: Code::ContextLengthExceeded,
-                message: message.replace("your messages", "your prompt"),
-            },
-            (_, other) => other,
+                message.replace("your messages", self.prompt_words),
+            ),
+            Some("messages") => (Some(self.prompt.to_owned()), message),
+            _ => (param, message),
+        };
+        ApiError::BadRequest {
+            param,
+            code,
+            message,
         }
     }
 }
@@ -137,17 +104,21 @@ pub async fn paid_request(
     chat: ChatRequest,
     n: usize,
     idempotency: Option<Idempotency>,
-    surface: Surface,
+    surface: &Surface,
 ) -> Result<(PaidRequest, OutputSyntax), ApiError> {
     let entry = paid::servable_model(state, &chat.model).await?;
     if let (Some(img), false) = (chat.images.first(), entry.reads_images()) {
         return Err(ApiError::BadRequest {
-            param: Some(surface.image_param(img)),
+            param: Some((surface.image_param)(img)),
             code: Code::ImageNotSupported,
             message: format!("The model `{}` does not read images.", chat.model),
         });
     }
-    let image_params: Vec<String> = chat.images.iter().map(|i| surface.image_param(i)).collect();
+    let image_params: Vec<String> = chat
+        .images
+        .iter()
+        .map(|i| (surface.image_param)(i))
+        .collect();
     let urls = state.models.image_urls;
     if !chat.images.is_empty() {
         before_images(
@@ -161,7 +132,7 @@ pub async fn paid_request(
         .await?;
     }
     let mut chat = chat;
-    let param = |i: &ImagePart| surface.image_param(i);
+    let param = |i: &ImagePart| (surface.image_param)(i);
     let remote = images::Remote {
         urls,
         slots: &state.models.image_fetches,
@@ -218,7 +189,7 @@ async fn before_images(
     chat: &ChatRequest,
     n: usize,
     (pricing, image_params): (&crate::catalog::Pricing, &[String]),
-    surface: Surface,
+    surface: &Surface,
 ) -> Result<(), ApiError> {
     let mut input = chat.input.clone();
     input.images = chat
@@ -251,4 +222,42 @@ fn payer_name(caller: &Caller) -> String {
         Some(k) => format!("key {k}"),
         None => format!("account {}", caller.payer.account_id()),
     }
+}
+
+/// How a text endpoint answers a request metering admitted, streamed or whole (a replay is
+/// sent as stored, by `respond`).
+pub trait Reply: Send + Sized {
+    /// The streamed answer: every choice's events in the endpoint's SSE format, then the
+    /// settlement's charge (or its error).
+    fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response;
+
+    /// The whole answer once it is charged: by default the stored response as it is (the
+    /// Responses API saves it first).
+    fn whole(self, stored: StoredResponse) -> impl Future<Output = Response> + Send {
+        async move { paid::stored(stored, false) }
+    }
+}
+
+/// The one path after a text request is paid for: metering admits `request` in `mode`
+/// (its refusals carry `remedy`, the field to change in the endpoint's names), and the
+/// admission is answered: a replay of the stored response, or `reply`'s stream or whole answer.
+///
+/// # Errors
+/// Metering's refusals (402 with `remedy`, 409/422 for `Idempotency-Key`, 429/502 from the
+/// engine) and a whole answer's failed settlement.
+pub async fn respond(
+    state: &AppState,
+    request: PaidRequest,
+    mode: Mode,
+    remedy: Remedy,
+    reply: impl Reply,
+) -> Result<Response, ApiError> {
+    let admitted = state.paid.meter.admit(request, mode).await;
+    Ok(
+        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
+            Admission::Replay(stored) => paid::stored(stored, true),
+            Admission::Streaming(events, settlement) => reply.stream(events, settlement),
+            Admission::Completing(completion) => reply.whole(completion.wait().await?.1).await,
+        },
+    )
 }

@@ -2,6 +2,8 @@
 //! (legacy text completions, fill-in-the-middle), `responses`
 //! (the Responses API), `audio` (transcriptions, translations, speech), `embeddings`,
 //! `models` (the price list and `/health`). No unit uses another; what they share is in `api::shared`.
+//! An endpoint's folder holds its handler (`mod.rs`), its request parser (`request.rs`), its
+//! OpenAPI types (`doc.rs`) and its stream (`sse.rs`), as it needs them.
 //!
 //! Each route is registered here once, with its OpenAPI operation (utoipa-axum's `routes!`
 //! reads the handler's `#[utoipa::path]`): `api::router` serves these routers and

@@ -3,11 +3,14 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::api::shared::error::ApiError;
 use crate::api::shared::request::SUPPORTED_PARAMETERS;
-use crate::api::shared::schema::{ErrorBody, LanguageCosts};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::shared::schema::ErrorBody;
 use crate::api::shared::state::Models;
 use crate::catalog::audio::{AudioKind, AudioModelEntry};
 use crate::catalog::embedding::EmbeddingModelEntry;
@@ -177,4 +180,19 @@ pub async fn health(State(state): State<Models>) -> Json<Health> {
         models: state.engine.stats(),
         preparing: state.engine.preparing(),
     })
+}
+
+/// `GET /v1/models/{id}/languages`: measured token costs per language.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LanguageCosts {
+    pub model: String,
+    /// Where the tokenizer came from, when measured.
+    pub tokenizer: Option<String>,
+    /// Per language code: tokens per 1,000 characters and the multiplier vs English.
+    #[schema(value_type = Option<Object>)]
+    pub languages: Option<Value>,
+    /// Why `languages` is null, or notes on the measurement.
+    pub reason: Option<String>,
+    /// The text measured on.
+    pub corpus: Option<&'static str>,
 }

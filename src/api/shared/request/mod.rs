@@ -18,16 +18,11 @@
 //! metadata).
 
 pub mod bounds;
-pub mod completions;
-pub mod embeddings;
 mod messages;
-mod response_items;
-pub mod responses;
 pub mod sampling;
 pub mod size;
-pub mod speech;
 mod tools;
-mod validator;
+pub mod validator;
 
 pub use validator::ImagePart;
 use validator::Validator;

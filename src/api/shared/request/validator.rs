@@ -18,7 +18,7 @@ pub struct ImagePart {
 ///
 /// # Errors
 /// `InvalidJson`; 422 for a body that is not an object; `UnsupportedParameter` listing them all.
-pub(super) fn top_level(
+pub(crate) fn top_level(
     body: &[u8],
     accepted: &[&str],
 ) -> Result<Map<String, Value>, crate::api::shared::error::ApiError> {
@@ -41,18 +41,18 @@ pub(super) fn top_level(
     Ok(obj)
 }
 
-pub(super) struct Validator<'a> {
-    pub(super) obj: &'a Map<String, Value>,
-    pub(super) errors: Vec<FieldError>,
+pub(crate) struct Validator<'a> {
+    pub(crate) obj: &'a Map<String, Value>,
+    pub(crate) errors: Vec<FieldError>,
     /// Unknown keys inside objects, as full paths (`tools[0].foo`): 400 `unsupported_parameter`.
-    pub(super) unknown: Vec<String>,
+    pub(crate) unknown: Vec<String>,
     /// The first value that is well formed but not served (a content part type): its 400.
-    pub(super) refused: Option<ApiError>,
+    pub(crate) refused: Option<ApiError>,
 }
 
 impl<'a> Validator<'a> {
     /// A validator of `obj` with nothing found yet.
-    pub(super) fn new(obj: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>) -> Self {
         Self {
             obj,
             errors: Vec::new(),
@@ -62,7 +62,7 @@ impl<'a> Validator<'a> {
     }
 
     /// Record every non-null key of `o` outside `allowed` as unknown, at `at.key`.
-    pub(super) fn known_keys(&mut self, at: &str, o: &Map<String, Value>, allowed: &[&str]) {
+    pub(crate) fn known_keys(&mut self, at: &str, o: &Map<String, Value>, allowed: &[&str]) {
         for (k, v) in o {
             if !v.is_null() && !allowed.contains(&k.as_str()) {
                 self.unknown.push(format!("{at}.{k}"));
@@ -76,7 +76,7 @@ impl<'a> Validator<'a> {
     ///
     /// # Errors
     /// The first kind found.
-    pub(super) fn verdict(&mut self) -> Result<(), ApiError> {
+    pub(crate) fn verdict(&mut self) -> Result<(), ApiError> {
         if !self.unknown.is_empty() {
             return Err(ApiError::UnsupportedParameter(std::mem::take(
                 &mut self.unknown,
@@ -90,19 +90,19 @@ impl<'a> Validator<'a> {
         }
         Ok(())
     }
-    pub(super) fn err(&mut self, param: &str, message: &str) {
+    pub(crate) fn err(&mut self, param: &str, message: &str) {
         self.errors.push(FieldError {
             param: param.into(),
             message: message.into(),
         });
     }
 
-    pub(super) fn present(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn present(&self, key: &str) -> Option<&'a Value> {
         let obj: &'a Map<String, Value> = self.obj;
         obj.get(key).filter(|v| !v.is_null())
     }
 
-    pub(super) fn string(&mut self, key: &str, required: bool) -> Option<String> {
+    pub(crate) fn string(&mut self, key: &str, required: bool) -> Option<String> {
         match self.present(key) {
             None if required => {
                 self.err(key, "is required");
@@ -120,7 +120,7 @@ impl<'a> Validator<'a> {
     /// `reasoning_effort`: whether a thinking model should think. `none` and `minimal` switch
     /// the thinking off, `low`, `medium`, `high` and `xhigh` leave it on (the models here have
     /// one switch, not a budget). Any other value is a field error.
-    pub(super) fn reasoning_effort(&mut self) -> Option<bool> {
+    pub(crate) fn reasoning_effort(&mut self) -> Option<bool> {
         let key = "reasoning_effort";
         let effort = self.string(key, false)?;
         match effort.as_str() {
@@ -136,7 +136,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    pub(super) fn bool(&mut self, key: &str) -> Option<bool> {
+    pub(crate) fn bool(&mut self, key: &str) -> Option<bool> {
         match self.present(key) {
             None => None,
             Some(Value::Bool(b)) => Some(*b),
@@ -147,7 +147,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    pub(super) fn number(&mut self, key: &str, lo: f64, hi: f64) -> Option<f64> {
+    pub(crate) fn number(&mut self, key: &str, lo: f64, hi: f64) -> Option<f64> {
         let v = self.present(key)?;
         match v.as_f64() {
             Some(x) if (lo..=hi).contains(&x) => Some(x),
@@ -162,7 +162,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    pub(super) fn integer(&mut self, key: &str, min: u64) -> Option<u64> {
+    pub(crate) fn integer(&mut self, key: &str, min: u64) -> Option<u64> {
         let v = self.present(key)?;
         match (v.as_u64(), v.as_i64()) {
             (Some(x), _) if x >= min => Some(x),
@@ -177,7 +177,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    pub(super) fn seed(&mut self) -> Option<u64> {
+    pub(crate) fn seed(&mut self) -> Option<u64> {
         let v = self.present("seed")?;
         if let Some(u) = v.as_u64() {
             return Some(u);
@@ -189,7 +189,7 @@ impl<'a> Validator<'a> {
         None
     }
 
-    pub(super) fn stream_options(&mut self, stream: bool) -> bool {
+    pub(crate) fn stream_options(&mut self, stream: bool) -> bool {
         let Some(v) = self.present("stream_options") else {
             return false;
         };
@@ -224,7 +224,7 @@ impl<'a> Validator<'a> {
     /// `prediction` (OpenAI's Predicted Outputs): `{"type": "content", "content": ...}` with
     /// the content a string or an array of `{"type": "text", "text": ...}` parts, joined as
     /// they are. Returns the predicted text (`None` when absent or empty).
-    pub(super) fn prediction(&mut self) -> Option<String> {
+    pub(crate) fn prediction(&mut self) -> Option<String> {
         let v = self.present("prediction")?;
         let Value::Object(o) = v else {
             self.err("prediction", "must be an object");
@@ -263,7 +263,7 @@ impl<'a> Validator<'a> {
         text.filter(|t| !t.is_empty())
     }
 
-    pub(super) fn stop(&mut self) -> Vec<String> {
+    pub(crate) fn stop(&mut self) -> Vec<String> {
         match self.present("stop") {
             None => Vec::new(),
             Some(Value::String(s)) => vec![s.clone()],

@@ -6,25 +6,35 @@
 //! settle). The money lifecycle lives in `metering`; this file only extracts, admits and
 //! responds.
 
+mod doc;
 mod sse;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
+#[allow(unused_imports)] // Named by the OpenAPI attribute.
+use self::doc::ChatCompletionRequest;
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::completion::CompletionMeta;
 use crate::api::shared::error::ApiError;
-use crate::api::shared::paid;
 use crate::api::shared::request;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::{
-    ChatCompletion, ChatCompletionRequest, ErrorBody, PaidErrors, SseEvent,
-};
+use crate::api::shared::schema::{ChatCompletion, ErrorBody, PaidErrors, SseEvent};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
-use crate::metering::{Admission, Mode};
+use crate::engine::ChoiceEvents;
+use crate::metering::{Mode, Settlement};
 
 const ROUTE: &str = "/v1/chat/completions";
+
+/// Chat's own field names: those the parsed request already speaks.
+const SURFACE: Surface = Surface {
+    prompt: "messages",
+    max_tokens: None,
+    reasoning_effort: "reasoning_effort",
+    prompt_words: "your messages",
+    image_param: |img| format!("messages[{}].content[{}]", img.message, img.part),
+};
 
 /// The handler: the payer and its rate limit, then `handle`; every authenticated response
 /// carries the `x-ratelimit-*` headers.
@@ -53,9 +63,9 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let logprobs = req.sampling.logprobs.is_some();
     let legacy_functions = req.legacy_functions;
     let (model, n) = (req.model.clone(), req.n);
-    let remedy = Surface::Chat.remedy(req.max_tokens);
+    let remedy = SURFACE.remedy(req.max_tokens);
     let (paid_request, syntax) =
-        text::paid_request(state, &call.caller, req, n, idempotency, Surface::Chat).await?;
+        text::paid_request(state, &call.caller, req, n, idempotency, &SURFACE).await?;
     let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, syntax);
     meta.logprobs = logprobs;
     meta.legacy_functions = legacy_functions;
@@ -65,14 +75,21 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         let meta = meta.clone();
         Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
     };
-    let admitted = state.paid.meter.admit(paid_request, mode).await;
-    Ok(
-        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
-            Admission::Replay(stored) => paid::stored(stored, true),
-            Admission::Streaming(events, settlement) => {
-                self::sse::stream_response(meta, include_usage, events, settlement).into_response()
-            }
-            Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
-        },
+    text::respond(
+        state,
+        paid_request,
+        mode,
+        remedy,
+        Streamed(meta, include_usage),
     )
+    .await
+}
+
+/// A chat completion's SSE: `chat.completion.chunk`s, with usage last when asked for.
+struct Streamed(CompletionMeta, bool);
+
+impl text::Reply for Streamed {
+    fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
+        self::sse::stream_response(self.0, self.1, events, settlement).into_response()
+    }
 }

@@ -7,26 +7,38 @@
 //! `Idempotency-Key` (400) -> model (404/403) -> tokenize (400 `suffix` without FIM tokens) ->
 //! context (400, `prompt`) -> `metering` (hold 402, engine 429/502, settle).
 
+mod doc;
+pub mod request;
 mod sse;
 mod wire;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
+#[allow(unused_imports)] // Named by the OpenAPI attribute.
+use self::doc::CompletionRequestDoc;
 use self::wire::TextMeta;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use self::wire::{TextChoice, TextCompletion, TextLogprobs};
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::error::ApiError;
-use crate::api::shared::paid;
-use crate::api::shared::request::completions;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
-use crate::api::shared::schema::{CompletionRequestDoc, ErrorBody, PaidErrors, SseEvent};
+use crate::api::shared::schema::{ErrorBody, PaidErrors, SseEvent};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
-use crate::metering::{Admission, Mode};
+use crate::engine::ChoiceEvents;
+use crate::metering::{Mode, Settlement};
 
 const ROUTE: &str = "/v1/completions";
+
+/// The legacy API's field names: the prompt is `prompt`, its images (none are accepted) too.
+const SURFACE: Surface = Surface {
+    prompt: "prompt",
+    max_tokens: None,
+    reasoning_effort: "reasoning_effort",
+    prompt_words: "your prompt",
+    image_param: |_| "prompt".into(),
+};
 
 /// The handler: the payer and its rate limit, then `handle`.
 #[utoipa::path(post, path = "/v1/completions", tag = "completions",
@@ -47,22 +59,15 @@ pub async fn completions(State(state): State<AppState>, call: PaidCall) -> Respo
 /// Extract and check the request, admit it through metering, respond.
 async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
     let body = call.json(state).await?;
-    let req = completions::parse(&body)?;
+    let req = request::parse(&body)?;
     let chat = req.chat;
     let idempotency = call.idempotency(&body, chat.stream, ROUTE)?;
     let (stream, include_usage) = (chat.stream, chat.include_usage);
     let logprobs = chat.sampling.logprobs.is_some();
     let (model, n) = (chat.model.clone(), chat.n);
-    let remedy = Surface::Completions.remedy(chat.max_tokens);
-    let (paid_request, _) = text::paid_request(
-        state,
-        &call.caller,
-        chat,
-        n,
-        idempotency,
-        Surface::Completions,
-    )
-    .await?;
+    let remedy = SURFACE.remedy(chat.max_tokens);
+    let (paid_request, _) =
+        text::paid_request(state, &call.caller, chat, n, idempotency, &SURFACE).await?;
     let meta = TextMeta::new(
         &model,
         &call.caller.request_id.0,
@@ -75,14 +80,21 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         let meta = meta.clone();
         Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
     };
-    let admitted = state.paid.meter.admit(paid_request, mode).await;
-    Ok(
-        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
-            Admission::Replay(stored) => paid::stored(stored, true),
-            Admission::Streaming(events, settlement) => {
-                sse::stream_response(meta, include_usage, events, settlement).into_response()
-            }
-            Admission::Completing(completion) => paid::stored(completion.wait().await?.1, false),
-        },
+    text::respond(
+        state,
+        paid_request,
+        mode,
+        remedy,
+        Streamed(meta, include_usage),
     )
+    .await
+}
+
+/// A text completion's SSE: `text_completion` chunks, with usage last when asked for.
+struct Streamed(TextMeta, bool);
+
+impl text::Reply for Streamed {
+    fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
+        sse::stream_response(self.0, self.1, events, settlement).into_response()
+    }
 }

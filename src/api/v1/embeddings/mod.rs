@@ -10,6 +10,7 @@
 //! (claim, hold of the exact cost 402, the forward on the `Embedder`, settle). Nothing is
 //! truncated: an input longer than the model reads is refused, never cut.
 
+pub mod request;
 mod wire;
 
 use std::sync::Arc;
@@ -17,12 +18,12 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::Response;
 
+use self::request::{EmbeddingsRequest, EncodingFormat};
 use self::wire::{Embedding, EmbeddingList, EmbeddingUsage, Vector};
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, Remedy};
 use crate::api::shared::paid;
-use crate::api::shared::request::embeddings::{self, EmbeddingsRequest, EncodingFormat};
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::{ErrorBody, PaidErrors, ServiceCost};
 use crate::api::shared::state::AppState;
@@ -52,7 +53,7 @@ pub async fn create(State(state): State<AppState>, call: PaidCall) -> Response {
 async fn handle(state: &AppState, call: PaidCall) -> Result<Response, ApiError> {
     let mut call = call;
     let body = call.json(state).await?;
-    let req = embeddings::parse(&body)?;
+    let req = request::parse(&body)?;
     let entry = paid::embedding_model(state, &req.model)?;
     let dimensions = dimensions(&entry, req.dimensions)?;
     let model = load(state, &entry).await?;

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::shared::request::embeddings::EncodingFormat;
+use super::request::EncodingFormat;
 use crate::api::shared::schema::ServiceCost;
 
 /// The response: one embedding per input, in input order.

@@ -10,9 +10,12 @@
 //! lifecycle as chat completions: hold, settle, charge) -> `store` (kept 30 days, before the
 //! response is sent). Another account's response id is a 404, never a 403: ids do not leak.
 
+mod doc;
+mod items;
 mod object;
 mod output;
 mod references;
+pub mod request;
 mod sse;
 
 use axum::extract::{Path, State};
@@ -21,24 +24,36 @@ use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 use serde_json::Value;
 
+use self::doc::DeletedResponse;
+#[allow(unused_imports)] // Named by the OpenAPI attribute.
+use self::doc::ResponsesRequestDoc;
 use self::object::{ResponseMeta, ResponseObject};
 use self::output::{output_as_chat, Outputs};
+use self::request::ResponsesRequest;
 use self::sse::Save;
 use crate::accounts::SavedResponse;
 use crate::api::shared::call::PaidCall;
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::ApiError;
 use crate::api::shared::paid;
-use crate::api::shared::request::responses::{self, ResponsesRequest};
 #[allow(unused_imports)] // Named by the OpenAPI attributes.
-use crate::api::shared::schema::{DeletedResponse, ErrorBody, ResponsesRequestDoc, SseEvent};
+use crate::api::shared::schema::{ErrorBody, SseEvent};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
-use crate::engine::FinishReason;
+use crate::engine::{ChoiceEvents, FinishReason};
 use crate::ids::AccountId;
-use crate::metering::{Admission, Mode, StoredResponse};
+use crate::metering::{Mode, Settlement, StoredResponse};
 
 const ROUTE: &str = "/v1/responses";
+
+/// The Responses API's field names; an image's `param` is its input item.
+const SURFACE: Surface = Surface {
+    prompt: "input",
+    max_tokens: Some("max_output_tokens"),
+    reasoning_effort: "reasoning.effort",
+    prompt_words: "your messages",
+    image_param: |img| format!("input[{}]", img.message),
+};
 
 /// `POST /v1/responses`.
 #[utoipa::path(post, path = "/v1/responses", tag = "responses",
@@ -140,7 +155,7 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     crate::api::shared::request::size::check(&body, "input", &state.http)?;
     let account = call.caller.payer.account_id();
     let resolved = references::resolve(state, body.clone(), account).await?;
-    let draft = responses::read(&resolved)?;
+    let draft = request::read(&resolved)?;
     let previous = match &draft.echo.previous_response_id {
         Some(id) => {
             let s = stored(state, id, account, Some("previous_response_id")).await?;
@@ -173,17 +188,10 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         chat.sampling.top_p,
     );
     let store = echo.store;
-    let remedy = Surface::Responses.remedy(chat.max_tokens);
+    let remedy = SURFACE.remedy(chat.max_tokens);
     // A response has one output; the Responses API has no `n`.
-    let (paid_request, syntax) = text::paid_request(
-        state,
-        &call.caller,
-        chat,
-        1,
-        idempotency,
-        Surface::Responses,
-    )
-    .await?;
+    let (paid_request, syntax) =
+        text::paid_request(state, &call.caller, chat, 1, idempotency, &SURFACE).await?;
     let meta = ResponseMeta::new(
         &model,
         &call.caller.request_id.0,
@@ -196,22 +204,26 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     conversation.extend(input_messages);
     let mode = mode(&meta, stream);
     let saver = store.then(|| saver(state, account, conversation));
-    let admitted = state.paid.meter.admit(paid_request, mode).await;
-    Ok(
-        match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {
-            Admission::Replay(stored) => paid::stored(stored, true),
-            Admission::Streaming(events, settlement) => {
-                sse::stream_response(meta, events, settlement, saver).into_response()
-            }
-            Admission::Completing(completion) => {
-                let (_, response) = completion.wait().await?;
-                if let Some(save) = saver {
-                    save(response.body.clone()).await;
-                }
-                paid::stored(response, false)
-            }
-        },
-    )
+    text::respond(state, paid_request, mode, remedy, Answer { meta, saver }).await
+}
+
+/// A response's answer: typed SSE events, or the whole object; either is saved when `store`.
+struct Answer {
+    meta: ResponseMeta,
+    saver: Option<Save>,
+}
+
+impl text::Reply for Answer {
+    fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
+        sse::stream_response(self.meta, events, settlement, self.saver).into_response()
+    }
+
+    async fn whole(self, response: StoredResponse) -> Response {
+        if let Some(save) = self.saver {
+            save(response.body.clone()).await;
+        }
+        paid::stored(response, false)
+    }
 }
 
 /// Saves a finished response of `account` with the conversation it ends (`conversation` plus

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::api::shared::request::responses::Echo;
+use super::request::Echo;
 use crate::api::shared::schema::{LogprobEntry, ServiceCost};
 use crate::api::shared::state::random_id;
 use crate::engine::{FinishReason, OutputSyntax};

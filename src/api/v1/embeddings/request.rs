@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use super::validator::{self, Validator};
 use crate::api::shared::error::ApiError;
+use crate::api::shared::request::validator::{self, Validator};
 use crate::engine::EmbedInput;
 
 /// Most inputs in one request (OpenAI's limit).

@@ -14,10 +14,10 @@
 
 use serde_json::{Map, Value};
 
-use super::response_items::{input_items, invalid, object};
-use super::ChatRequest;
+use super::items::{input_items, invalid, object};
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
+use crate::api::shared::request::{self, ChatRequest};
 
 /// The accepted top-level fields; anything else (not null) is `unsupported_parameter`.
 pub const ACCEPTED_PARAMETERS: [&str; 19] = [
@@ -93,7 +93,7 @@ fn unsupported_value(param: &str, message: String) -> ApiError {
 /// `InvalidJson`, `UnsupportedParameter`, `Validation` (422), `BadRequest` (400 naming the
 /// built-in tool, `include` value or input item we do not serve).
 pub fn read(body: &[u8]) -> Result<Draft, ApiError> {
-    let obj = super::validator::top_level(body, &ACCEPTED_PARAMETERS)?;
+    let obj = request::validator::top_level(body, &ACCEPTED_PARAMETERS)?;
     let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
     let logprobs = check_include(get("include"))?;
     if get("truncation").is_some_and(|t| t != "disabled") {
@@ -161,7 +161,7 @@ fn chat_fields<'a>(get: &impl Fn(&str) -> Option<&'a Value>) -> Result<ChatField
     }
     let tools = match get("tools") {
         Some(Value::Array(list)) => {
-            super::bounds::tool_count(list.len())?;
+            request::bounds::tool_count(list.len())?;
             list.clone()
         }
         Some(_) => return Err(invalid("tools", "must be an array")),
@@ -201,7 +201,7 @@ fn echo<'a>(
             Some(_) => Err(invalid(k, "must be a string")),
         }
     };
-    let metadata = super::bounds::metadata(get("metadata"))?;
+    let metadata = request::bounds::metadata(get("metadata"))?;
     let store = match get("store") {
         None => true,
         Some(Value::Bool(b)) => *b,
@@ -390,7 +390,7 @@ impl Draft {
         chat.insert("messages".into(), Value::Array(messages));
         let body = Value::Object(chat).to_string();
         let rename = |p: &str| rename(p, offset, instructions, &self.item_of);
-        let chat = super::parse(body.as_bytes()).map_err(|e| match e {
+        let chat = request::parse(body.as_bytes()).map_err(|e| match e {
             ApiError::Validation(errs) => ApiError::Validation(
                 errs.into_iter()
                     .map(|f| FieldError {

@@ -9,6 +9,8 @@
 //! its length, 400 `input_too_long`, voids the hold). The audio comes back whole (no streaming), with
 //! `x-tollgate-cost-micros` and `x-request-id`.
 
+mod request;
+
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::State;
@@ -20,7 +22,6 @@ use crate::api::shared::call::PaidCall;
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, Remedy};
 use crate::api::shared::paid;
-use crate::api::shared::request::speech;
 #[allow(unused_imports)] // Named by the OpenAPI attribute.
 use crate::api::shared::schema::{ErrorBody, PaidErrors};
 use crate::api::shared::state::AppState;
@@ -90,7 +91,7 @@ fn respond(stored: StoredResponse, replayed: bool) -> Response {
 
 async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiError> {
     let body = call.json(state).await?;
-    let req = speech::parse(&body)?;
+    let req = request::parse(&body)?;
     let entry = paid::audio_model(state, &req.model, AudioKind::Speech)?;
     // One voice per model for now, so the voice only needs checking, not choosing.
     check_voice(&entry, &req.voice)?;

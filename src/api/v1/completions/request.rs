@@ -10,10 +10,10 @@
 
 use serde_json::{Map, Value};
 
-use super::validator::{self, Validator};
-use super::ChatRequest;
 use crate::api::shared::codes::Code;
 use crate::api::shared::error::{ApiError, FieldError};
+use crate::api::shared::request::validator::{self, Validator};
+use crate::api::shared::request::{self, ChatRequest};
 use crate::engine::TextPrompt;
 
 /// The accepted top-level fields; anything else is `unsupported_parameter`.
@@ -92,7 +92,7 @@ pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
                 .into(),
         ));
     }
-    let mut chat = super::parse(chat_body(&obj, logprobs).to_string().as_bytes())?;
+    let mut chat = request::parse(chat_body(&obj, logprobs).to_string().as_bytes())?;
     chat.input.messages.clear();
     chat.input.text = Some(TextPrompt {
         prompt: prompt.clone(),

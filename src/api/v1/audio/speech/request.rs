@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::validator::{self, Validator};
 use crate::api::shared::error::ApiError;
+use crate::api::shared::request::validator::{self, Validator};
 use crate::audio::encode::Container;
 
 /// Longest `input`, characters (OpenAI's limit).
