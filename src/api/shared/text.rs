@@ -21,7 +21,9 @@ use super::paid;
 use super::request::{self, ChatRequest, ImagePart};
 use super::state::AppState;
 use crate::engine::{ChoiceEvents, GenerateRequest, OutputSyntax};
-use crate::metering::{Admission, Idempotency, Mode, PaidRequest, Settlement, StoredResponse};
+use crate::metering::{
+    Admission, Idempotency, Mode, PaidRequest, Render, Settlement, StoredResponse,
+};
 
 /// A text endpoint's field names, as its errors give them: each endpoint that generates text
 /// through `paid_request` names its own (`SURFACE` in its unit), so the pipeline knows no
@@ -227,6 +229,10 @@ fn payer_name(caller: &Caller) -> String {
 /// How a text endpoint answers a request metering admitted, streamed or whole (a replay is
 /// sent as stored, by `respond`).
 pub trait Reply: Send + Sized {
+    /// How metering renders the whole answer from the settled charge and the choices' text
+    /// (`Mode::Complete`); not called for a streamed request.
+    fn render(&self) -> Render;
+
     /// The streamed answer: every choice's events in the endpoint's SSE format, then the
     /// settlement's charge (or its error).
     fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response;
@@ -238,9 +244,10 @@ pub trait Reply: Send + Sized {
     }
 }
 
-/// The one path after a text request is paid for: metering admits `request` in `mode`
-/// (its refusals carry `remedy`, the field to change in the endpoint's names), and the
-/// admission is answered: a replay of the stored response, or `reply`'s stream or whole answer.
+/// The one path after a text request is paid for: metering admits `request`, streamed when
+/// `stream` and otherwise whole as `reply` renders it (its refusals carry `remedy`, the field
+/// to change in the endpoint's names), and the admission is answered: a replay of the stored
+/// response, or `reply`'s stream or whole answer.
 ///
 /// # Errors
 /// Metering's refusals (402 with `remedy`, 409/422 for `Idempotency-Key`, 429/502 from the
@@ -248,10 +255,15 @@ pub trait Reply: Send + Sized {
 pub async fn respond(
     state: &AppState,
     request: PaidRequest,
-    mode: Mode,
+    stream: bool,
     remedy: Remedy,
     reply: impl Reply,
 ) -> Result<Response, ApiError> {
+    let mode = if stream {
+        Mode::Stream
+    } else {
+        Mode::Complete(reply.render())
+    };
     let admitted = state.paid.meter.admit(request, mode).await;
     Ok(
         match admitted.map_err(|e| ApiError::from(e).with_remedy(remedy))? {

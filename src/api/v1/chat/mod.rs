@@ -23,7 +23,7 @@ use crate::api::shared::schema::{ChatCompletion, ErrorBody, PaidErrors, SseEvent
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
 use crate::engine::ChoiceEvents;
-use crate::metering::{Mode, Settlement};
+use crate::metering::{Render, Settlement};
 
 const ROUTE: &str = "/v1/chat/completions";
 
@@ -69,26 +69,19 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     let mut meta = CompletionMeta::new(&model, &call.caller.request_id.0, syntax);
     meta.logprobs = logprobs;
     meta.legacy_functions = legacy_functions;
-    let mode = if stream {
-        Mode::Stream
-    } else {
-        let meta = meta.clone();
-        Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
-    };
-    text::respond(
-        state,
-        paid_request,
-        mode,
-        remedy,
-        Streamed(meta, include_usage),
-    )
-    .await
+    let reply = Streamed(meta, include_usage);
+    text::respond(state, paid_request, stream, remedy, reply).await
 }
 
 /// A chat completion's SSE: `chat.completion.chunk`s, with usage last when asked for.
 struct Streamed(CompletionMeta, bool);
 
 impl text::Reply for Streamed {
+    fn render(&self) -> Render {
+        let meta = self.0.clone();
+        Box::new(move |charge, text| meta.completion(charge, text))
+    }
+
     fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
         self::sse::stream_response(self.0, self.1, events, settlement).into_response()
     }

@@ -27,7 +27,7 @@ use crate::api::shared::schema::{ErrorBody, PaidErrors, SseEvent};
 use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
 use crate::engine::ChoiceEvents;
-use crate::metering::{Mode, Settlement};
+use crate::metering::{Render, Settlement};
 
 const ROUTE: &str = "/v1/completions";
 
@@ -74,26 +74,19 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
         req.echo.then_some(req.prompt),
         logprobs,
     );
-    let mode = if stream {
-        Mode::Stream
-    } else {
-        let meta = meta.clone();
-        Mode::Complete(Box::new(move |charge, text| meta.completion(charge, text)))
-    };
-    text::respond(
-        state,
-        paid_request,
-        mode,
-        remedy,
-        Streamed(meta, include_usage),
-    )
-    .await
+    let reply = Streamed(meta, include_usage);
+    text::respond(state, paid_request, stream, remedy, reply).await
 }
 
 /// A text completion's SSE: `text_completion` chunks, with usage last when asked for.
 struct Streamed(TextMeta, bool);
 
 impl text::Reply for Streamed {
+    fn render(&self) -> Render {
+        let meta = self.0.clone();
+        Box::new(move |charge, text| meta.completion(charge, text))
+    }
+
     fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
         sse::stream_response(self.0, self.1, events, settlement).into_response()
     }

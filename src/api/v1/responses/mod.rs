@@ -42,7 +42,7 @@ use crate::api::shared::state::AppState;
 use crate::api::shared::text::{self, Surface};
 use crate::engine::{ChoiceEvents, FinishReason};
 use crate::ids::AccountId;
-use crate::metering::{Mode, Settlement, StoredResponse};
+use crate::metering::{Render, Settlement, StoredResponse};
 
 const ROUTE: &str = "/v1/responses";
 
@@ -202,9 +202,8 @@ async fn handle(state: &AppState, mut call: PaidCall) -> Result<Response, ApiErr
     );
     let mut conversation = previous;
     conversation.extend(input_messages);
-    let mode = mode(&meta, stream);
     let saver = store.then(|| saver(state, account, conversation));
-    text::respond(state, paid_request, mode, remedy, Answer { meta, saver }).await
+    text::respond(state, paid_request, stream, remedy, Answer { meta, saver }).await
 }
 
 /// A response's answer: typed SSE events, or the whole object; either is saved when `store`.
@@ -214,6 +213,22 @@ struct Answer {
 }
 
 impl text::Reply for Answer {
+    /// The response object rendered from the text once it is charged.
+    fn render(&self) -> Render {
+        let meta = self.meta.clone();
+        Box::new(move |charge, choices| {
+            let generated = choices.into_iter().next().unwrap_or_default();
+            let mut outputs = Outputs::new(&meta.id, &meta.syntax);
+            outputs.push_logprobs(generated.logprobs);
+            let _ = outputs.push(&generated.text);
+            let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
+            StoredResponse {
+                status: 200,
+                body: serde_json::to_string(&meta.object(items, Some(charge))).unwrap_or_default(),
+            }
+        })
+    }
+
     fn stream(self, events: ChoiceEvents, settlement: Settlement) -> Response {
         sse::stream_response(self.meta, events, settlement, self.saver).into_response()
     }
@@ -248,23 +263,4 @@ fn saver(state: &AppState, account: AccountId, conversation: Vec<Value>) -> Save
         }
         .boxed()
     })
-}
-
-/// Streamed, or whole with the response object rendered from the text once it is charged.
-fn mode(meta: &ResponseMeta, stream: bool) -> Mode {
-    if stream {
-        return Mode::Stream;
-    }
-    let meta = meta.clone();
-    Mode::Complete(Box::new(move |charge, choices| {
-        let generated = choices.into_iter().next().unwrap_or_default();
-        let mut outputs = Outputs::new(&meta.id, &meta.syntax);
-        outputs.push_logprobs(generated.logprobs);
-        let _ = outputs.push(&generated.text);
-        let (_, items) = outputs.finish(charge.finish == FinishReason::Length);
-        StoredResponse {
-            status: 200,
-            body: serde_json::to_string(&meta.object(items, Some(charge))).unwrap_or_default(),
-        }
-    }))
 }
