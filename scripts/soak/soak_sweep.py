@@ -91,6 +91,8 @@ def base_body(method, path, models):
     return {
         "/v1/chat/completions": lambda: {"model": MODEL, "max_tokens": 1, "temperature": 0,
                                          "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/completions": lambda: {"model": MODEL, "prompt": "hi", "max_tokens": 1,
+                                    "temperature": 0},
         "/v1/responses": lambda: {"model": MODEL, "input": "hi", "max_output_tokens": 1,
                                   "temperature": 0, "store": False},
         "/v1/audio/speech": lambda: {"model": models["speech"], "input": "hi", "voice": "alloy"},
